@@ -1,0 +1,160 @@
+"""A GPU node's layout as plain data: devices, the pairwise link matrix, P2P, free devices."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from gpupair import links
+
+NO_NUMA = -1  # NVML and sysfs both say -1 when a device has no NUMA affinity
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    uuid: str = ""
+    pci_bus_id: str = ""  # NVML's spelling: 8-digit domain, "00000000:21:00.0"
+    numa_node: int = NO_NUMA
+    pcie_root: str = ""  # DRA's pcieRoot, e.g. "pci0000:20", when known
+
+    @property
+    def name(self) -> str:
+        return f"GPU{self.index}"
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """The static hardware part of a node: what does not change while the node runs.
+
+    ``links[i][j]`` is the nvidia-smi label between device i and j (``X`` on the diagonal).
+    ``p2p[i][j]`` is True/False where peer access was probed, None where unknown.
+    Devices are listed in index order and ``devices[i].index == i``.
+    """
+
+    devices: tuple[Device, ...]
+    links: tuple[tuple[str, ...], ...]
+    p2p: tuple[tuple[bool | None, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.devices)
+        for position, device in enumerate(self.devices):
+            if device.index != position:
+                raise ValueError(f"device at position {position} has index {device.index}")
+        if len(self.links) != n or any(len(row) != n for row in self.links):
+            raise ValueError(f"link matrix must be {n}x{n}")
+        for i in range(n):
+            if links.normalize(self.links[i][i]) != links.SELF:
+                raise ValueError(f"link GPU{i}->GPU{i} must be X, got {self.links[i][i]!r}")
+            for j in range(i + 1, n):
+                a, b = links.normalize(self.links[i][j]), links.normalize(self.links[j][i])
+                if a != b:
+                    raise ValueError(f"link matrix not symmetric at GPU{i},GPU{j}: {a} vs {b}")
+                if a == links.SELF:
+                    raise ValueError(f"link GPU{i}->GPU{j} is X off the diagonal")
+        if self.p2p is not None and (
+            len(self.p2p) != n or any(len(row) != n for row in self.p2p)
+        ):
+            raise ValueError(f"p2p matrix must be {n}x{n}")
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    def link(self, i: int, j: int) -> str:
+        return self.links[i][j]
+
+    def numa_of(self, index: int) -> int:
+        return self.devices[index].numa_node
+
+    @cached_property
+    def numa_nodes(self) -> dict[int, tuple[int, ...]]:
+        """NUMA node -> device indices on it. Devices without affinity share group -1."""
+        groups: dict[int, list[int]] = defaultdict(list)
+        for device in self.devices:
+            groups[device.numa_node].append(device.index)
+        return {numa: tuple(members) for numa, members in sorted(groups.items())}
+
+    @cached_property
+    def pair_weights(self) -> tuple[tuple[int, ...], ...]:
+        """Device-plugin pair weights (see links.plugin_pair_weight), precomputed once."""
+        return tuple(tuple(links.plugin_pair_weight(label) for label in row) for row in self.links)
+
+    def worst_link(self, indices: Iterable[int]) -> str | None:
+        members = sorted(set(indices))
+        return links.worst(
+            self.links[a][b] for pos, a in enumerate(members) for b in members[pos + 1 :]
+        )
+
+    def p2p_of(self, indices: Iterable[int]) -> bool | None:
+        """True when every pair probed peer-capable, False when any pair is not, else None."""
+        members = sorted(set(indices))
+        if len(members) < 2:
+            return None
+        if self.p2p is None:
+            return None
+        seen = [self.p2p[a][b] for pos, a in enumerate(members) for b in members[pos + 1 :]]
+        if any(value is False for value in seen):
+            return False
+        if all(value is True for value in seen):
+            return True
+        return None
+
+    def by_uuid(self) -> dict[str, int]:
+        return {d.uuid: d.index for d in self.devices if d.uuid}
+
+    def by_pci(self) -> dict[str, int]:
+        return {normalize_pci(d.pci_bus_id): d.index for d in self.devices if d.pci_bus_id}
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A layout together with the devices free right now."""
+
+    layout: NodeLayout
+    free: frozenset[int] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        bad = [i for i in self.free if not 0 <= i < self.layout.size]
+        if bad:
+            raise ValueError(f"free devices out of range: {sorted(bad)}")
+
+    def free_by_numa(self) -> dict[int, tuple[int, ...]]:
+        return {
+            numa: tuple(i for i in members if i in self.free)
+            for numa, members in self.layout.numa_nodes.items()
+        }
+
+    def take(self, indices: Iterable[int]) -> "NodeState":
+        return NodeState(self.layout, self.free - frozenset(indices))
+
+    def give_back(self, indices: Iterable[int]) -> "NodeState":
+        return NodeState(self.layout, self.free | frozenset(indices))
+
+
+def normalize_pci(bus_id: str) -> str:
+    """Canonical PCI address: 8-hex-digit domain, upper case ("00000000:21:00.0").
+
+    NVML prints an 8-digit domain, sysfs and lspci a 4-digit one ("0000:21:00.0").
+    """
+    text = bus_id.strip()
+    parts = text.split(":")
+    if len(parts) == 2:  # "21:00.0" without a domain
+        parts = ["0", *parts]
+    if len(parts) != 3 or "." not in parts[2]:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, rest = parts
+    device, function = rest.split(".", 1)
+    try:
+        return "%08X:%02X:%02X.%X" % (int(domain, 16), int(bus, 16), int(device, 16), int(function, 16))
+    except ValueError:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}") from None
+
+
+def sysfs_pci(bus_id: str) -> str:
+    """The spelling sysfs uses under /sys/bus/pci/devices: 4-digit lower-case domain."""
+    canonical = normalize_pci(bus_id)
+    domain, rest = canonical.split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"

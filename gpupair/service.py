@@ -1,0 +1,134 @@
+"""What every gpupair service shares: flags with env defaults, JSON logs, health, metrics,
+and a serve loop that drains on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import ssl
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+def env_default(name: str, default: Any) -> Any:
+    """The default of a flag: environment variable GPUPAIR_<NAME> if set, else ``default``."""
+    value = os.environ.get(f"GPUPAIR_{name}")
+    if value is None:
+        return default
+    if isinstance(default, bool):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(value)
+    if isinstance(default, float):
+        return float(value)
+    return value
+
+
+def add_flag(parser, flag: str, default: Any, help: str, **kwargs: Any) -> None:
+    """Add ``--flag`` whose default comes from GPUPAIR_FLAG (dashes become underscores)."""
+    env = flag.lstrip("-").replace("-", "_").upper()
+    value = env_default(env, default)
+    if isinstance(default, bool) and "action" not in kwargs:
+        kwargs["action"] = argparse_bool()
+    elif default is not None and "type" not in kwargs and not isinstance(default, bool):
+        kwargs["type"] = type(default)
+    parser.add_argument(flag, default=value, help=f"{help} (env GPUPAIR_{env}, default %(default)s)", **kwargs)
+
+
+def argparse_bool():
+    import argparse
+
+    return argparse.BooleanOptionalAction
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any ``extra`` fields."""
+
+    _skip = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in self._skip and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def add_common_flags(parser) -> None:
+    add_flag(parser, "--log-level", "info", "log level: debug, info, warning, error")
+
+
+def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return metrics
+
+
+def add_health_routes(
+    app: web.Application,
+    registry: CollectorRegistry,
+    ready: Callable[[], bool] = lambda: True,
+) -> None:
+    """/healthz (process alive), /readyz (``ready()``), /metrics (Prometheus text)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler(registry))
+
+
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    shutdown_timeout: float = 10.0,
+) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests."""
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        logging.getLogger("gpupair").info("shutting down")
+    finally:
+        await runner.cleanup()
