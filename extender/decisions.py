@@ -1,0 +1,96 @@
+"""The extender's filter and prioritize decisions, as pure functions.
+
+The HTTP verbs call these, and so does ``gpupair simulate``: the simulation runs the very logic
+the extender serves. Inputs are what the extender knows about each node (its decoded report, or
+why it has none, and the devices reserved for pods bound but not yet seen in a report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from gpupair import placement
+from gpupair.layout import NodeState
+from gpupair.policies import POLICIES, Policy
+
+
+class Unreported(str, Enum):
+    """What to do with a node whose report is missing, undecodable or stale."""
+
+    FAIL = "fail"  # fail multi-GPU pods there, with the reason (default)
+    PASS = "pass"  # let them pass, unscored
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as the extender sees it for one pod."""
+
+    name: str
+    state: NodeState | None  # None: no usable report
+    problem: str = ""  # why there is no usable report
+    reserved: frozenset[int] = field(default_factory=frozenset)
+
+    def available(self) -> NodeState | None:
+        """Free devices less those reserved for pods bound here but not yet in the report."""
+        if self.state is None:
+            return None
+        return self.state.take(self.reserved) if self.reserved else self.state
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    name: str
+    passes: bool
+    unresolvable: bool = False
+    reason: str = ""
+    plan: tuple[int, ...] | None = None  # the set the device plugin is expected to pick
+    score: int = 0
+
+
+@dataclass
+class FilterOutcome:
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decider:
+    policy: Policy = POLICIES["aligned"]
+    unreported: Unreported = Unreported.FAIL
+
+    def decide(self, gpus: int, node: NodeView) -> NodeDecision:
+        """Whether a pod asking ``gpus`` may go to ``node``, and how well it would fit there."""
+        if gpus <= 0:
+            return NodeDecision(node.name, True)
+        state = node.available()
+        if state is None:
+            if gpus == 1 or self.unreported is Unreported.PASS:
+                return NodeDecision(node.name, True)
+            return NodeDecision(node.name, False, reason=node.problem or "no gpupair report")
+        fit = placement.fit(state, gpus)
+        if not fit.feasible and not fit.resolvable:
+            return NodeDecision(node.name, False, unresolvable=True, reason=fit.reason)
+        if gpus > 1 and not fit.feasible:
+            return NodeDecision(node.name, False, reason=fit.reason)
+        plan = self.policy.pick(state.layout, state.free, gpus)
+        if plan is None:
+            # A 1-GPU pod with nothing free here: kube-scheduler's own fit check decides.
+            return NodeDecision(node.name, True)
+        return NodeDecision(node.name, True, plan=plan, score=placement.score(state, plan))
+
+    def filter(self, gpus: int, nodes: list[NodeView]) -> FilterOutcome:
+        outcome = FilterOutcome()
+        for node in nodes:
+            decision = self.decide(gpus, node)
+            if decision.passes:
+                outcome.passed.append(node.name)
+            elif decision.unresolvable:
+                outcome.unresolvable[node.name] = decision.reason
+            else:
+                outcome.failed[node.name] = decision.reason
+        return outcome
+
+    def prioritize(self, gpus: int, nodes: list[NodeView]) -> dict[str, int]:
+        return {node.name: self.decide(gpus, node).score for node in nodes}

@@ -1,0 +1,256 @@
+"""The node report: a layout and its free devices as versioned JSON node annotations.
+
+Two annotations, so the changing part stays small and the static part is written rarely:
+
+- ``gpupair.io/topology``: devices and pairwise links (and P2P where probed). Changes only
+  when the hardware does. Carries no time; its fingerprint ties free reports to it.
+- ``gpupair.io/free``: free and unhealthy device indices, the topology fingerprint they refer
+  to, a generation that only grows, and the time of the scan, so a reader can tell a stale or
+  out-of-order report from a live one.
+
+Device field names follow Kubernetes DRA's standard attributes (``pciBusID``, ``pcieRoot``) and
+the NUMA attribute drivers publish (``numaNode``). Decoding is strict and says why it rejects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpupair import links
+from gpupair.layout import Device, NodeLayout, NodeState
+
+PREFIX = "gpupair.io/"
+TOPOLOGY_KEY = PREFIX + "topology"
+FREE_KEY = PREFIX + "free"
+FORMAT_VERSION = 1
+MAX_DEVICES = 64
+MAX_ANNOTATION_BYTES = 64 * 1024  # the API server allows 256 KiB for all annotations together
+
+
+class ReportError(ValueError):
+    """A node's report is missing, malformed, inconsistent or stale; the message says which."""
+
+    def __init__(self, reason: str, kind: Literal["missing", "invalid", "stale"] = "invalid"):
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DeviceEntry(_Strict):
+    index: int = Field(ge=0, lt=MAX_DEVICES)
+    uuid: str = Field(default="", max_length=96)
+    pciBusID: str = Field(default="", max_length=32)
+    numaNode: int = Field(default=-1, ge=-1, le=1024)
+    pcieRoot: str = Field(default="", max_length=64)
+
+
+class TopologyReport(_Strict):
+    v: Literal[1] = FORMAT_VERSION
+    devices: list[DeviceEntry] = Field(max_length=MAX_DEVICES)
+    links: list[list[str]] = Field(max_length=MAX_DEVICES)
+    p2p: list[list[bool | None]] | None = None
+
+    @field_validator("links")
+    @classmethod
+    def _known_labels(cls, rows: list[list[str]]) -> list[list[str]]:
+        for row in rows:
+            for label in row:
+                if not links.is_known(label):
+                    raise ValueError(f"unknown link label {label!r}")
+        return rows
+
+
+class FreeReport(_Strict):
+    v: Literal[1] = FORMAT_VERSION
+    topology: str = Field(min_length=1, max_length=64)  # fingerprint of the topology annotation
+    free: list[int] = Field(max_length=MAX_DEVICES)
+    unhealthy: list[int] = Field(default_factory=list, max_length=MAX_DEVICES)
+    generation: int = Field(ge=0)
+    reportedAt: datetime = Field(strict=False)
+
+    @field_validator("reportedAt")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("reportedAt needs a time zone (RFC 3339, e.g. ...Z)")
+        return value
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """A decoded, consistent report."""
+
+    state: NodeState
+    unhealthy: frozenset[int]
+    generation: int
+    reported_at: datetime
+    fingerprint: str
+
+    @property
+    def layout(self) -> NodeLayout:
+        return self.state.layout
+
+    def age(self, now: datetime) -> float:
+        return (now - self.reported_at).total_seconds()
+
+
+def _compact(model: BaseModel) -> str:
+    return json.dumps(model.model_dump(mode="json", exclude_defaults=False), separators=(",", ":"))
+
+
+def fingerprint(topology_json: str) -> str:
+    return hashlib.sha256(topology_json.encode()).hexdigest()[:16]
+
+
+def topology_report(layout: NodeLayout) -> TopologyReport:
+    return TopologyReport(
+        devices=[
+            DeviceEntry(
+                index=d.index,
+                uuid=d.uuid,
+                pciBusID=d.pci_bus_id,
+                numaNode=d.numa_node,
+                pcieRoot=d.pcie_root,
+            )
+            for d in layout.devices
+        ],
+        links=[list(row) for row in layout.links],
+        p2p=[list(row) for row in layout.p2p] if layout.p2p is not None else None,
+    )
+
+
+def encode_topology(layout: NodeLayout) -> str:
+    return _compact(topology_report(layout))
+
+
+def encode_free(
+    topology_json: str,
+    free: frozenset[int] | set[int],
+    generation: int,
+    reported_at: datetime,
+    unhealthy: frozenset[int] | set[int] = frozenset(),
+) -> str:
+    report = FreeReport(
+        topology=fingerprint(topology_json),
+        free=sorted(free),
+        unhealthy=sorted(unhealthy),
+        generation=generation,
+        reportedAt=reported_at.astimezone(timezone.utc).replace(microsecond=0),
+    )
+    return json.dumps(
+        {**report.model_dump(mode="json"), "reportedAt": _rfc3339(report.reportedAt)},
+        separators=(",", ":"),
+    )
+
+
+def encode_annotations(
+    layout: NodeLayout,
+    free: frozenset[int] | set[int],
+    generation: int,
+    reported_at: datetime,
+    unhealthy: frozenset[int] | set[int] = frozenset(),
+) -> dict[str, str]:
+    topology_json = encode_topology(layout)
+    return {
+        TOPOLOGY_KEY: topology_json,
+        FREE_KEY: encode_free(topology_json, free, generation, reported_at, unhealthy),
+    }
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _load(key: str, raw: str, model: type[BaseModel]) -> BaseModel:
+    if len(raw) > MAX_ANNOTATION_BYTES:
+        raise ReportError(f"{key} is {len(raw)} bytes, over the {MAX_ANNOTATION_BYTES} limit")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise ReportError(f"{key} rejected at {where}: {first['msg']}") from None
+
+
+def decode_layout(topology_json: str) -> NodeLayout:
+    report = _load(TOPOLOGY_KEY, topology_json, TopologyReport)
+    assert isinstance(report, TopologyReport)
+    try:
+        return NodeLayout(
+            devices=tuple(
+                Device(
+                    index=d.index,
+                    uuid=d.uuid,
+                    pci_bus_id=d.pciBusID,
+                    numa_node=d.numaNode,
+                    pcie_root=d.pcieRoot,
+                )
+                for d in report.devices
+            ),
+            links=tuple(tuple(links.normalize(label) for label in row) for row in report.links),
+            p2p=tuple(tuple(row) for row in report.p2p) if report.p2p is not None else None,
+        )
+    except ValueError as exc:
+        raise ReportError(f"{TOPOLOGY_KEY} rejected: {exc}") from None
+
+
+def decode_annotations(
+    annotations: Mapping[str, str] | None,
+    now: datetime | None = None,
+    stale_after: float | None = None,
+    layout: NodeLayout | None = None,
+) -> NodeReport:
+    """Decode a node's report; raise ReportError saying why it cannot be used.
+
+    ``layout`` may pass an already decoded topology (caches decode it once per change).
+    """
+    annotations = annotations or {}
+    topology_json = annotations.get(TOPOLOGY_KEY)
+    free_json = annotations.get(FREE_KEY)
+    if topology_json is None or free_json is None:
+        missing = TOPOLOGY_KEY if topology_json is None else FREE_KEY
+        raise ReportError(f"no gpupair report ({missing} missing)", kind="missing")
+    if layout is None:
+        layout = decode_layout(topology_json)
+    free = _load(FREE_KEY, free_json, FreeReport)
+    assert isinstance(free, FreeReport)
+    expected = fingerprint(topology_json)
+    if free.topology != expected:
+        raise ReportError(
+            f"{FREE_KEY} refers to topology {free.topology}, the node shows {expected}"
+        )
+    for name, members in (("free", free.free), ("unhealthy", free.unhealthy)):
+        bad = sorted(i for i in members if not 0 <= i < layout.size)
+        if bad:
+            raise ReportError(f"{FREE_KEY} {name} devices out of range 0..{layout.size - 1}: {bad}")
+        if len(set(members)) != len(members):
+            raise ReportError(f"{FREE_KEY} {name} lists a device twice")
+    both = set(free.free) & set(free.unhealthy)
+    if both:
+        raise ReportError(f"{FREE_KEY} lists devices both free and unhealthy: {sorted(both)}")
+    report = NodeReport(
+        state=NodeState(layout, frozenset(free.free)),
+        unhealthy=frozenset(free.unhealthy),
+        generation=free.generation,
+        reported_at=free.reportedAt,
+        fingerprint=expected,
+    )
+    if stale_after is not None:
+        age = report.age(now or datetime.now(timezone.utc))
+        if age > stale_after:
+            raise ReportError(
+                f"report is {age:.0f}s old (stale after {stale_after:.0f}s): is the reporter running?",
+                kind="stale",
+            )
+    return report

@@ -1,0 +1,95 @@
+"""The verdict on a granted GPU set: the seed's TSV columns as data and as pod annotations.
+
+PASS when every granted GPU sits on one NUMA node and the worst link is not SYS; FAIL otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupair import links
+from gpupair.layout import NodeLayout
+from gpupair.placement import numa_label
+from gpupair.report import PREFIX
+
+GRANTED_KEY = PREFIX + "granted"
+PCI_KEY = PREFIX + "pci"
+NUMA_KEY = PREFIX + "numa"
+LINK_KEY = PREFIX + "link"
+P2P_KEY = PREFIX + "p2p"
+VERDICT_KEY = PREFIX + "verdict"
+PLANNED_KEY = PREFIX + "planned"  # left by the extender at bind time
+PLAN_MATCH_KEY = PREFIX + "plan-match"
+
+TSV_HEADER = ("round", "pod", "phase", "gpu_pair", "pci_pair", "numa_pair", "topo", "result")
+PASS, FAIL, FAIL_PARSE = "PASS", "FAIL", "FAIL_PARSE"
+NO_LINK = "-"  # one GPU has no pairwise link
+
+
+@dataclass(frozen=True)
+class Verdict:
+    granted: str  # GPU0+GPU1
+    pci: str  # 00000000:21:00.0+00000000:31:00.0
+    numa: str  # NUMA0+NUMA0
+    link: str  # worst pairwise link, or "-" for one GPU
+    p2p: str  # supported | not-supported | unknown
+    result: str  # PASS | FAIL
+    plan_match: str | None = None  # "true" | "false" when the extender left a plan
+
+    def annotations(self) -> dict[str, str]:
+        values = {
+            GRANTED_KEY: self.granted,
+            PCI_KEY: self.pci,
+            NUMA_KEY: self.numa,
+            LINK_KEY: self.link,
+            P2P_KEY: self.p2p,
+            VERDICT_KEY: self.result,
+        }
+        if self.plan_match is not None:
+            values[PLAN_MATCH_KEY] = self.plan_match
+        return values
+
+    def tsv_row(self, round_label: str, pod: str, phase: str) -> str:
+        return "\t".join(
+            (round_label, pod, phase, self.granted, self.pci, self.numa, self.link, self.result)
+        )
+
+
+def format_set(indices: tuple[int, ...] | list[int]) -> str:
+    return "+".join(f"GPU{i}" for i in sorted(indices))
+
+
+def parse_set(text: str) -> tuple[int, ...]:
+    """Inverse of format_set: "GPU0+GPU1" -> (0, 1)."""
+    members = []
+    for part in text.split("+"):
+        part = part.strip()
+        if not part.startswith("GPU") or not part[3:].isdigit():
+            raise ValueError(f"not a GPU set: {text!r}")
+        members.append(int(part[3:]))
+    return tuple(sorted(members))
+
+
+def classify(
+    layout: NodeLayout, granted: tuple[int, ...] | list[int], planned: tuple[int, ...] | None = None
+) -> Verdict:
+    members = tuple(sorted(set(granted)))
+    if not members:
+        raise ValueError("no GPUs granted")
+    for i in members:
+        if not 0 <= i < layout.size:
+            raise ValueError(f"GPU{i} is not on this node (it has {layout.size})")
+    worst = layout.worst_link(members)
+    numas = [layout.numa_of(i) for i in members]
+    p2p = layout.p2p_of(members)
+    same_numa = len(set(numas)) == 1
+    result = PASS if same_numa and (worst is None or not links.crosses_sockets(worst)) else FAIL
+    return Verdict(
+        granted=format_set(members),
+        pci="+".join(layout.devices[i].pci_bus_id or "unknown" for i in members),
+        numa="+".join(numa_label(n) for n in numas),
+        link=worst or NO_LINK,
+        p2p="unknown" if p2p is None else ("supported" if p2p else "not-supported"),
+        result=result,
+        plan_match=None if planned is None else str(tuple(sorted(planned)) == members).lower(),
+    )
