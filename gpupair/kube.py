@@ -1,0 +1,166 @@
+"""Kubernetes API plumbing shared by every gpupair service: client construction, annotation
+patches, pod binding, Events, and 410 detection."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+MERGE_PATCH = "application/merge-patch+json"
+IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+EVENT_NOTE_LIMIT = 1024  # the apiserver rejects a longer Event note/message
+
+
+class KubeConfigError(RuntimeError):
+    """No usable Kubernetes client configuration was found."""
+
+
+async def api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
+    """An ApiClient from, in order: ``kubeconfig``, $KUBECONFIG, the in-cluster service
+    account, ~/.kube/config. The caller closes it (``async with`` or ``await api.close()``)."""
+    configuration = type.__call__(k8s.Configuration)  # fresh, not a copy of the global default
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            # persist_config=False: never write refreshed tokens back into someone's kubeconfig
+            await k8s_config.load_kube_config(config_file=path, context=context,
+                                              client_configuration=configuration, persist_config=False)
+        elif os.environ.get(IN_CLUSTER_HOST_ENV):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        elif os.path.exists(os.path.expanduser(DEFAULT_KUBECONFIG)):
+            await k8s_config.load_kube_config(config_file=os.path.expanduser(DEFAULT_KUBECONFIG),
+                                              context=context, client_configuration=configuration,
+                                              persist_config=False)
+        else:
+            raise KubeConfigError(
+                "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, run in a pod "
+                f"(${IN_CLUSTER_HOST_ENV} unset) or create {DEFAULT_KUBECONFIG}")
+    except k8s_config.ConfigException as exc:
+        raise KubeConfigError(f"cannot load Kubernetes configuration ({path or 'in-cluster'}): {exc}") from exc
+    return k8s.ApiClient(configuration=configuration)
+
+
+def annotation_patch(annotations: Mapping[str, str | None]) -> dict[str, Any]:
+    """The JSON merge patch that sets (str) or removes (None) exactly these annotations."""
+    for key, value in annotations.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"annotation key must be a non-empty string, got {key!r}")
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"annotation {key!r} must be a string or None, got {type(value).__name__}")
+    return {"metadata": {"annotations": dict(annotations)}}
+
+
+async def patch_annotations(api: k8s.ApiClient, kind: str, name: str, namespace: str | None,
+                            annotations: Mapping[str, str | None]) -> Any:
+    """Set/remove annotations on a node or pod with one JSON merge patch; returns the object.
+
+    kubernetes-asyncio would send a dict body as strategic-merge-patch, so the content type is
+    forced: a merge patch touches only the keys named, needs no schema, and is understood the
+    same way by every apiserver and test double."""
+    body = annotation_patch(annotations)
+    core = k8s.CoreV1Api(api)
+    if kind == "node":
+        return await core.patch_node(name, body, _content_type=MERGE_PATCH)
+    if kind == "pod":
+        if not namespace:
+            raise ValueError("a pod annotation patch needs a namespace")
+        return await core.patch_namespaced_pod(name, namespace, body, _content_type=MERGE_PATCH)
+    raise ValueError(f"kind must be 'node' or 'pod', got {kind!r}")
+
+
+async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+    """POST pods/{name}/binding. ``uid`` makes the apiserver refuse a same-named newer pod.
+
+    The apiserver answers a Status, which the generated client would try to read as a V1Binding
+    (and fail on its required ``target``), so the response is not deserialized."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    response = await k8s.CoreV1Api(api).create_namespaced_pod_binding(
+        name, namespace, body, _preload_content=False)
+    response.release()
+
+
+def object_reference(obj: Any) -> dict[str, str]:
+    """An ObjectReference for a V1Pod/V1Node model or a raw object dict."""
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata") or {}
+        kind = obj.get("kind") or ""
+        api_version = obj.get("apiVersion") or "v1"
+        fields = {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                  "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    else:
+        meta = obj.metadata
+        # List items come without kind; the model class still says what it is.
+        kind = getattr(obj, "kind", None) or {k8s.V1Pod: "Pod", k8s.V1Node: "Node"}.get(type(obj), "")
+        api_version = getattr(obj, "api_version", None) or "v1"
+        fields = {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid,
+                  "resourceVersion": meta.resource_version}
+    if kind not in ("Pod", "Node"):
+        raise ValueError(f"events are only made for Pods and Nodes, got kind {kind!r}")
+    if not fields["name"]:
+        raise ValueError("the involved object has no name")
+    ref = {"apiVersion": api_version, "kind": kind}
+    ref.update({k: v for k, v in fields.items() if v})
+    return ref
+
+
+def event_body(involved: Any, reason: str, message: str, *, type: str, component: str,
+               action: str | None = None, instance: str | None = None,
+               now_ns: int | None = None) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event (pure: no I/O)."""
+    if type not in ("Normal", "Warning"):
+        raise ValueError(f"event type must be 'Normal' or 'Warning', got {type!r}")
+    if not reason or not component:
+        raise ValueError("an event needs a reason and a component")
+    regarding = object_reference(involved)
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    seconds, nanos = divmod(now_ns, 1_000_000_000)
+    # MicroTime: RFC 3339 with exactly six fractional digits, as the apiserver parses it.
+    event_time = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos // 1000:06d}Z"
+    return {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        # Same naming as client-go's event recorder: <object>.<hex nanoseconds>.
+        "metadata": {"name": f"{regarding['name']}.{now_ns:x}",
+                     "namespace": regarding.get("namespace") or "default"},
+        "eventTime": event_time,
+        "reportingController": component,
+        "reportingInstance": instance or f"{component}-{os.environ.get('HOSTNAME') or socket.gethostname()}",
+        "action": action or reason,
+        "reason": reason,
+        "regarding": regarding,
+        # Truncate rather than lose the event: the apiserver refuses notes over 1024 bytes.
+        "note": message.encode()[:EVENT_NOTE_LIMIT].decode(errors="ignore"),
+        "type": type,
+    }
+
+
+async def create_event(api: k8s.ApiClient, involved: Any, reason: str, message: str, *,
+                       type: str = "Normal", component: str, action: str | None = None,
+                       instance: str | None = None) -> Any:
+    """Record an Event about a pod or node.
+
+    Uses events.k8s.io/v1, not core v1 Events: it is the GA API the kube-scheduler's own
+    recorder writes, it requires reportingController/reportingInstance/action so a reader can
+    tell which gpupair component and replica spoke, and both APIs share one storage, so
+    ``kubectl describe pod`` and ``kubectl get events`` show it either way. RBAC: create on
+    events.events.k8s.io."""
+    body = event_body(involved, reason, message, type=type, component=component,
+                      action=action, instance=instance)
+    return await k8s.EventsV1Api(api).create_namespaced_event(body["metadata"]["namespace"], body)
+
+
+def is_gone(exc: BaseException) -> bool:
+    """True for HTTP 410 (Gone/Expired): a list or watch resourceVersion too old to serve;
+    the caller must re-list. Watch streams raise it as ApiException from an ERROR event."""
+    return isinstance(exc, ApiException) and exc.status == 410
