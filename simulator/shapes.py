@@ -1,0 +1,45 @@
+"""Node shapes for the simulator: the field report's node, or one read from a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpupair import links
+from gpupair.layout import Device, NodeLayout
+
+# The field report's 8-GPU RTX 5090D node: GPU0-3 on NUMA0, GPU4-7 on NUMA1, no NVLink.
+SEED_PCI_BUSES = ("21", "31", "41", "61", "81", "A1", "C1", "E1")
+
+
+def seed_layout() -> NodeLayout:
+    devices = tuple(
+        Device(
+            index=i,
+            uuid=f"GPU-5090d000-0000-4000-8000-00000000000{i}",
+            pci_bus_id=f"00000000:{bus}:00.0",
+            numa_node=0 if i < 4 else 1,
+        )
+        for i, bus in enumerate(SEED_PCI_BUSES)
+    )
+    matrix = tuple(
+        tuple(
+            links.SELF if i == j else ("NODE" if (i < 4) == (j < 4) else "SYS")
+            for j in range(len(devices))
+        )
+        for i in range(len(devices))
+    )
+    # Peer access was probed on these nodes: cudaDeviceCanAccessPeer returned 0 even for NODE.
+    p2p = tuple(tuple(None if i == j else False for j in range(8)) for i in range(8))
+    return NodeLayout(devices, matrix, p2p)
+
+
+def layout_from_file(path: str | Path) -> NodeLayout:
+    """A layout from a real `nvidia-smi topo -m` output, or from gpupair's topology JSON."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        from gpupair.report import decode_layout
+
+        return decode_layout(text.strip())
+    from gpupair.smi_topo import parse_topo_matrix
+
+    return parse_topo_matrix(text).to_layout()
