@@ -14,6 +14,7 @@ import sys
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulator.command", "compare placement policies on simulated GPU nodes (no cluster)"),
+    "audit": ("audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
 }
 
 
