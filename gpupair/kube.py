@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 
 MERGE_PATCH = "application/merge-patch+json"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
@@ -79,8 +80,9 @@ async def patch_annotations(api: k8s.ApiClient, kind: str, name: str, namespace:
 async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None = None) -> None:
     """POST pods/{name}/binding. ``uid`` makes the apiserver refuse a same-named newer pod.
 
-    The apiserver answers a Status, which the generated client would try to read as a V1Binding
-    (and fail on its required ``target``), so the response is not deserialized."""
+    The apiserver answers a Status, which the generated client would read as a V1Binding and
+    fail on its required ``target`` (ValueError after a successful bind), so the response is
+    read here instead. Errors raise ApiException as every other call does."""
     body: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Binding",
         "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
@@ -88,7 +90,12 @@ async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid
     }
     response = await k8s.CoreV1Api(api).create_namespaced_pod_binding(
         name, namespace, body, _preload_content=False)
-    response.release()
+    data = await response.read()
+    if not 200 <= response.status <= 299:
+        # Unread responses skip the client's own status check: raise what it would have.
+        exc = ApiException(http_resp=RESTResponse(response, data))
+        exc.body = data.decode(errors="replace")
+        raise exc
 
 
 def object_reference(obj: Any) -> dict[str, str]:
