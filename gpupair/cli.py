@@ -1,8 +1,9 @@
 """The `gpupair` command: one entry point for every service and tool.
 
 Each subcommand lives in its own module with two functions, ``configure(parser)`` to declare its
-flags and ``run(args) -> int`` to do the work. Modules are imported when the command line is
-parsed; heavy imports belong inside ``run``.
+flags and ``run(args) -> int`` to do the work. Only the chosen subcommand's module is imported
+(all of them for ``gpupair --help``), so a small process such as the verifier sidecar does not
+load every service's dependencies; heavy imports still belong inside ``run``.
 """
 
 from __future__ import annotations
@@ -13,27 +14,35 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "webhook": ("webhook.main", "mutating admission webhook: add the GPU verifier sidecar to multi-GPU pods"),
+    "verify": ("verifier.main", "sidecar: ask this node's reporter for the pod's GPU verdict and log it"),
     "simulate": ("simulator.command", "compare placement policies on simulated GPU nodes (no cluster)"),
     "audit": ("audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or with ``only`` one configured subcommand (the others listed by name)."""
     parser = argparse.ArgumentParser(
         prog="gpupair",
         description="Keep multi-GPU pods on one NUMA node and show which GPUs each pod got.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=help_text, description=help_text)
+        if only is not None and name != only:
+            continue
+        module = importlib.import_module(module_name)
         module.configure(command)
         command.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # The top-level parser has no options of its own besides -h, so the first word is the command.
+    first = next((word for word in argv if not word.startswith("-")), None)
+    args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     return int(args._run(args) or 0)
 
 

@@ -1,0 +1,73 @@
+"""`gpupair verify --dry-run`: the annotations a granted device set would get, offline.
+
+For operators and tests: the same classification the reporter runs (gpupair.verdict.classify),
+fed from a layout file and a device list instead of the kubelet.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from gpupair import verdict
+from gpupair.layout import NodeLayout, normalize_pci
+from gpupair.report import TOPOLOGY_KEY, ReportError, decode_layout
+
+_GPU_NAME = re.compile(r"^GPU(\d+)$", re.IGNORECASE)
+
+
+def load_layout(path: str) -> NodeLayout:
+    """A layout from gpupair's topology JSON, a Node object carrying it (``kubectl get node -o
+    json``), or the text of ``nvidia-smi topo -m``."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            document = json.loads(stripped)
+        except ValueError as exc:
+            raise ValueError(f"{path}: not JSON: {exc}") from None
+        if isinstance(document, dict) and "metadata" in document:
+            annotations = (document.get("metadata") or {}).get("annotations") or {}
+            if TOPOLOGY_KEY not in annotations:
+                raise ValueError(f"{path}: the object has no {TOPOLOGY_KEY} annotation")
+            stripped = annotations[TOPOLOGY_KEY]
+        try:
+            return decode_layout(stripped)
+        except ReportError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    from gpupair.smi_topo import parse_topo_matrix
+
+    return parse_topo_matrix(text).to_layout()
+
+
+def device_indices(spec: str, layout: NodeLayout) -> tuple[int, ...]:
+    """``1,2`` / ``GPU1+GPU2`` / GPU UUIDs / PCI bus ids -> layout indices."""
+    by_uuid = {uuid.lower(): index for uuid, index in layout.by_uuid().items()}
+    by_pci = layout.by_pci()
+    found: list[int] = []
+    for part in filter(None, (p.strip() for p in re.split(r"[,+\s]+", spec))):
+        if part.isdecimal():
+            index = int(part)
+        elif match := _GPU_NAME.match(part):
+            index = int(match.group(1))
+        elif part.lower() in by_uuid:
+            index = by_uuid[part.lower()]
+        else:
+            try:
+                index = by_pci[normalize_pci(part)]
+            except (ValueError, KeyError):
+                raise ValueError(f"device {part!r} is not an index, GPU name, UUID or PCI bus id on this node") from None
+        if not 0 <= index < layout.size:
+            raise ValueError(f"GPU{index} is not on this node (it has {layout.size})")
+        found.append(index)
+    if not found:
+        raise ValueError("no devices given")
+    return tuple(sorted(set(found)))
+
+
+def annotations_for(layout_path: str, devices: str, planned: str | None = None) -> dict[str, str]:
+    layout = load_layout(layout_path)
+    indices = device_indices(devices, layout)
+    plan = device_indices(planned, layout) if planned else None
+    return verdict.classify(layout, indices, plan).annotations()

@@ -1,0 +1,249 @@
+"""AdmissionReview v1 on the wire, and the JSON patch that adds the verifier to a pod. Pure.
+
+Wire models follow k8s.io/api/admission/v1 (types.go): the fields Go marshals without
+``omitempty`` (``uid``, ``kind``, ``resource``, ``operation``) are required here, the rest are
+optional; unknown fields are ignored as Go's decoder ignores them. The pod inside is read as
+plain JSON, because a patch must be computed against exactly what the apiserver holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpupair import verdict
+from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.report import PREFIX
+from webhook import sidecar
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+VERIFY_KEY = PREFIX + "verify"  # "false" opts a pod out of verification
+VERIFIER_KEY = PREFIX + "verifier"  # set to "injected" when the webhook added the verifier
+DEFAULT_SCHEDULER = "default-scheduler"
+# Only the reporter writes these (and the extender the plan, at bind): a pod created with them
+# already set would claim a verdict nobody made, so they are dropped when the verifier goes in.
+REPORTER_KEYS = (
+    verdict.GRANTED_KEY,
+    verdict.PCI_KEY,
+    verdict.NUMA_KEY,
+    verdict.LINK_KEY,
+    verdict.P2P_KEY,
+    verdict.VERDICT_KEY,
+    verdict.PLAN_MATCH_KEY,
+    verdict.PLANNED_KEY,
+)
+
+
+# --- wire models (admission.k8s.io/v1) -------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+
+class GroupVersionKind(_Wire):
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResource(_Wire):
+    group: str
+    version: str
+    resource: str
+
+
+class UserInfo(_Wire):
+    username: str = ""
+    uid: str = ""
+    groups: list[str] = Field(default_factory=list)
+    extra: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class AdmissionRequest(_Wire):
+    uid: str = Field(min_length=1)
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    subResource: str = ""
+    requestKind: GroupVersionKind | None = None
+    requestResource: GroupVersionResource | None = None
+    requestSubResource: str = ""
+    name: str = ""  # empty on a CREATE that relies on generateName
+    namespace: str = ""
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    userInfo: UserInfo = Field(default_factory=UserInfo)
+    object: Any = None  # runtime.RawExtension: the object as JSON
+    oldObject: Any = None
+    dryRun: bool | None = None
+    options: Any = None
+
+
+class AdmissionResponse(_Wire):
+    uid: str
+    allowed: bool
+    status: dict[str, Any] | None = None  # metav1.Status; only read when allowed is false
+    patch: str | None = None  # base64 of the JSON patch ([]byte marshals as base64)
+    patchType: Literal["JSONPatch"] | None = None
+    auditAnnotations: dict[str, str] | None = None
+    warnings: list[str] | None = None
+
+
+class AdmissionReview(_Wire):
+    apiVersion: Literal["admission.k8s.io/v1"]
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest | None = None
+    response: AdmissionResponse | None = None
+
+
+class ReviewError(ValueError):
+    """A body that is not an AdmissionReview v1 request; the message says what is wrong."""
+
+
+def parse_review(body: bytes | str) -> AdmissionRequest:
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReviewError(f"body is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ReviewError(f"body must be a JSON object, got {type(raw).__name__}")
+    try:
+        review = AdmissionReview.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise ReviewError(f"not an {API_VERSION} {KIND}: {where}: {first['msg']}") from None
+    if review.request is None:
+        raise ReviewError(f"{KIND} has no request")
+    return review.request
+
+
+def response_review(uid: str, patch: list[dict[str, Any]], warnings: list[str] = ()) -> dict[str, Any]:
+    """An allowing response, with the patch when there is one."""
+    response = AdmissionResponse(uid=uid, allowed=True, warnings=list(warnings) or None)
+    if patch:
+        response.patch = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+        response.patchType = "JSONPatch"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "response": response.model_dump(exclude_none=True),
+    }
+
+
+# --- the patch ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InjectOptions:
+    sidecar: sidecar.SidecarOptions
+    min_gpus: int = 2
+    resource_name: str = DEFAULT_RESOURCE
+    scheduler_name: str | None = None  # route multi-GPU pods to gpupair's own scheduler
+
+    def __post_init__(self) -> None:
+        if self.min_gpus < 1:
+            raise ValueError(f"min_gpus must be at least 1, got {self.min_gpus}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The patch for one pod and why it is what it is (for logs and metrics)."""
+
+    ops: list[dict[str, Any]]
+    outcome: str  # injected | few-gpus | opted-out | already-injected | name-taken | ...
+    gpus: int = 0
+    routed: bool = False  # spec.schedulerName set to gpupair's scheduler
+    notes: list[str] = field(default_factory=list)
+
+
+def pointer(*parts: str) -> str:
+    """A JSON pointer (RFC 6901): "~" and "/" inside a part are escaped."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def _append(container: Mapping[str, Any], parent: str, key: str, value: Any) -> dict[str, Any]:
+    # "add" on a missing (or null) member creates it; "-" appends to an existing array.
+    if isinstance(container.get(key), list):
+        return {"op": "add", "path": f"{parent}{pointer(key)}/-", "value": value}
+    return {"op": "add", "path": f"{parent}{pointer(key)}", "value": [value]}
+
+
+def _names(spec: Mapping[str, Any], key: str) -> set[str]:
+    items = spec.get(key) or []
+    if not isinstance(items, list):
+        raise PodRequestError(f"spec.{key}: must be a list")
+    return {item.get("name") for item in items if isinstance(item, Mapping)}
+
+
+def _annotation_ops(meta: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    if meta is None:
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": {VERIFIER_KEY: "injected"}}}]
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {VERIFIER_KEY: "injected"}}]
+    ops = [
+        {"op": "remove", "path": pointer("metadata", "annotations", key)}
+        for key in REPORTER_KEYS
+        if key in annotations
+    ]
+    ops.append({"op": "add", "path": pointer("metadata", "annotations", VERIFIER_KEY), "value": "injected"})
+    return ops
+
+
+def plan(pod: Any, options: InjectOptions) -> Plan:
+    """Decide what to change in a pod being created. Raises PodRequestError on a pod that
+    cannot be read (the caller lets such a pod through untouched)."""
+    gpus = gpu_request(pod, options.resource_name)  # also checks pod and spec are objects
+    if gpus < options.min_gpus:
+        return Plan([], "few-gpus", gpus)
+    meta = pod.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise PodRequestError("metadata: must be an object")
+    spec = pod.get("spec") or {}
+    ops: list[dict[str, Any]] = []
+    notes: list[str] = []
+
+    # Only a pod that left the choice to the default scheduler is rerouted.
+    routed = bool(options.scheduler_name) and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)
+    if routed:
+        ops.append({"op": "add", "path": "/spec/schedulerName", "value": options.scheduler_name})
+
+    annotations = (meta or {}).get("annotations") or {}
+    opt_out = isinstance(annotations, Mapping) and str(annotations.get(VERIFY_KEY, "")).strip().lower() == "false"
+    containers = _names(spec, "initContainers") | _names(spec, "containers")
+    if opt_out:
+        outcome = "opted-out"
+    elif sidecar.CONTAINER_NAME in containers:
+        outcome = "already-injected"  # reinvocation, or a pod copied from an injected one
+    elif sidecar.TOKEN_VOLUME in _names(spec, "volumes"):
+        outcome = "name-taken"
+        notes.append(f"gpupair: volume {sidecar.TOKEN_VOLUME!r} already exists; verifier not added")
+    else:
+        outcome = "injected"
+        ops.append(_append(spec, "/spec", "initContainers", sidecar.container(options.sidecar)))
+        ops.append(_append(spec, "/spec", "volumes", sidecar.token_volume()))
+        ops.extend(_annotation_ops(meta))
+    return Plan(ops, outcome, gpus, routed, notes)
+
+
+def build_patch(pod: Any, options: InjectOptions) -> list[dict[str, Any]]:
+    """The JSON patch (RFC 6902 operations) for a pod being created; [] leaves it as it is."""
+    return plan(pod, options).ops
+
+
+def admit(request: AdmissionRequest, options: InjectOptions) -> tuple[Plan, list[str]]:
+    """The plan for any admission request, and warnings for the client. Never refuses."""
+    is_pod = request.kind.group == "" and request.kind.kind == "Pod" and request.resource.resource == "pods"
+    if not is_pod or request.subResource or request.operation != "CREATE":
+        return Plan([], "not-a-pod-create"), []
+    try:
+        result = plan(request.object, options)
+    except PodRequestError as exc:
+        return Plan([], "unreadable"), [f"gpupair: pod left unchanged: {exc}"]
+    return result, result.notes
