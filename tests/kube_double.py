@@ -558,7 +558,7 @@ class KubeDouble:
         if request.method == "POST":
             return await self._create(request, resource, namespace or "")
         if request.method != "GET":
-            raise ApiError(405, f"the server does not allow this method on the requested resource")
+            raise ApiError(405, "the server does not allow this method on the requested resource")
         selector = self._selector(request, resource, namespace)
         if _bool(request.query, "watch"):
             return await self._watch(request, selector)

@@ -362,3 +362,26 @@ async def test_vanish_cuts_watches_refuses_connections_and_restarts_on_same_port
                 stream = w.stream(core.list_node, resource_version=listed.metadata.resource_version)
                 event = await next_event(stream)
             assert (event["type"], event["object"].metadata.name) == ("ADDED", "gpu-b")
+
+
+async def test_json_patch_and_strategic_merge_of_keyed_lists():
+    async with running_kube_double() as double:
+        pod = make_pod("p1")
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"},
+                                                            {"type": "PodScheduled", "status": "True"}]}
+        double.store.create("pods", pod, "ns")
+        async with kube_client_for(double) as api:
+            core = k8s.CoreV1Api(api)
+            patched = await core.patch_namespaced_pod(
+                "p1", "ns", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+            assert [(c.type, c.status) for c in patched.status.conditions] == \
+                [("Ready", "True"), ("PodScheduled", "True")]  # merged by type, not replaced
+            patched = await core.patch_namespaced_pod(
+                "p1", "ns", [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}])
+            assert patched.metadata.labels == {"a": "b"}
+            with pytest.raises(ApiException) as bad:
+                await core.patch_namespaced_pod("p1", "ns", [{"op": "remove", "path": "/nope"}])
+            assert bad.value.status == 422
+        types = [r.content_type for r in double.requests_to("/api/v1/namespaces/ns/pods/p1", "PATCH")]
+        assert types == ["application/strategic-merge-patch+json", "application/json-patch+json",
+                         "application/json-patch+json"]
