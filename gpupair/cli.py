@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verifier.main", "sidecar: ask this node's reporter for the pod's GPU verdict and log it"),
     "simulate": ("simulator.command", "compare placement policies on simulated GPU nodes (no cluster)"),
     "audit": ("audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
+    "reporter": ("reporter.main", "publish this node's GPU layout and free GPUs as node annotations"),
 }
 
 

@@ -1,0 +1,224 @@
+"""`gpupair reporter`: publish this node's GPU layout and free GPUs as node annotations.
+
+One runs on every GPU node (a DaemonSet). It reads the layout from NVML (or --topology-file),
+what the kubelet has allocated from its PodResources API (or --allocated), and writes the
+core's two annotations with a JSON merge patch. ``--once --dry-run`` prints them instead, as
+one JSON object (annotation key -> value), and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import web
+
+from gpupair import kube
+from gpupair.layout import NodeLayout
+from gpupair.service import add_common_flags, add_flag, serve, setup_logging
+from reporter.allocations import DEFAULT_SOCKET, NVIDIA_GPU, PodResourcesClient
+from reporter.app import build_app
+from reporter.checkpoint_watch import DEFAULT_CHECKPOINT, CheckpointWatch
+from reporter.loop import ReporterLoop
+from reporter.metrics import ReporterMetrics
+from reporter.nvml_discovery import NvmlUnavailable
+from reporter.publisher import Publisher, Write
+from reporter.scan import (
+    AllocationSource,
+    PodResourcesAllocations,
+    StaticAllocations,
+    UnknownDevicesError,
+    parse_id_list,
+)
+from reporter.topology_source import FileLayoutSource, LayoutSource, NvmlLayoutSource, TopologyFileError
+
+log = logging.getLogger("gpupair.reporter")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--node-name", os.environ.get("NODE_NAME", ""),
+             "this node's name, from the downward API (also env NODE_NAME)")
+    add_flag(parser, "--resource-name", NVIDIA_GPU, "extended resource the device plugin advertises")
+    add_flag(parser, "--scan-interval", 5.0, "seconds between scans")
+    add_flag(parser, "--heartbeat", 30.0, "write at least this often (seconds) even when nothing changed")
+    add_flag(parser, "--pod-resources-socket", DEFAULT_SOCKET, "kubelet PodResources v1 Unix socket")
+    add_flag(parser, "--checkpoint-file", DEFAULT_CHECKPOINT,
+             "kubelet device checkpoint; a change triggers a rescan at once ('' to disable)")
+    add_flag(parser, "--checkpoint-poll", 0.5, "seconds between checks of the checkpoint file")
+    add_flag(parser, "--host", "0.0.0.0", "address for /healthz, /readyz, /metrics and /v1/verify")
+    add_flag(parser, "--port", 9400, "port for the same")
+    add_flag(parser, "--token-audience", "gpupair-reporter",
+             "audience a verifier's service-account token must carry")
+    add_flag(parser, "--topology-file", "",
+             "read the layout from an `nvidia-smi topo -m` output or the core's topology JSON instead of NVML")
+    add_flag(parser, "--allocated", None,
+             "comma-separated allocated devices (indices or UUIDs), instead of asking the kubelet")
+    add_flag(parser, "--layout-file", "",
+             "also keep the topology JSON in this file (a host directory node-local readers mount)")
+    add_flag(parser, "--once", False, "scan once, write if due, and exit")
+    add_flag(parser, "--dry-run", False, "print the annotations as one JSON object instead of writing them")
+    add_flag(parser, "--kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    add_common_flags(parser)
+
+
+class UsageError(ValueError):
+    """A flag combination or value the reporter cannot work with."""
+
+
+def check_args(args: argparse.Namespace) -> None:
+    for flag in ("scan_interval", "heartbeat", "checkpoint_poll"):
+        if getattr(args, flag) <= 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must be positive")
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0..65535")
+    if not args.dry_run and not args.node_name:
+        raise UsageError("--node-name (or NODE_NAME) is required unless --dry-run")
+    if args.dry_run and not args.once:
+        args.once = True  # a dry run is a single look; nothing would ever be written
+
+
+def layout_source(args: argparse.Namespace) -> LayoutSource:
+    if args.topology_file:
+        return FileLayoutSource(args.topology_file)
+    return NvmlLayoutSource()
+
+
+def allocation_source(args: argparse.Namespace, client: PodResourcesClient) -> AllocationSource:
+    if args.allocated is not None:
+        return StaticAllocations(parse_id_list(args.allocated))
+    return PodResourcesAllocations(client, args.resource_name)
+
+
+def node_writer(api: Any, node_name: str) -> Write:
+    async def write(annotations: Mapping[str, str]) -> None:
+        await kube.patch_annotations(api, "node", node_name, None, annotations)
+
+    return write
+
+
+# --- the verdict endpoint -----------------------------------------------------------------
+# Owned with the verifier (issue 5): POST /v1/verify runs inside this process, on this port.
+# Adjust the constructor call here when reporter/verification.py changes; nothing else in the
+# reporter depends on it.
+
+
+def verification_routes(
+    args: argparse.Namespace,
+    api: Any,
+    pod_resources: PodResourcesClient,
+    layout: Callable[[], NodeLayout | None],
+) -> list[web.RouteDef]:
+    try:
+        from reporter.verification import VerifyService
+    except ModuleNotFoundError as error:
+        if error.name != "reporter.verification":
+            raise
+        log.info("no reporter.verification module; /v1/verify is not served")
+        return []
+    service = VerifyService(
+        api=api,
+        pod_resources=pod_resources,
+        layout=layout,
+        node_name=args.node_name,
+        resource_name=args.resource_name,
+        audience=args.token_audience,
+    )
+    return [web.post("/v1/verify", service.handle)]
+
+
+# --- modes ----------------------------------------------------------------------------------
+
+
+async def run_once(args: argparse.Namespace) -> int:
+    topology = layout_source(args)
+    metrics = ReporterMetrics()
+    async with PodResourcesClient(args.pod_resources_socket) as client:
+        allocations = allocation_source(args, client)
+        api = None if args.dry_run else await kube.api_client(args.kubeconfig or None)
+        try:
+            publisher = None if api is None else Publisher(node_writer(api, args.node_name), heartbeat=args.heartbeat)
+            loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
+                                layout_file=args.layout_file)
+            discovery = await loop.refresh_topology()
+            if discovery is None:
+                print("gpupair reporter: no GPU layout (see the log)", file=sys.stderr)
+                return EXIT_FAILED
+            if isinstance(allocations, StaticAllocations):
+                allocations.check(discovery.layout)
+            scan = await loop.scan_once()
+            if scan is None:
+                print("gpupair reporter: the scan failed (see the log)", file=sys.stderr)
+                return EXIT_FAILED
+            if args.dry_run:
+                now = datetime.now(timezone.utc)
+                annotations = scan.annotations(int(now.timestamp() * 1000), now)
+                json.dump(annotations, sys.stdout, indent=2, sort_keys=True)
+                sys.stdout.write("\n")
+                return EXIT_OK
+            assert publisher is not None
+            if loop.last_outcome is None or not loop.last_outcome.wrote:
+                print(f"gpupair reporter: not written: {publisher.last_error}", file=sys.stderr)
+                return EXIT_FAILED
+            return EXIT_OK
+        finally:
+            if api is not None:
+                await api.close()
+
+
+async def run_service(args: argparse.Namespace) -> int:
+    topology = layout_source(args)
+    metrics = ReporterMetrics()
+    api = await kube.api_client(args.kubeconfig or None)
+    client = PodResourcesClient(args.pod_resources_socket)
+    try:
+        allocations = allocation_source(args, client)
+        publisher = Publisher(node_writer(api, args.node_name), heartbeat=args.heartbeat)
+        loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
+                            layout_file=args.layout_file)
+        if isinstance(allocations, StaticAllocations):
+            discovery = await loop.refresh_topology()
+            if discovery is not None:
+                allocations.check(discovery.layout)
+        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, loop.layout))
+        stop, wake = asyncio.Event(), asyncio.Event()
+        tasks = [asyncio.create_task(loop.run(stop, wake), name="reporter-loop")]
+        if args.checkpoint_file:
+            watch = CheckpointWatch(args.checkpoint_file)
+            tasks.append(asyncio.create_task(watch.run(wake.set, stop, args.checkpoint_poll), name="checkpoint"))
+        log.info("reporter started", extra={"node": args.node_name, "layout": topology.description,
+                                             "allocations": allocations.description})
+        try:
+            await serve(app, args.host, args.port)  # returns on SIGTERM/SIGINT
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return EXIT_OK
+    finally:
+        await client.close()
+        await api.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    started = time.perf_counter()
+    try:
+        check_args(args)
+        code = asyncio.run(run_once(args) if args.once else run_service(args))
+    except (UsageError, TopologyFileError, UnknownDevicesError, kube.KubeConfigError) as error:
+        print(f"gpupair reporter: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except NvmlUnavailable as error:
+        print(f"gpupair reporter: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    log.debug("reporter exiting", extra={"seconds": round(time.perf_counter() - started, 3)})
+    return code

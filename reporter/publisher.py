@@ -1,0 +1,164 @@
+"""Deciding when to write the node's annotations, and writing them.
+
+A write happens when the report changed (topology, free or unhealthy devices) or when the
+last write is ``heartbeat`` seconds old, so readers can tell a live reporter from a dead one.
+After a failed write the publisher waits, exponentially longer up to ``backoff_cap`` with
+jitter, before it tries again whatever the scans say: a struggling API server gets no storm
+from every node at once.
+
+The generation only grows: each write uses max(last + 1, wall-clock milliseconds), so a
+restarted reporter moves forward of the generations it wrote before.
+
+Time comes from injected clocks (``clock``: monotonic seconds, ``wall``: aware datetime) so
+tests drive it without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from gpupair import report
+from reporter.scan import ScanResult
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[Mapping[str, str]], Awaitable[Any]]
+
+
+class Outcome(str, Enum):
+    CHANGED = "changed"  # written because the report changed (or is the first)
+    HEARTBEAT = "heartbeat"  # written because the last write was getting old
+    ERROR = "error"  # a write was tried and failed
+    UNCHANGED = "unchanged"  # nothing to write
+    BACKOFF = "backoff"  # something to write, but waiting after a failure
+
+    @property
+    def wrote(self) -> bool:
+        return self in (Outcome.CHANGED, Outcome.HEARTBEAT)
+
+
+@dataclass(frozen=True)
+class Written:
+    annotations: dict[str, str]
+    generation: int
+    at: float
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Publisher:
+    def __init__(
+        self,
+        write: Write,
+        *,
+        heartbeat: float = 30.0,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 60.0,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = utc_now,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if heartbeat <= 0:
+            raise ValueError(f"heartbeat must be positive, got {heartbeat}")
+        if backoff_base <= 0 or backoff_cap < backoff_base:
+            raise ValueError("need 0 < backoff_base <= backoff_cap")
+        self._write = write
+        self.heartbeat = heartbeat
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.timeout = timeout
+        self._clock = clock
+        self._wall = wall
+        self._rng = rng
+        self.generation = 0
+        self.failures = 0
+        self.retry_at: float | None = None
+        self.last: Written | None = None
+        self._last_key: tuple | None = None
+        self.last_error: str = ""
+
+    @staticmethod
+    def key(scan: ScanResult) -> tuple:
+        """What makes two reports the same: everything but time and generation."""
+        return (report.encode_topology(scan.layout), scan.free, scan.unhealthy)
+
+    def due(self, scan: ScanResult) -> Outcome:
+        """What ``publish`` would do now, without doing it."""
+        now = self._clock()
+        changed = self._last_key != self.key(scan)
+        heartbeat = self.last is not None and now - self.last.at >= self.heartbeat
+        if not changed and not heartbeat:
+            return Outcome.UNCHANGED
+        if self.retry_at is not None and now < self.retry_at:
+            return Outcome.BACKOFF
+        return Outcome.CHANGED if changed else Outcome.HEARTBEAT
+
+    def next_generation(self) -> int:
+        wall_ms = int(self._wall().timestamp() * 1000)
+        return max(self.generation + 1, wall_ms)
+
+    async def publish(self, scan: ScanResult) -> Outcome:
+        outcome = self.due(scan)
+        if not outcome.wrote:
+            return outcome
+        # Spend the generation before the write: a write that timed out may still have landed.
+        self.generation = self.next_generation()
+        annotations = scan.annotations(self.generation, self._wall())
+        try:
+            await asyncio.wait_for(self._write(annotations), timeout=self.timeout)
+        except Exception as error:  # noqa: BLE001 - any failure: back off and retry later
+            self._failed(error)
+            return Outcome.ERROR
+        self.failures = 0
+        self.retry_at = None
+        self.last_error = ""
+        self.last = Written(annotations=dict(annotations), generation=self.generation, at=self._clock())
+        self._last_key = self.key(scan)
+        log.info(
+            "node report written",
+            extra={
+                "why": outcome.value,
+                "generation": self.generation,
+                "free": sorted(scan.free),
+                "unhealthy": sorted(scan.unhealthy),
+            },
+        )
+        return outcome
+
+    def _failed(self, error: BaseException) -> None:
+        self.failures += 1
+        delay = min(self.backoff_cap, self.backoff_base * 2 ** (self.failures - 1))
+        delay *= 0.5 + 0.5 * self._rng()  # jitter: nodes that failed together retry apart
+        self.retry_at = self._clock() + delay
+        self.last_error = describe_error(error)
+        log.warning(
+            "writing the node report failed; backing off",
+            extra={"error": self.last_error, "failures": self.failures, "retry_in_s": round(delay, 3)},
+        )
+
+
+def describe_error(error: BaseException) -> str:
+    """A one-line reason, with the API server's status and message where there is one."""
+    status = getattr(error, "status", None)
+    if isinstance(status, int) and status:
+        reason = getattr(error, "reason", "") or ""
+        text = f"HTTP {status} {reason}".strip()
+        if status == 404:
+            text += ": the node does not exist (is --node-name right?)"
+        elif status in (401, 403):
+            text += ": the reporter may not patch this node (RBAC: patch on nodes)"
+        return text
+    if isinstance(error, asyncio.TimeoutError):
+        return "the API server did not answer in time"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

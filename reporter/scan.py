@@ -1,0 +1,118 @@
+"""One scan: the node's layout and the kubelet's allocations -> free and unhealthy devices.
+
+``compute`` is pure. The allocation sources are the two ways the reporter learns what is
+taken: the kubelet's PodResources API, or a fixed ``--allocated`` list (no kubelet: tests and
+previews).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from gpupair import report
+from gpupair.layout import NodeLayout, NodeState
+from reporter.allocations import PodResourcesClient, free_devices, map_device_ids
+
+
+@dataclass(frozen=True)
+class Allocations:
+    """Device-plugin ids as the kubelet reports them.
+
+    ``allocatable`` None means "every device in the layout" (no kubelet to ask).
+    """
+
+    allocated: tuple[str, ...] = ()
+    allocatable: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    layout: NodeLayout
+    free: frozenset[int]
+    unhealthy: frozenset[int]
+    allocated: frozenset[int]
+    unknown_ids: tuple[str, ...] = ()
+
+    def state(self) -> NodeState:
+        return NodeState(self.layout, self.free)
+
+    def free_by_numa(self) -> dict[int, tuple[int, ...]]:
+        return self.state().free_by_numa()
+
+    def annotations(self, generation: int, reported_at: datetime) -> dict[str, str]:
+        return report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy)
+
+
+def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = ()) -> ScanResult:
+    """Free = allocatable - allocated - unhealthy.
+
+    Unhealthy: devices in the layout the kubelet does not offer (it drops unhealthy ones from
+    allocatable) and devices NVML could not open (``lost``).
+    """
+    allocatable = (
+        allocations.allocatable
+        if allocations.allocatable is not None
+        else tuple(str(device.index) for device in layout.devices)
+    )
+    found = free_devices(layout, allocatable, allocations.allocated)
+    lost = frozenset(lost)
+    return ScanResult(
+        layout=layout,
+        free=found.free - lost,
+        unhealthy=found.unavailable | lost,
+        allocated=found.allocated,
+        unknown_ids=found.unknown_ids,
+    )
+
+
+class UnknownDevicesError(ValueError):
+    """--allocated names devices the layout does not have."""
+
+
+class AllocationSource(Protocol):
+    description: str
+
+    async def read(self) -> Allocations: ...
+
+
+class StaticAllocations:
+    """A fixed list of allocated device ids (indices or UUIDs), standing in for the kubelet."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self.ids = tuple(ids)
+        self.description = f"--allocated {','.join(self.ids) or '(none)'}"
+
+    def check(self, layout: NodeLayout) -> None:
+        """Raise UnknownDevicesError naming ids that match no device of ``layout``."""
+        _, unknown = map_device_ids(self.ids, layout)
+        if unknown:
+            hint = "" if layout.by_uuid() else " (this layout has no UUIDs: use device indices)"
+            raise UnknownDevicesError(f"--allocated names devices this node does not have: {', '.join(unknown)}{hint}")
+
+    async def read(self) -> Allocations:
+        return Allocations(allocated=self.ids)
+
+
+class PodResourcesAllocations:
+    """What the kubelet offers and what its containers hold, for one resource."""
+
+    def __init__(self, client: PodResourcesClient, resource_name: str) -> None:
+        self.client = client
+        self.resource_name = resource_name
+        self.description = f"kubelet PodResources at {client.socket_path} ({resource_name})"
+
+    async def read(self) -> Allocations:
+        allocatable = await self.client.allocatable(self.resource_name)
+        held = await self.client.allocated(self.resource_name)
+        ids: list[str] = []
+        for container in held:
+            ids.extend(device_id for device_id in container.device_ids if device_id not in ids)
+        return Allocations(allocated=tuple(ids), allocatable=tuple(allocatable))
+
+
+def parse_id_list(text: str) -> tuple[str, ...]:
+    """``"0,4"`` or ``"GPU-a..., GPU-b..."`` -> ids; empty items are dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
