@@ -71,46 +71,50 @@ def _best_set(
     n = len(ordered)
     padding = (-n) % k
     total = n + padding  # positions >= n are padding ("nil" devices scoring 0)
+    pad_mask = ((1 << total) - 1) ^ ((1 << n) - 1)
+    bits = [1 << p for p in range(total)]
+    set_scores: dict[int, int] = {}
 
-    def set_score(members: tuple[int, ...]) -> int:
-        real = [m for m in members if m < n]
-        return sum(weights[a][b] for i, a in enumerate(real) for b in real[i + 1 :])
-
-    memo: dict[int, tuple[int, tuple[tuple[int, ...], ...]]] = {}
-
-    def best(remaining: tuple[int, ...]) -> tuple[int, tuple[tuple[int, ...], ...]]:
-        if len(remaining) == k:
-            return set_score(remaining), (remaining,)
-        key = sum(1 << m for m in remaining)
-        if key in memo:
-            return memo[key]
-        head, rest = remaining[0], remaining[1:]
-        found: tuple[int, tuple[tuple[int, ...], ...]] | None = None
-        for others in combinations(rest, k - 1):
-            members = (head, *others)
-            pads = sum(1 for m in members if m >= n)
-            if pads not in (0, padding):  # the plugin keeps padding together in one set
-                continue
-            left = tuple(m for m in rest if m not in others)
-            score, partition = best(left)
-            score += set_score(members)
-            if found is None or score > found[0]:  # strictly greater: first best wins
-                found = (score, (members, *partition))
-        assert found is not None
-        memo[key] = found
+    def set_score(members: int) -> int:
+        found = set_scores.get(members)
+        if found is None:
+            real = [p for p in range(n) if members & bits[p]]
+            found = sum(weights[a][b] for i, a in enumerate(real) for b in real[i + 1 :])
+            set_scores[members] = found
         return found
 
-    _, partition = best(tuple(range(total)))
-    chosen: tuple[int, ...] | None = None
-    chosen_score = -1
-    for members in partition:
-        if any(m >= n for m in members):
-            continue
-        score = set_score(members)
-        if score > chosen_score:
-            chosen, chosen_score = members, score
-    assert chosen is not None
-    return tuple(ordered[m] for m in chosen)
+    # remaining devices (bit mask) -> (best score, the first set achieving it)
+    memo: dict[int, tuple[int, int]] = {}
+
+    def best(remaining: int) -> int:
+        if remaining.bit_count() == k:
+            memo[remaining] = (set_score(remaining), remaining)
+            return memo[remaining][0]
+        if remaining in memo:
+            return memo[remaining][0]
+        head = remaining & -remaining
+        rest = [b for b in bits if remaining & b and b != head]
+        top, top_set = -1, 0
+        for others in combinations(rest, k - 1):
+            members = head | sum(others)
+            pads = (members & pad_mask).bit_count()
+            if pads and pads != padding:  # the plugin keeps padding together in one set
+                continue
+            score = set_score(members) + best(remaining ^ members)
+            if score > top:  # strictly greater: the first best in the plugin's order wins
+                top, top_set = score, members
+        memo[remaining] = (top, top_set)
+        return top
+
+    remaining = (1 << total) - 1
+    best(remaining)
+    chosen, chosen_score = 0, -1
+    while remaining:
+        members = memo[remaining][1]
+        if not members & pad_mask and set_score(members) > chosen_score:
+            chosen, chosen_score = members, set_score(members)
+        remaining ^= members
+    return tuple(ordered[p] for p in range(n) if chosen & bits[p])
 
 
 POLICIES: dict[str, Policy] = {"naive": NaivePolicy(), "aligned": AlignedPolicy()}

@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--pods-per-round", 2, "seed scenario: pods created together each round")
     add_flag(parser, "--gpus", 2, "seed scenario: GPUs each pod asks for")
     add_flag(parser, "--steps", 400, "fleet scenario: time steps")
-    add_flag(parser, "--arrivals", 4.0, "fleet scenario: mean pod arrivals per step")
+    add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step")
     add_flag(parser, "--output", "gpupair-simulate.tsv",
              "seed scenario: TSV path; one file per configuration, named <stem>.<configuration>.tsv")
     add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here")

@@ -25,7 +25,7 @@ from simulator.configs import Config
 class FleetScenario:
     nodes: int = 64
     steps: int = 400
-    arrivals_per_step: float = 4.0
+    arrivals_per_step: float = 5.5
     mean_duration: int = 40  # steps
     sizes: tuple[tuple[int, float], ...] = ((1, 0.4), (2, 0.35), (4, 0.2), (8, 0.05))
 
