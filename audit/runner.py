@@ -26,7 +26,7 @@ from gpupair.layout import NodeLayout
 from gpupair.report import TOPOLOGY_KEY, ReportError, decode_layout
 
 from audit.manifest import CONTAINER, PodTemplate, pod_manifest, pod_name, round_selector, run_selector
-from audit.sample import FINISHED_PHASES, Sample, decide
+from audit.sample import FINISHED_PHASES, Sample, decide, from_annotations
 
 log = logging.getLogger("gpupair.audit")
 
@@ -94,7 +94,7 @@ class Auditor:
         self.on_sample = on_sample
         self.progress = progress
         self.samples: list[Sample] = []
-        self._layouts: dict[str, NodeLayout | None] = {}
+        self._layouts: dict[str, asyncio.Task[NodeLayout | None]] = {}
         self._current: list[str] = []
 
     @property
@@ -184,8 +184,10 @@ class Auditor:
         phase = pod.status.phase if pod.status else None
         node = pod.spec.node_name if pod.spec else None
         annotations = pod.metadata.annotations or {}
-        layout = await self._layout(node) if node else None
-        text = await self._log(name)
+        layout, text = None, None
+        if from_annotations(annotations) is None:  # no verifier verdict: the log has to tell
+            layout = await self._layout(node) if node else None
+            text = await self._log(name)
         sample = decide(round_label=label, pod=name, phase=phase, node=node, annotations=annotations,
                         log=text, layout=layout, expected_gpus=self.plan.template.gpus,
                         timed_out=timed_out)
@@ -206,9 +208,14 @@ class Auditor:
             return None
 
     async def _layout(self, node: str) -> NodeLayout | None:
-        """The node's reported layout (read once per node and run), None without a usable report."""
-        if node in self._layouts:
-            return self._layouts[node]
+        """The node's reported layout (read once per node and run), None without a usable report.
+
+        The read is shared as a task: a round's pods on one node ask for it at the same time."""
+        if node not in self._layouts:
+            self._layouts[node] = asyncio.create_task(self._read_layout(node))
+        return await self._layouts[node]
+
+    async def _read_layout(self, node: str) -> NodeLayout | None:
         layout = None
         try:
             obj = await self.core.read_node(node)
@@ -224,7 +231,6 @@ class Auditor:
         except ApiException as exc:
             log.warning("cannot read node; NUMA comes from the pod's topo -m",
                         extra={"node": node, "error": _describe(exc)})
-        self._layouts[node] = layout
         return layout
 
     # ---- deletion
