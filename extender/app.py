@@ -1,0 +1,223 @@
+"""The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, plus /healthz, /readyz
+and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them.
+
+Every handler answers; none lets an exception become a 500. A body that cannot be decoded
+gets HTTP 400 with the protocol's own error shape: ExtenderFilterResult / ExtenderBindingResult
+with ``Error`` filled. HostPriorityList has no error field, so prioritize answers 400 with a
+JSON ``{"Error": ...}`` body: kube-scheduler's HTTPExtender turns any non-200 into an error and
+its prioritizeNodes drops that extender's scores for the cycle ("Prioritization errors from
+extender can be ignored") without failing the pod, which is what a bad body deserves; the body
+is for people and logs, the scheduler does not read it. An unexpected failure inside a handler
+is logged and answered 200 with Error filled (filter, bind) or with equal scores (prioritize:
+no opinion), so the scheduler never sees a 5xx from this process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio import client as k8s
+
+from extender.bind import Binder, RequestMemo
+from extender.decision_tables import DecisionTables
+from extender.decisions import Decider
+from extender.evaluation import Evaluator
+from extender.filter import filter_nodes
+from extender.metrics import ExtenderMetrics
+from extender.node_cache import NodeCache
+from extender.node_reports import ReportDecoder
+from extender.pod_watch import PodWatch
+from extender.prioritize import prioritize_nodes
+from extender.protocol import (
+    ExtenderArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    PrioritizeError,
+    ProtocolError,
+    parse_args,
+    parse_binding,
+)
+from extender.reservations import DEFAULT_TTL, Reservations
+from gpupair.pod_request import PodRequestError, gpu_request
+from gpupair.service import add_health_routes
+
+log = logging.getLogger("gpupair.extender")
+
+JSON = "application/json"
+EXTENDER_KEY: web.AppKey["Extender"] = web.AppKey("extender")
+DEFAULT_MAX_BODY = 256 * 1024 * 1024  # Nodes mode sends whole Node objects: 5,000 nodes is tens of MiB
+
+
+@dataclass
+class Extender:
+    """Everything the extender holds, wired together."""
+
+    evaluator: Evaluator
+    reservations: Reservations
+    memo: RequestMemo
+    binder: Binder
+    metrics: ExtenderMetrics
+    resource: str
+    node_cache: NodeCache | None = None
+    pod_watch: PodWatch | None = None
+
+    def ready(self) -> bool:
+        return self.node_cache is None or self.node_cache.ready
+
+
+def assemble(
+    *,
+    decider: Decider,
+    resource: str,
+    api: k8s.ApiClient | None,
+    stale_after: float | None,
+    node_cache: bool = True,
+    reservation_ttl: float = DEFAULT_TTL,
+    annotate_plan: bool = False,
+    api_timeout: float = 5.0,
+    clock: Callable[[], float] = time.time,
+    reservation_timer: Callable[[], float] = time.monotonic,
+    metrics: ExtenderMetrics | None = None,
+) -> Extender:
+    metrics = metrics or ExtenderMetrics()
+    reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer)
+    decoder = ReportDecoder(stale_after)
+    cache: NodeCache | None = None
+    tables: DecisionTables | None = None
+    if node_cache:
+        holder: dict[str, DecisionTables] = {}
+
+        def on_report(name: str, entry: Any) -> None:
+            if entry.report is not None:
+                reservations.observe_report(name, entry.report.state.free)
+            holder["tables"].node_changed(name, entry, clock())
+
+        def on_gone(name: str) -> None:
+            reservations.node_gone(name)
+            holder["tables"].node_gone(name)
+
+        cache = NodeCache(decoder, on_report=on_report, on_gone=on_gone)
+        tables = holder["tables"] = DecisionTables(decider, cache.items, cache.get)
+        metrics.watch_node_cache(cache.items, clock)
+    metrics.watch_reservations(lambda: len(reservations))
+    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock)
+    memo = RequestMemo()
+    binder = Binder(api, evaluator, reservations, memo, resource=resource,
+                    annotate_plan=annotate_plan, timeout=api_timeout)
+    pods = PodWatch(evaluator, reservations, resource) if api is not None else None
+    return Extender(evaluator, reservations, memo, binder, metrics, resource, cache, pods)
+
+
+def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
+    app = web.Application(client_max_size=max_body)
+    handlers = _Handlers(extender)
+    app.router.add_post("/filter", handlers.filter)
+    app.router.add_post("/prioritize", handlers.prioritize)
+    app.router.add_post("/bind", handlers.bind)
+    add_health_routes(app, extender.metrics.registry, extender.ready)
+    app[EXTENDER_KEY] = extender
+    return app
+
+
+def _json(payload: str | bytes, status: int = 200) -> web.Response:
+    body = payload.encode() if isinstance(payload, str) else payload
+    return web.Response(body=body, status=status, content_type=JSON)
+
+
+class _Handlers:
+    def __init__(self, extender: Extender):
+        self.x = extender
+        self.m = extender.metrics
+
+    async def _body(self, request: web.Request) -> bytes:
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise ProtocolError(f"body too large: {exc.text}") from None
+
+    def _args(self, body: bytes) -> tuple[ExtenderArgs, int]:
+        args = parse_args(body)
+        try:
+            gpus = gpu_request(args.Pod, self.x.resource)  # type: ignore[arg-type]
+        except PodRequestError as exc:
+            raise ProtocolError(f"Pod: {exc}") from None
+        self.x.memo.remember(args.Pod, gpus)
+        return args, gpus
+
+    def _done(self, verb: str, outcome: str, started: float) -> None:
+        self.m.requests.labels(verb, outcome).inc()
+        self.m.latency.labels(verb).observe(time.perf_counter() - started)
+
+    async def filter(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            args, gpus = self._args(await self._body(request))
+            answer = filter_nodes(self.x.evaluator, args, gpus)
+        except ProtocolError as exc:
+            log.warning("bad filter request", extra={"error": str(exc)})
+            self._done("filter", "bad_request", started)
+            return _json(ExtenderFilterResult(Error=str(exc)).model_dump_json(), 400)
+        except Exception as exc:  # noqa: BLE001 - the scheduler must get the protocol's answer
+            log.exception("filter failed")
+            self._done("filter", "error", started)
+            return _json(ExtenderFilterResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
+        self.m.decisions.labels("filter", "pass").inc(answer.passed)
+        self.m.decisions.labels("filter", "fail").inc(answer.failed)
+        self.m.decisions.labels("filter", "unresolvable").inc(answer.unresolvable)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("filter", extra={"pod": _pod_name(args.Pod), "gpus": gpus, "passed": answer.passed,
+                                       "failed": answer.failed, "unresolvable": answer.unresolvable})
+        response = _json(answer.result.model_dump_json())
+        self._done("filter", "ok", started)
+        return response
+
+    async def prioritize(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        args: ExtenderArgs | None = None
+        try:
+            args, gpus = self._args(await self._body(request))
+            body = prioritize_nodes(self.x.evaluator, args, gpus)
+        except ProtocolError as exc:
+            log.warning("bad prioritize request", extra={"error": str(exc)})
+            self._done("prioritize", "bad_request", started)
+            return _json(PrioritizeError(Error=str(exc)).model_dump_json(), 400)
+        except Exception:  # noqa: BLE001
+            log.exception("prioritize failed")
+            self._done("prioritize", "error", started)
+            names = args.node_names() if args is not None else []
+            return _json(json.dumps([{"Host": name, "Score": 0} for name in names]))
+        self.m.decisions.labels("prioritize", "scored").inc(len(args.node_names()))
+        response = _json(body)
+        self._done("prioritize", "ok", started)
+        return response
+
+    async def bind(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            args = parse_binding(await self._body(request))
+        except ProtocolError as exc:
+            log.warning("bad bind request", extra={"error": str(exc)})
+            self._done("bind", "bad_request", started)
+            return _json(ExtenderBindingResult(Error=str(exc)).model_dump_json(), 400)
+        try:
+            outcome = await self.x.binder.bind(args)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("bind failed")
+            self._done("bind", "error", started)
+            return _json(ExtenderBindingResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
+        self.m.decisions.labels("bind", outcome.outcome).inc()
+        self._done("bind", "ok", started)
+        return _json(ExtenderBindingResult(Error=outcome.error).model_dump_json())
+
+
+def _pod_name(pod: Any) -> str:
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(meta, dict):
+        return ""
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

@@ -1,0 +1,200 @@
+"""The bind verb: reserve the set the device plugin is expected to pick, then create the Binding.
+
+The decision and the reservation happen with no ``await`` between them, so two pods bound back
+to back cannot both be promised the last same-NUMA pair of a node: the second sees the first's
+reservation and gets ``ExtenderBindingResult.Error`` (kube-scheduler then retries it
+elsewhere). A Binding that fails rolls its reservation back and leaves an Event on the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import TTLCache
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
+
+from extender.evaluation import Evaluator
+from extender.protocol import ExtenderBindingArgs
+from extender.reservations import Reservation, Reservations
+from gpupair import kube
+from gpupair.pod_request import PodRequestError, gpu_request
+from gpupair.verdict import PLANNED_KEY, format_set
+
+log = logging.getLogger("gpupair.extender.bind")
+
+COMPONENT = "gpupair-extender"
+EVENT_REASON = "FailedBinding"
+
+
+class RequestMemo:
+    """GPUs each pod asked for, remembered from its filter/prioritize call (bind's body carries
+    only names). Short-lived: a pod is bound within seconds of being filtered."""
+
+    def __init__(self, ttl: float = 600.0, maxsize: int = 100_000):
+        self._gpus: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)
+
+    def remember(self, pod: Any, gpus: int) -> None:
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if isinstance(uid, str) and uid:
+            self._gpus[uid] = gpus
+
+    def get(self, uid: str) -> int | None:
+        return self._gpus.get(uid) if uid else None
+
+
+@dataclass
+class BindOutcome:
+    error: str  # "" when bound
+    outcome: str  # bound | conflict | failed
+    plan: tuple[int, ...] | None = None
+
+
+class Binder:
+    def __init__(
+        self,
+        api: k8s.ApiClient | None,
+        evaluator: Evaluator,
+        reservations: Reservations,
+        memo: RequestMemo,
+        *,
+        resource: str,
+        annotate_plan: bool = False,
+        timeout: float = 5.0,
+    ):
+        self.api = api
+        self.evaluator = evaluator
+        self.reservations = reservations
+        self.memo = memo
+        self.resource = resource
+        self.annotate_plan = annotate_plan
+        self.timeout = timeout
+        self._background: set[asyncio.Task] = set()
+
+    async def bind(self, args: ExtenderBindingArgs) -> BindOutcome:
+        pod_ref = {"kind": "Pod", "apiVersion": "v1",
+                   "metadata": {"name": args.PodName, "namespace": args.PodNamespace,
+                                **({"uid": args.PodUID} if args.PodUID else {})}}
+        if self.api is None:
+            return BindOutcome("gpupair extender has no Kubernetes API access: cannot create the Binding", "failed")
+        key = args.PodUID or f"{args.PodNamespace}/{args.PodName}"
+        gpus = self.memo.get(args.PodUID)
+        if gpus is None:
+            try:
+                gpus = await self._fetch_request(args)
+            except Exception as exc:  # noqa: BLE001 - any API failure becomes the protocol's Error
+                message = f"cannot read pod {args.PodNamespace}/{args.PodName} to plan its GPUs: {_describe(exc)}"
+                self._event(pod_ref, message)
+                return BindOutcome(message, "failed")
+
+        # --- check and reserve: no await from here to the reservation
+        decision = self.evaluator.decide_one(gpus, args.Node, exclude_uid=key)
+        if not decision.passes:
+            message = f"node {args.Node} can no longer take this pod: {decision.reason}"
+            self._event(pod_ref, message)
+            return BindOutcome(message, "conflict")
+        plan = decision.plan if gpus > 0 else None
+        if plan:
+            self.reservations.reserve(Reservation(key, args.Node, frozenset(plan), args.PodNamespace, args.PodName))
+        # --- end of the synchronous section
+
+        annotations = {PLANNED_KEY: format_set(plan)} if (self.annotate_plan and plan) else None
+        try:
+            await asyncio.wait_for(
+                create_binding(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None, annotations),
+                self.timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
+            if plan:
+                self.reservations.release(key)
+            message = f"binding pod {args.PodNamespace}/{args.PodName} to {args.Node} failed: {_describe(exc)}"
+            log.warning("bind failed", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,
+                                              "error": _describe(exc)})
+            self._event(pod_ref, message)
+            return BindOutcome(message, "failed", plan)
+        log.info("bound", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,
+                                 "gpus": gpus, "plan": format_set(plan) if plan else ""})
+        return BindOutcome("", "bound", plan)
+
+    async def _fetch_request(self, args: ExtenderBindingArgs) -> int:
+        assert self.api is not None
+        response = await asyncio.wait_for(
+            k8s.CoreV1Api(self.api).read_namespaced_pod(args.PodName, args.PodNamespace, _preload_content=False),
+            self.timeout,
+        )
+        data = await response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=RESTResponse(response, data))
+        pod = json.loads(data)
+        uid = (pod.get("metadata") or {}).get("uid")
+        if args.PodUID and uid != args.PodUID:
+            raise ValueError(f"pod has UID {uid}, the scheduler bound UID {args.PodUID}")
+        try:
+            return gpu_request(pod, self.resource)
+        except PodRequestError as exc:
+            raise ValueError(str(exc)) from None
+
+    def _event(self, pod_ref: dict[str, Any], message: str) -> None:
+        """Record a Warning Event on the pod without holding up the answer to the scheduler."""
+        if self.api is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._send_event(pod_ref, message))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send_event(self, pod_ref: dict[str, Any], message: str) -> None:
+        assert self.api is not None
+        try:
+            await asyncio.wait_for(
+                kube.create_event(self.api, pod_ref, EVENT_REASON, message, type="Warning",
+                                  component=COMPONENT, action="Binding"),
+                self.timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - an Event is best effort
+            log.warning("could not record event", extra={"pod": pod_ref["metadata"]["name"], "error": _describe(exc)})
+
+    async def drain(self) -> None:
+        """Wait for pending Events (shutdown, tests)."""
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+async def create_binding(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None,
+                         annotations: dict[str, str] | None = None) -> None:
+    """POST pods/{name}/binding. Annotations on a Binding are merged into the pod by the
+    apiserver in the same update that sets spec.nodeName, so a planned set written this way
+    is on the pod from the moment it is bound, with no second request and no pod patch right.
+
+    gpupair.kube.bind_pod builds the same Binding without annotations; this one adds them."""
+    if not annotations:
+        await kube.bind_pod(api, namespace, name, node, uid=uid)
+        return
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": annotations}
+    if uid:
+        metadata["uid"] = uid  # the apiserver refuses the Binding if the pod was replaced
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    response = await k8s.CoreV1Api(api).create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+    data = await response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=RESTResponse(response, data))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        reason = exc.reason
+        if exc.body:
+            try:
+                reason = json.loads(exc.body).get("message") or reason
+            except (ValueError, AttributeError):
+                pass
+        return f"HTTP {exc.status}: {reason}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out waiting for the API server"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,100 @@
+"""`gpupair extender`: the kube-scheduler HTTP extender as a long-running service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import ssl
+
+from gpupair.pod_request import DEFAULT_RESOURCE
+from gpupair.service import add_common_flags, add_flag, serve, setup_logging
+
+log = logging.getLogger("gpupair.extender")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--host", "0.0.0.0", "address to listen on")
+    add_flag(parser, "--port", 8888, "port to listen on")
+    add_flag(parser, "--kubeconfig", "", "kubeconfig file (empty: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    add_flag(parser, "--resource", DEFAULT_RESOURCE, "extended resource name of the GPUs")
+    add_flag(parser, "--stale-after", 300.0,
+             "seconds after which a node's report counts as stale (0: never)")
+    add_flag(parser, "--unreported", "fail",
+             "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "
+             "there with the reason, or 'pass' them unscored", choices=("fail", "pass"))
+    add_flag(parser, "--policy", "aligned",
+             "device-plugin allocation policy to plan with: aligned (NVIDIA best-effort) or naive",
+             choices=("aligned", "naive"))
+    add_flag(parser, "--reservation-ttl", 120.0,
+             "seconds a reservation lasts if no report shows its devices taken and the pod stays")
+    add_flag(parser, "--annotate-plan", False,
+             "write the planned set on the bound pod as gpupair.io/planned (via the Binding)")
+    add_flag(parser, "--node-cache", True,
+             "list+watch nodes for NodeNames mode (nodeCacheCapable: true)")
+    add_flag(parser, "--api-timeout", 4.0,
+             "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)")
+    add_flag(parser, "--tls-cert-file", "", "serve HTTPS with this certificate (PEM)")
+    add_flag(parser, "--tls-key-file", "", "private key for --tls-cert-file (PEM)")
+    add_common_flags(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        log.error("--tls-cert-file and --tls-key-file go together")
+        return 2
+    try:
+        return asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from kubernetes_asyncio import client as k8s
+
+    from extender.app import assemble, build_app
+    from extender.decisions import Decider, Unreported
+    from extender.list_watch import ListWatch
+    from gpupair import kube
+    from gpupair.policies import policy_named
+
+    try:
+        api = await kube.api_client(args.kubeconfig or None)
+    except kube.KubeConfigError as exc:
+        log.error("no Kubernetes API access", extra={"error": str(exc)})
+        return 1
+    decider = Decider(policy=policy_named(args.policy), unreported=Unreported(args.unreported))
+    extender = assemble(
+        decider=decider,
+        resource=args.resource,
+        api=api,
+        stale_after=args.stale_after or None,
+        node_cache=args.node_cache,
+        reservation_ttl=args.reservation_ttl,
+        annotate_plan=args.annotate_plan,
+        api_timeout=args.api_timeout,
+    )
+    core = k8s.CoreV1Api(api)
+    restarts = extender.metrics.watch_restarts
+    watches = []
+    if extender.node_cache is not None:
+        watches.append(ListWatch("nodes", core.list_node, extender.node_cache,
+                                 on_restart=lambda why: restarts.labels("nodes", why).inc()))
+    if extender.pod_watch is not None:
+        watches.append(ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch,
+                                 on_restart=lambda why: restarts.labels("pods", why).inc()))
+    tasks = [asyncio.create_task(w.run(), name=f"watch-{w.resource}") for w in watches]
+    ssl_context = None
+    if args.tls_cert_file:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(args.tls_cert_file, args.tls_key_file)
+    try:
+        await serve(build_app(extender), args.host, args.port, ssl_context=ssl_context)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await extender.binder.drain()
+        await api.close()
+    return 0

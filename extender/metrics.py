@@ -1,0 +1,77 @@
+"""The extender's Prometheus metrics, on a registry of its own (served at /metrics)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from extender.node_reports import ReportEntry
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "gpupair_extender_requests", "Extender requests by verb and outcome "
+            "(ok, bad_request, error)", ["verb", "outcome"], registry=r)
+        self.decisions = Counter(
+            "gpupair_extender_decisions", "Per-node filter outcomes (pass, fail, unresolvable) and "
+            "bind outcomes (bound, conflict, failed)", ["verb", "outcome"], registry=r)
+        self.latency = Histogram(
+            "gpupair_extender_request_seconds", "Time to answer an extender request, by verb",
+            ["verb"], buckets=LATENCY_BUCKETS, registry=r)
+        self.watch_restarts = Counter(
+            "gpupair_extender_watch_restarts", "List/watch restarts by resource and reason "
+            "(gone: relisted after 410; error: backed off)", ["resource", "reason"], registry=r)
+        self.report_age = Gauge(
+            "gpupair_extender_report_age_seconds", "Age of node reports in the node cache",
+            ["stat"], registry=r)
+        self.nodes = Gauge(
+            "gpupair_extender_nodes", "Cached nodes by report state (ok, stale, missing, invalid)",
+            ["state"], registry=r)
+        self.reservations = Gauge(
+            "gpupair_extender_reservations", "GPU sets reserved for pods bound but not yet reported",
+            registry=r)
+
+    def watch_node_cache(self, entries: Callable[[], Iterable[tuple[str, ReportEntry]]],
+                         clock: Callable[[], float] = time.time) -> None:
+        """Report ages and node states, computed when scraped."""
+
+        def ages() -> list[float]:
+            now = clock()
+            return [now - e.report.reported_at.timestamp() for _, e in entries() if e.report is not None]
+
+        self.report_age.labels("max").set_function(lambda: max(ages(), default=0.0))
+        self.report_age.labels("median").set_function(lambda: _median(ages()))
+
+        def count(state: str) -> Callable[[], float]:
+            def value() -> float:
+                now = clock()
+                return sum(1 for _, e in entries() if _state(e, now) == state)
+
+            return value
+
+        for state in ("ok", "stale", "missing", "invalid"):
+            self.nodes.labels(state).set_function(count(state))
+
+    def watch_reservations(self, size: Callable[[], int]) -> None:
+        self.reservations.set_function(lambda: float(size()))
+
+
+def _state(entry: ReportEntry, now: float) -> str:
+    if entry.report is None:
+        return entry.kind if entry.kind in ("missing", "invalid") else "invalid"
+    return "stale" if entry.is_stale(now) else "ok"
+
+
+def _median(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2

@@ -1,0 +1,118 @@
+"""A node's report as the extender keeps it: decoded once, with its decisions memoised.
+
+Decoding a report (pydantic over two JSON annotations) costs tens of microseconds, and the
+device-plugin policy's pick costs microseconds more; with thousands of nodes per request both
+must happen once per report change, not once per request. A ``ReportEntry`` holds one decoded
+report (or why there is none) and memoises ``Decider.decide`` per (GPUs asked, devices
+reserved, stale or not). Entries do not depend on the node's name, so Nodes-mode requests
+that repeat a node's annotations reuse them through ``ReportDecoder``'s LRU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timezone
+
+from cachetools import LRUCache
+
+from extender.decisions import Decider, NodeDecision, NodeView
+from gpupair.layout import NodeLayout
+from gpupair.report import FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout
+
+MEMO_LIMIT = 64  # decisions kept per report; reservations make the key space open-ended
+
+
+class ReportEntry:
+    """One node report (or the reason it is unusable) and the decisions taken on it."""
+
+    __slots__ = ("report", "problem", "kind", "stale_at", "stale_problem", "_memo")
+
+    def __init__(self, report: NodeReport | None, problem: str = "", kind: str = "ok",
+                 stale_after: float | None = None):
+        self.report = report
+        self.problem = problem
+        self.kind = kind  # ok | missing | invalid
+        self.stale_at: float | None = None  # epoch seconds from which the report is stale
+        self.stale_problem = ""
+        if report is not None and stale_after is not None:
+            self.stale_at = report.reported_at.timestamp() + stale_after
+            reported = report.reported_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.stale_problem = (
+                f"gpupair report from {reported} is older than {stale_after:.0f}s: "
+                "is the gpupair reporter running on this node?"
+            )
+        self._memo: dict[tuple[int, frozenset[int], bool], NodeDecision] = {}
+
+    def is_stale(self, now: float) -> bool:
+        return self.stale_at is not None and now > self.stale_at
+
+    def view(self, name: str, reserved: frozenset[int] = frozenset(), stale: bool = False) -> NodeView:
+        if self.report is None:
+            return NodeView(name, None, self.problem, reserved)
+        if stale:
+            return NodeView(name, None, self.stale_problem, reserved)
+        return NodeView(name, self.report.state, "", reserved)
+
+    def decide(self, decider: Decider, name: str, gpus: int, reserved: frozenset[int], now: float) -> NodeDecision:
+        """``decider.decide`` for this report, memoised; the decision's ``name`` is whichever
+        node first asked, so callers use only its verdict, reason, plan and score."""
+        stale = self.stale_at is not None and now > self.stale_at
+        if reserved and self.report is not None:
+            # Reserved devices the report already shows taken change nothing: one memo key.
+            reserved = reserved & self.report.state.free
+        key = (gpus, reserved, stale)
+        decision = self._memo.get(key)
+        if decision is None:
+            decision = decider.decide(gpus, self.view(name, reserved, stale))
+            if reserved and not decision.passes and decision.reason and self.report is not None and not stale:
+                taken = len(reserved)
+                decision = replace(decision, reason=(
+                    f"{decision.reason} ({taken} GPU{'s' if taken > 1 else ''} reserved "
+                    "for pods just bound here)"))
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[key] = decision
+        return decision
+
+
+class ReportDecoder:
+    """Decodes node annotations into ReportEntries, reusing entries for unchanged annotations
+    and layouts for unchanged topology annotations."""
+
+    def __init__(self, stale_after: float | None, maxsize: int = 16384):
+        self.stale_after = stale_after
+        self._entries: LRUCache = LRUCache(maxsize)
+        self._layouts: LRUCache = LRUCache(maxsize)
+
+    def decode(self, annotations: Mapping[str, str] | None) -> ReportEntry:
+        annotations = annotations if isinstance(annotations, Mapping) else {}
+        topology = annotations.get(TOPOLOGY_KEY)
+        free = annotations.get(FREE_KEY)
+        key = (topology, free)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._decode(topology, free)
+            self._entries[key] = entry
+        return entry
+
+    def _decode(self, topology: object, free: object) -> ReportEntry:
+        if topology is None or free is None:
+            missing = TOPOLOGY_KEY if topology is None else FREE_KEY
+            return ReportEntry(None, f"no gpupair report ({missing} missing)", "missing")
+        if not isinstance(topology, str) or not isinstance(free, str):
+            return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
+        try:
+            layout = self._layout(topology)
+            # Staleness is judged per request from reported_at, so decode without a clock.
+            report = decode_annotations({TOPOLOGY_KEY: topology, FREE_KEY: free}, layout=layout)
+        except ReportError as exc:
+            return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind)
+        return ReportEntry(report, stale_after=self.stale_after)
+
+    def _layout(self, topology: str) -> NodeLayout:
+        layout = self._layouts.get(topology)
+        if layout is None:
+            layout = decode_layout(topology)
+            self._layouts[topology] = layout
+        return layout

@@ -1,0 +1,170 @@
+"""Wire models of kube-scheduler's HTTP extender protocol (k8s.io/kube-scheduler/extender/v1).
+
+The Go structs in extender/v1/types.go carry no json tags, so the keys on the wire are the Go
+field names (``Pod``, ``NodeNames``, ``FailedNodes``, ``Host``, ``PodUID`` ...). Go's
+encoding/json also accepts a key that matches a field name case-insensitively; the request
+models do the same, so the extender reads exactly what a Go extender would. Unknown keys are
+ignored (Go drops them), which keeps newer schedulers compatible.
+
+``Pod`` and the ``items`` of ``Nodes`` (a v1.NodeList) stay plain dicts: the extender reads a
+few fields of them and, in Nodes mode, must hand the very Node objects back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typing_extensions import TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+MIN_EXTENDER_PRIORITY = 0
+MAX_EXTENDER_PRIORITY = 10  # MaxExtenderPriority in types.go
+
+
+class ProtocolError(ValueError):
+    """A request body the extender cannot use; the message says where and why."""
+
+
+def _fold_case(model: type[BaseModel], data: Any) -> Any:
+    """Map keys onto fields as Go's encoding/json does: an exact field name, else one equal
+    under case folding; keys are taken in order, so a later key for the same field wins."""
+    if not isinstance(data, dict):
+        return data
+    fields = model.model_fields
+    if all(key in fields for key in data):
+        return data
+    folded = {name.lower(): name for name in fields}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        target = key if key in fields else folded.get(key.lower()) if isinstance(key, str) else None
+        if target is not None:
+            out[target] = value
+    return out
+
+
+class _GoStruct(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _case_insensitive_keys(cls, data: Any) -> Any:
+        return _fold_case(cls, data)
+
+
+class NodeList(BaseModel):
+    """v1.NodeList: ``items`` are Node objects kept as dicts (json tags are lower-case here)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    metadata: dict[str, Any] | None = None
+    items: list[dict[str, Any]] | None = None  # Go marshals an empty list as null
+
+    @field_validator("items")
+    @classmethod
+    def _named(cls, items: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for position, node in enumerate(items or ()):
+            meta = node.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"items[{position}].metadata.name must be a non-empty string")
+            annotations = meta.get("annotations")
+            if annotations is not None and not isinstance(annotations, dict):
+                raise ValueError(f"items[{position}].metadata.annotations must be an object")
+        return items
+
+
+class ExtenderArgs(_GoStruct):
+    """What kube-scheduler POSTs to filter and prioritize. It always sends all three keys;
+    the unused one of Nodes/NodeNames is null."""
+
+    Pod: dict[str, Any] | None = None
+    Nodes: NodeList | None = None  # when nodeCacheCapable is false
+    NodeNames: list[str] | None = None  # when nodeCacheCapable is true
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "ExtenderArgs":
+        if self.Pod is None:
+            raise ValueError("Pod is required")
+        if self.Nodes is not None and self.NodeNames is not None:
+            raise ValueError("send Nodes (nodeCacheCapable: false) or NodeNames (true), not both")
+        if self.Nodes is None and self.NodeNames is None:
+            raise ValueError("neither Nodes nor NodeNames was sent")
+        return self
+
+    @property
+    def names_mode(self) -> bool:
+        return self.NodeNames is not None
+
+    def node_names(self) -> list[str]:
+        if self.NodeNames is not None:
+            return self.NodeNames
+        assert self.Nodes is not None
+        return [node["metadata"]["name"] for node in self.Nodes.items or ()]
+
+
+class ExtenderFilterResult(BaseModel):
+    """Filter's answer. Go marshals every field (no omitempty): nil maps and lists as null."""
+
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] | None = Field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] | None = Field(default_factory=dict)
+    Error: str = ""
+
+
+class HostPriority(TypedDict):
+    """One entry of prioritize's answer; a TypedDict so thousands serialise without objects."""
+
+    Host: str
+    Score: int
+
+
+HOST_PRIORITY_LIST = TypeAdapter(list[HostPriority])  # HostPriorityList: a bare JSON array
+
+
+class ExtenderBindingArgs(_GoStruct):
+    PodName: str = ""
+    PodNamespace: str = ""
+    PodUID: str = ""  # types.UID
+    Node: str = ""
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ExtenderBindingArgs":
+        missing = [name for name in ("PodName", "PodNamespace", "Node") if not getattr(self, name)]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} must be non-empty")
+        return self
+
+
+class ExtenderBindingResult(BaseModel):
+    Error: str = ""
+
+
+class PrioritizeError(BaseModel):
+    """Prioritize's HostPriorityList has no error field; a rejected body gets this with a 400."""
+
+    Error: str
+
+
+def _explain(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    message = first["msg"].removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {message}{more}"
+
+
+def parse_args(body: bytes) -> ExtenderArgs:
+    """Decode a filter/prioritize body or raise ProtocolError saying what is wrong."""
+    try:
+        return ExtenderArgs.model_validate_json(body)
+    except ValidationError as exc:
+        raise ProtocolError(f"malformed ExtenderArgs: {_explain(exc)}") from None
+
+
+def parse_binding(body: bytes) -> ExtenderBindingArgs:
+    try:
+        return ExtenderBindingArgs.model_validate_json(body)
+    except ValidationError as exc:
+        raise ProtocolError(f"malformed ExtenderBindingArgs: {_explain(exc)}") from None

@@ -1,0 +1,114 @@
+"""Test helpers for the extender: the recorded kube-scheduler bodies, reshaped; nodes carrying
+real gpupair reports; and the app on a loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from extender.app import Extender, assemble, build_app
+from extender.decisions import Decider, Unreported
+from gpupair.report import encode_annotations
+from tests.layouts import seed_layout
+
+FIXTURES = Path("/work/shared/fixtures/real-k8s")
+NOW = datetime(2026, 11, 30, 7, 30, tzinfo=timezone.utc)
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def recorded_bytes(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def report_annotations(free: set[int] | frozenset[int], *, node: str = "n", generation: int = 1,
+                       reported_at: datetime = NOW) -> dict[str, str]:
+    """The annotations the reporter writes for a seed-shaped node with ``free`` devices."""
+    return encode_annotations(seed_layout(f"GPU-{node}"), frozenset(free), generation, reported_at)
+
+
+def node_object(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node as kube-scheduler sends it in Nodes mode (the recorded gpu-node-a, renamed)."""
+    node = copy.deepcopy(recorded("cache-false-filter-02-init1-app2.json")["Nodes"]["items"][0])
+    node["metadata"]["name"] = name
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    node["metadata"]["annotations"] = {"node.alpha.kubernetes.io/ttl": "0", **(annotations or {})}
+    return node
+
+
+def pod_object(gpus: int, *, name: str = "gpu2", uid: str = "5fd8153a-1b23-448d-8a4b-c930ac341648",
+               namespace: str = "gpupair-test") -> dict[str, Any]:
+    """The recorded pod, asking ``gpus`` (no GPU resource at all for 0)."""
+    pod = copy.deepcopy(recorded("cache-true-filter-01-gpu2.json")["Pod"])
+    pod["metadata"].update(name=name, uid=uid, namespace=namespace)
+    resources = pod["spec"]["containers"][0]["resources"]
+    if gpus:
+        resources["limits"]["nvidia.com/gpu"] = str(gpus)
+        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+    else:
+        resources.clear()
+    return pod
+
+
+def args_body(pod: dict[str, Any], *, nodes: list[dict[str, Any]] | None = None,
+              names: list[str] | None = None) -> dict[str, Any]:
+    """ExtenderArgs exactly as kube-scheduler sends them: all three keys, the unused one null."""
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes} if nodes is not None else None,
+            "NodeNames": names}
+
+
+def make_extender(*, unreported: Unreported = Unreported.FAIL, api=None, node_cache: bool = False,
+                  stale_after: float | None = 300.0, now: datetime = NOW, **kwargs: Any) -> Extender:
+    clock = kwargs.pop("clock", lambda: now.timestamp())
+    return assemble(decider=Decider(unreported=unreported), resource="nvidia.com/gpu", api=api,
+                    stale_after=stale_after, node_cache=node_cache, clock=clock, **kwargs)
+
+
+class ExtenderClient:
+    """Talks to the running app over a real socket, as kube-scheduler does."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str):
+        self.session = session
+        self.base = base
+
+    async def post(self, verb: str, body: Any) -> tuple[int, Any]:
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        async with self.session.post(f"{self.base}/{verb}", data=data,
+                                     headers={"Content-Type": "application/json"}) as response:
+            text = await response.text()
+            try:
+                return response.status, json.loads(text)
+            except ValueError:
+                return response.status, text
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with self.session.get(f"{self.base}{path}") as response:
+            return response.status, await response.text()
+
+
+@contextlib.asynccontextmanager
+async def serving(extender: Extender) -> AsyncIterator[ExtenderClient]:
+    app: web.Application = build_app(extender)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield ExtenderClient(session, str(server.make_url("")).rstrip("/"))
+    finally:
+        await server.close()
+        await extender.binder.drain()
+
+
+def later(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
