@@ -21,7 +21,6 @@ from typing import Any
 
 from aiohttp import web
 
-from gpupair import kube
 from gpupair.layout import NodeLayout
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
 from reporter.allocations import DEFAULT_SOCKET, NVIDIA_GPU, PodResourcesClient
@@ -100,6 +99,8 @@ def allocation_source(args: argparse.Namespace, client: PodResourcesClient) -> A
 
 
 def node_writer(api: Any, node_name: str) -> Write:
+    from gpupair import kube
+
     async def write(annotations: Mapping[str, str]) -> None:
         await kube.patch_annotations(api, "node", node_name, None, annotations)
 
@@ -139,12 +140,21 @@ def verification_routes(
 # --- modes ----------------------------------------------------------------------------------
 
 
+async def _api_client(args: argparse.Namespace) -> Any:
+    from gpupair import kube  # kubernetes-asyncio takes a while to import; dry runs skip it
+
+    try:
+        return await kube.api_client(args.kubeconfig or None)
+    except kube.KubeConfigError as error:
+        raise UsageError(str(error)) from None
+
+
 async def run_once(args: argparse.Namespace) -> int:
     topology = layout_source(args)
     metrics = ReporterMetrics()
     async with PodResourcesClient(args.pod_resources_socket) as client:
         allocations = allocation_source(args, client)
-        api = None if args.dry_run else await kube.api_client(args.kubeconfig or None)
+        api = None if args.dry_run else await _api_client(args)
         try:
             publisher = None if api is None else Publisher(node_writer(api, args.node_name), heartbeat=args.heartbeat)
             loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
@@ -178,7 +188,7 @@ async def run_once(args: argparse.Namespace) -> int:
 async def run_service(args: argparse.Namespace) -> int:
     topology = layout_source(args)
     metrics = ReporterMetrics()
-    api = await kube.api_client(args.kubeconfig or None)
+    api = await _api_client(args)
     client = PodResourcesClient(args.pod_resources_socket)
     try:
         allocations = allocation_source(args, client)
@@ -214,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_args(args)
         code = asyncio.run(run_once(args) if args.once else run_service(args))
-    except (UsageError, TopologyFileError, UnknownDevicesError, kube.KubeConfigError) as error:
+    except (UsageError, TopologyFileError, UnknownDevicesError) as error:
         print(f"gpupair reporter: {error}", file=sys.stderr)
         return EXIT_USAGE
     except NvmlUnavailable as error:
