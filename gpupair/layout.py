@@ -67,15 +67,38 @@ class NodeLayout:
         return self.links[i][j]
 
     def numa_of(self, index: int) -> int:
-        return self.devices[index].numa_node
+        """The device's NUMA node; for a device without one, its inferred group (negative)."""
+        return self._groups[index]
+
+    @cached_property
+    def _groups(self) -> tuple[int, ...]:
+        # Many boxes report no NUMA affinity (N/A, -1) yet show SYS between two halves. Devices
+        # without a NUMA node form one locality group per set joined by non-SYS links: -1, -2...
+        groups: list[int | None] = [
+            d.numa_node if d.numa_node != NO_NUMA else None for d in self.devices
+        ]
+        label = NO_NUMA
+        for start, group in enumerate(groups):
+            if group is not None:
+                continue
+            groups[start] = label
+            stack = [start]
+            while stack:
+                i = stack.pop()
+                for j, other in enumerate(groups):
+                    if other is None and links.normalize(self.links[i][j]) != "SYS":
+                        groups[j] = label
+                        stack.append(j)
+            label -= 1
+        return tuple(g for g in groups if g is not None)
 
     @cached_property
     def numa_nodes(self) -> dict[int, tuple[int, ...]]:
-        """NUMA node -> device indices on it. Devices without affinity share group -1."""
+        """NUMA node (or inferred group, negative) -> device indices on it."""
         groups: dict[int, list[int]] = defaultdict(list)
         for device in self.devices:
-            groups[device.numa_node].append(device.index)
-        return {numa: tuple(members) for numa, members in sorted(groups.items())}
+            groups[self.numa_of(device.index)].append(device.index)
+        return {n: tuple(groups[n]) for n in sorted(groups, key=lambda n: (n < 0, abs(n)))}
 
     @cached_property
     def pair_weights(self) -> tuple[tuple[int, ...], ...]:

@@ -24,7 +24,8 @@ class Fit:
 
 
 def numa_label(numa: int) -> str:
-    return f"NUMA{numa}"
+    """``NUMA1``; ``NUMA?0`` for a group inferred from links where the NUMA node is unknown."""
+    return f"NUMA{numa}" if numa >= 0 else f"NUMA?{-numa - 1}"
 
 
 def free_summary(state: NodeState) -> str:

@@ -72,7 +72,9 @@ def _background(cluster: Cluster, scenario: SeedScenario, rng: random.Random) ->
     for sim in cluster.nodes.values():
         for pod in [p for p in sim.bound if p.startswith("background-")]:
             cluster.remove(pod, sim.name)
-        count = rng.randint(scenario.background_min, scenario.background_max)
+        # Leave room for at least one test pod on small nodes.
+        room = max(0, sim.layout.size - scenario.gpus_per_pod)
+        count = min(rng.randint(scenario.background_min, scenario.background_max), room)
         for n, device in enumerate(sorted(rng.sample(range(sim.layout.size), count))):
             pod = f"background-{sim.name}-{n}"
             sim.bound[pod] = 1

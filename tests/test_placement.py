@@ -100,3 +100,15 @@ def test_scores_stay_within_0_to_10(free, k):
     )
     for score in Decider().prioritize(k, [NodeView("n", NodeState(layout, frozenset(free)))]).values():
         assert 0 <= score <= 10
+
+
+def test_numa_groups_are_inferred_from_sys_links_when_the_box_reports_none():
+    from pathlib import Path
+
+    from gpupair.smi_topo import parse_topo_matrix
+
+    text = (Path(__file__).parent / "fixtures" / "topo" / "vllm-11122-8gpu-pix-pxb.txt").read_text()
+    layout = parse_topo_matrix(text).to_layout()  # NUMA Affinity N/A on every GPU
+    assert list(layout.numa_nodes.values()) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    fit = placement.fit(NodeState(layout, frozenset({3, 4})), 2)
+    assert fit.reason == "need 2 GPUs on one NUMA node; free: NUMA?0=1 NUMA?1=1"
