@@ -124,12 +124,26 @@ async def cluster():
         yield double
 
 
-async def run_audit(double, audit_plan: AuditPlan, plays: Callable[[str, int], Play]):
+class RecordingProgress:
+    """Stands in for the tqdm bar: what the audit told it."""
+
+    def __init__(self):
+        self.count = 0
+        self.descriptions: list[str] = []
+
+    def update(self, n: int = 1) -> None:
+        self.count += n
+
+    def set_description(self, desc: str) -> None:
+        self.descriptions.append(desc)
+
+
+async def run_audit(double, audit_plan: AuditPlan, plays: Callable[[str, int], Play], progress=None):
     kubelet = Kubelet(double.store, plays)
     task = asyncio.create_task(kubelet.run())
     try:
         async with kube_client_for(double) as api:
-            samples = await Auditor(api, audit_plan).run()
+            samples = await Auditor(api, audit_plan, progress=progress).run()
     finally:
         task.cancel()
     return samples, kubelet
@@ -145,7 +159,10 @@ def audit_pods(double) -> list[dict]:
 async def test_all_pass_rounds_create_in_parallel_and_clean_up(cluster):
     # In each round pod 1 gets GPU0+GPU1 and pod 2 GPU4+GPU5: both inside one NUMA node.
     audit_plan = plan()
-    samples, kubelet = await run_audit(cluster, audit_plan, lambda r, n: Play(gpus=[0, 1] if n == 1 else [4, 5]))
+    progress = RecordingProgress()
+    samples, kubelet = await run_audit(cluster, audit_plan, lambda r, n: Play(gpus=[0, 1] if n == 1 else [4, 5]),
+                                       progress)
+    assert (progress.count, progress.descriptions) == (6, ["round 1/3", "round 2/3", "round 3/3"])
 
     rows = [s.tsv_row().split("\t") for s in samples]
     prefix = f"gpupair-audit-{audit_plan.run_id}"
@@ -186,7 +203,9 @@ async def test_sys_pair_fails(cluster):
 
 async def test_pod_that_never_finishes_times_out_and_is_deleted(cluster):
     audit_plan = plan(rounds=1, timeout=0.5, node=None)
-    samples, _ = await run_audit(cluster, audit_plan, lambda r, n: Play(final=None) if n == 2 else Play())
+    progress = RecordingProgress()
+    samples, _ = await run_audit(cluster, audit_plan, lambda r, n: Play(final=None) if n == 2 else Play(), progress)
+    assert progress.count == 2  # the bar completes, the stuck pod counted when time ran out
     done, stuck = samples
     assert (done.result, done.phase) == ("PASS", "Succeeded")
     assert (stuck.phase, stuck.node, stuck.result) == ("Pending", "", FAIL_TIMEOUT)
@@ -320,6 +339,38 @@ async def test_command_sys_pair_exits_nonzero(cluster, tmp_path):
     assert "\n3\tgpupair-audit-" in out and "\n03\t" not in out  # seq -w 1 3 pads nothing
     assert "\tGPU3+GPU4\t00000000:61:00.0+00000000:81:00.0\tNUMA0+NUMA1\tSYS\tFAIL" in out
     assert "6 samples, 1 SYS, 5 PASS (83.3%): 1 failed" in out
+
+
+def mixed_plays(r: str, n: int) -> Play:
+    """Scheduler-placed pods on two nodes: one SYS grant, one broken driver, one pod stuck Pending."""
+    node = "gpu-a" if n == 1 else "gpu-b"
+    if (r, n) == ("2", 1):
+        return Play(gpus=[3, 4], node=node)
+    if (r, n) == ("3", 1):
+        return Play(log="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+                    final="Failed", node=node)
+    if (r, n) == ("3", 2):
+        return Play(final=None)
+    return Play(gpus=[4, 5] if n == 1 else [0, 2], node=node)
+
+
+async def test_command_mixed_run_reports_per_node(cluster, tmp_path):
+    code, out, err = await run_command(tmp_path, cluster, mixed_plays, "--rounds", "3", "--timeout", "1")
+    assert code == 1, err
+    rows = [line.split("\t") for line in (tmp_path / "results.tsv").read_text().splitlines()[1:]]
+    assert [(r[0], r[2], r[6], r[7]) for r in rows] == [
+        ("1", "Succeeded", "NODE", "PASS"), ("1", "Succeeded", "NODE", "PASS"),
+        ("2", "Succeeded", "SYS", "FAIL"), ("2", "Succeeded", "NODE", "PASS"),
+        ("3", "Failed", "UNKNOWN", "FAIL_PARSE"), ("3", "Pending", "UNKNOWN", "FAIL_TIMEOUT")]
+    assert [r[3] for r in rows[:4]] == ["GPU4+GPU5", "UNKNOWN", "GPU3+GPU4", "UNKNOWN"]  # gpu-b has no report
+    table = {line.split()[0]: line.split() for line in out.split("\n\n")[-1].splitlines()[1:-1]}
+    assert table["gpu-a"][1:4] == ["3", "1", "1"]  # samples, SYS, PASS
+    assert table["gpu-b"][1:4] == ["2", "0", "2"]
+    assert table["(unscheduled)"][1:4] == ["1", "0", "0"]
+    assert out.rstrip().endswith("6 samples, 1 SYS, 3 PASS (50.0%): 3 failed (1 timed out)")
+    assert '"result": "FAIL_TIMEOUT"' in err and '"result": "FAIL_PARSE"' in err  # why, on stderr
+    assert audit_pods(cluster) == []
+    (tmp_path / "sample-output.txt").write_text(out)
 
 
 async def test_command_sigint_deletes_pods_and_exits_130(cluster, tmp_path):
