@@ -1,0 +1,268 @@
+"""The CEL in deploy/ does what its comments say: the reporter's ValidatingAdmissionPolicies and
+the webhook's matchConditions, evaluated with cel-python against admission requests shaped like
+the apiserver's (the webhook cases start from a recorded v1.36.2 AdmissionReview).
+
+cel-python is a generic CEL runtime: this checks the expressions' logic, not the apiserver's
+schema type-checking (kubernetes-validate checks the objects' shape in test_deploy.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import celpy
+import pytest
+import yaml
+
+from tests.deploy_manifests import DEPLOY, find
+
+REPORTER = "system:serviceaccount:gpupair-system:gpupair-reporter"
+FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json"
+if not FIXTURE.exists():  # CI lays shared/ beside the clone; a developer has it at /work/shared
+    FIXTURE = Path("/work/shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json")
+
+_env = celpy.Environment()
+
+
+def evaluate(expression: str, activation: dict):
+    return _env.program(_env.compile(expression)).evaluate(activation)
+
+
+def to_cel(value):
+    return celpy.json_to_cel(value)
+
+
+def admit(policy: dict, request: dict) -> tuple[bool, list[str]]:
+    """A ValidatingAdmissionPolicy's verdict on an UPDATE: not matched -> allowed; any validation
+    false -> denied with its message; an evaluation error -> failurePolicy (Fail: denied)."""
+    spec = policy["spec"]
+    activation = {"request": to_cel(request), "object": to_cel(request["object"]),
+                  "oldObject": to_cel(request["oldObject"])}
+    for condition in spec.get("matchConditions", []):
+        if not evaluate(condition["expression"], activation):
+            return True, []
+    variables = {}
+    for variable in spec.get("variables", []):
+        activation["variables"] = celpy.celtypes.MapType(variables)
+        variables[celpy.celtypes.StringType(variable["name"])] = evaluate(variable["expression"], activation)
+    activation["variables"] = celpy.celtypes.MapType(variables)
+    denied = []
+    for validation in spec["validations"]:
+        try:
+            ok = evaluate(validation["expression"], activation)
+        except celpy.CELEvalError as exc:
+            assert spec["failurePolicy"] == "Fail"
+            denied.append(f"error: {exc}")
+            continue
+        if isinstance(ok, celpy.CELEvalError):
+            denied.append(f"error: {ok}")
+        elif not ok:
+            message = validation.get("message")
+            if "messageExpression" in validation:
+                message = str(evaluate(validation["messageExpression"], activation))
+            denied.append(message)
+    return not denied, denied
+
+
+def update_request(resource: str, old: dict, new: dict, *, user: str = REPORTER, node: str | None = "gpu-1") -> dict:
+    extra = {"authentication.kubernetes.io/credential-id": ["JTI=abc"]}
+    if node is not None:
+        extra.update({"authentication.kubernetes.io/node-name": [node],
+                      "authentication.kubernetes.io/node-uid": ["0b7f5c0e-0000-4000-8000-000000000001"],
+                      "authentication.kubernetes.io/pod-name": ["gpupair-reporter-x7k2p"],
+                      "authentication.kubernetes.io/pod-uid": ["5d9e0c7a-0000-4000-8000-000000000002"]})
+    return {
+        "uid": "6f1c2d3e-0000-4000-8000-000000000003", "operation": "UPDATE",
+        "resource": {"group": "", "version": "v1", "resource": resource},
+        "name": new["metadata"]["name"], "namespace": new["metadata"].get("namespace", ""),
+        "userInfo": {"username": user, "uid": "1", "groups": ["system:serviceaccounts", "system:authenticated"],
+                     "extra": extra},
+        "object": new, "oldObject": old,
+    }
+
+
+@pytest.fixture(scope="module")
+def objs():
+    """The policy and webhook files as written (kustomize only adds a label to them), so these
+    tests run where kubectl is missing too."""
+    docs = []
+    for name in ("reporter/admission-policy.yaml", "webhook/mutatingwebhookconfiguration.yaml"):
+        docs += [d for d in yaml.safe_load_all((DEPLOY / "base" / name).read_text()) if d]
+    return docs
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def node(name: str = "gpu-1", annotations: dict | None = None, labels: dict | None = None) -> dict:
+    meta = {"name": name, "uid": "n-1", "resourceVersion": "41",
+            "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true", **(labels or {})}}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta,
+            "spec": {"podCIDR": "10.244.1.0/24", "providerID": "kind://docker/kind/" + name},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+BASE_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0", "gpupair.io/free": "old"}
+
+
+def node_update(change, **kwargs) -> dict:
+    old = node(annotations=dict(BASE_ANNOTATIONS))
+    new = copy.deepcopy(old)
+    change(new)
+    return update_request("nodes", old, new, **kwargs)
+
+
+def set_annotation(key, value):
+    return lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(key, value)
+
+
+@pytest.mark.parametrize("change", [
+    set_annotation("gpupair.io/free", "new"),
+    set_annotation("gpupair.io/layout", "{}"),
+    lambda o: o["metadata"]["annotations"].pop("gpupair.io/free"),
+], ids=["change-own", "add-own", "remove-own"])
+def test_reporter_may_write_gpupair_annotations_on_its_node(objs, change):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
+    assert admit(policy, node_update(change)) == (True, [])
+
+
+def test_reporter_may_annotate_a_node_that_had_no_annotations(objs):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
+    old = node(annotations=None)
+    new = node(annotations={"gpupair.io/layout": "{}"})
+    assert admit(policy, update_request("nodes", old, new)) == (True, [])
+
+
+@pytest.mark.parametrize("change,why", [
+    (set_annotation("node.alpha.kubernetes.io/ttl", "30"), "only gpupair.io/ annotations"),
+    (lambda o: o["metadata"]["annotations"].pop("node.alpha.kubernetes.io/ttl"), "only gpupair.io/ annotations"),
+    (set_annotation("gpupair.io.evil.example/x", "1"), "only gpupair.io/ annotations"),
+    (lambda o: o["metadata"]["labels"].__setitem__("nvidia.com/gpu.present", "false"), "labels, spec"),
+    (lambda o: o["spec"].__setitem__("taints", [{"key": "x", "effect": "NoSchedule"}]), "labels, spec"),
+    (lambda o: o["spec"].__setitem__("unschedulable", True), "labels, spec"),
+    (lambda o: o["metadata"].__setitem__("finalizers", ["example.com/keep"]), "labels, spec"),
+], ids=["foreign-annotation", "remove-foreign", "lookalike-prefix", "label", "taint", "cordon", "finalizer"])
+def test_reporter_may_change_nothing_else_on_its_node(objs, change, why):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
+    allowed, messages = admit(policy, node_update(change))
+    assert not allowed and any(why in m for m in messages), messages
+
+
+def test_reporter_may_not_touch_another_node(objs):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
+    old = node("gpu-2", annotations={"gpupair.io/free": "old"})
+    new = node("gpu-2", annotations={"gpupair.io/free": "forged"})
+    allowed, messages = admit(policy, update_request("nodes", old, new, node="gpu-1"))
+    assert not allowed and messages == ["the gpupair reporter on gpu-1 may not change node gpu-2"]
+
+
+def test_a_token_without_a_node_is_refused(objs):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
+    allowed, messages = admit(policy, node_update(set_annotation("gpupair.io/free", "new"), node=None))
+    assert not allowed
+    assert "must call with its pod's node-bound service-account token" in messages[0]
+
+
+def test_other_users_are_not_this_policys_business(objs):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
+    request = node_update(lambda o: o["metadata"]["labels"].__setitem__("x", "y"),
+                          user="system:node:gpu-1", node=None)
+    assert admit(policy, request) == (True, [])
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def pod(node_name: str | None = "gpu-1", annotations: dict | None = None) -> dict:
+    spec = {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                            "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "2"}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "test-01-1", "namespace": "gpu-jobs", "uid": "p-1", "labels": {"app": "t"},
+                         "annotations": dict(annotations or {})},
+            "spec": spec, "status": {"phase": "Running"}}
+
+
+VERDICT = {"gpupair.io/granted": "GPU0+GPU1", "gpupair.io/numa": "NUMA0+NUMA0", "gpupair.io/link": "NODE",
+           "gpupair.io/verdict": "PASS"}
+
+
+def test_reporter_may_write_a_verdict_on_a_pod_of_its_node(objs):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-pods")
+    request = update_request("pods", pod(), pod(annotations=VERDICT))
+    assert admit(policy, request) == (True, [])
+
+
+@pytest.mark.parametrize("old,new,why", [
+    (pod("gpu-2"), pod("gpu-2", annotations=VERDICT), "may change only pods on that node"),
+    (pod(None), pod(None, annotations=VERDICT), "may change only pods on that node"),
+    (pod(), pod(annotations={"example.com/owner": "me"}), "only gpupair.io/ annotations"),
+], ids=["other-node", "unscheduled", "foreign-annotation"])
+def test_reporter_is_refused_other_pod_changes(objs, old, new, why):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-pods")
+    allowed, messages = admit(policy, update_request("pods", old, new))
+    assert not allowed and any(why in m for m in messages), messages
+
+
+@pytest.mark.parametrize("field", ["labels", "image"])
+def test_reporter_may_not_change_a_pods_labels_or_spec(objs, field):
+    policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-pods")
+    new = pod(annotations=VERDICT)
+    if field == "labels":
+        new["metadata"]["labels"]["app"] = "hijacked"
+    else:
+        new["spec"]["containers"][0]["image"] = "evil/miner:latest"
+    allowed, messages = admit(policy, update_request("pods", pod(), new))
+    assert not allowed and any("may not change a pod's spec, labels" in m for m in messages)
+
+
+# --------------------------------------------------------------------------- webhook matchConditions
+
+
+def recorded_pod() -> dict:
+    return copy.deepcopy(json.loads(FIXTURE.read_text())["request"]["object"])
+
+
+def webhook_called(objs, pod_object: dict) -> bool:
+    (hook,) = find(objs, "MutatingWebhookConfiguration", "gpupair-webhook")["webhooks"]
+    activation = {"object": to_cel(pod_object), "oldObject": to_cel(None),
+                  "request": to_cel({"operation": "CREATE"})}
+    return all(bool(evaluate(c["expression"], activation)) for c in hook["matchConditions"])
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
+def test_recorded_gpu_pod_reaches_the_webhook(objs):
+    p = recorded_pod()
+    assert p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert webhook_called(objs, p)
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
+def test_gpus_only_in_an_init_container_reach_the_webhook(objs):
+    p = recorded_pod()
+    gpu = p["spec"]["containers"][0].pop("resources")
+    p["spec"]["initContainers"] = [{"name": "warmup", "image": "busybox", "resources": gpu}]
+    assert webhook_called(objs, p)
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
+@pytest.mark.parametrize("mutate", [
+    lambda p: p["spec"]["containers"][0].pop("resources"),
+    lambda p: p["spec"]["containers"][0].__setitem__("resources", {"limits": {"cpu": "1"}}),
+    lambda p: p["metadata"].setdefault("annotations", {}).__setitem__("gpupair.io/verify", "false"),
+], ids=["no-resources", "cpu-only", "opted-out"])
+def test_pods_that_cannot_need_a_verifier_skip_the_webhook(objs, mutate):
+    p = recorded_pod()
+    mutate(p)
+    assert not webhook_called(objs, p)
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
+def test_an_explicit_verify_true_still_reaches_the_webhook(objs):
+    p = recorded_pod()
+    p["metadata"]["annotations"] = {"gpupair.io/verify": "true"}
+    assert webhook_called(objs, p)
