@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from gpupair.layout import NodeLayout
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
@@ -118,6 +119,7 @@ def verification_routes(
     api: Any,
     pod_resources: PodResourcesClient,
     layout: Callable[[], NodeLayout | None],
+    registry: CollectorRegistry | None = None,
 ) -> list[web.RouteDef]:
     try:
         from reporter.verification import VerifyService
@@ -133,6 +135,7 @@ def verification_routes(
         node_name=args.node_name,
         resource_name=args.resource_name,
         audience=args.token_audience,
+        registry=registry,  # its counters show on the reporter's /metrics
     )
     return [web.post("/v1/verify", service.handle)]
 
@@ -199,7 +202,7 @@ async def run_service(args: argparse.Namespace) -> int:
             discovery = await loop.refresh_topology()
             if discovery is not None:
                 allocations.check(discovery.layout)
-        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, loop.layout))
+        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, loop.layout, metrics.registry))
         stop, wake = asyncio.Event(), asyncio.Event()
         tasks = [asyncio.create_task(loop.run(stop, wake), name="reporter-loop")]
         if args.checkpoint_file:

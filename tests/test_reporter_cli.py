@@ -153,8 +153,12 @@ async def test_service_publishes_serves_metrics_and_stops_on_sigterm(tmp_path):
             async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
                 await wait_for_http(http)
                 assert (await http.get("/readyz")).status == 200
+                # the verdict endpoint is wired in: a call without a token is refused, not 404
+                refused = await http.post("/v1/verify")
+                assert refused.status == 401 and (await refused.json())["kind"] == "Status"
                 metrics = await (await http.get("/metrics")).text()
                 assert 'gpupair_reporter_writes_total{outcome="changed"} 1.0' in metrics
+                assert 'gpupair_reporter_verifications_total{outcome="401"} 1.0' in metrics
 
             process.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(process.wait(), 20)
