@@ -13,12 +13,14 @@ a watch: it is what the seed did, it needs only ``list`` on pods, and a lost pol
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -71,10 +73,16 @@ class AuditPlan:
                 raise ValueError(f"{name} must be positive")
 
 
+# Errors a poll survives: the apiserver answering an error, or the connection failing once.
+TRANSIENT = (ApiException, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def _error_text(exc: BaseException) -> str:
+    return _describe(exc) if isinstance(exc, ApiException) else repr(exc)
+
+
 def _describe(exc: ApiException) -> str:
     """The apiserver's own message from a Status body, else the HTTP reason."""
-    import json
-
     try:
         return json.loads(exc.body).get("message") or exc.reason
     except (TypeError, ValueError, AttributeError):
@@ -153,17 +161,19 @@ class Auditor:
         deadline = loop.time() + self.plan.timeout
         counted: set[str] = set()
         pods: dict[str, k8s.V1Pod] = {}
+        done: set[str] = set()
         while True:
             try:
                 listed = await self.core.list_namespaced_pod(
                     self.namespace, label_selector=round_selector(self.plan.run_id, label))
+            except TRANSIENT as exc:  # one failed poll is not a failed round
+                log.warning("listing pods failed, will retry", extra={"error": _error_text(exc)})
+            else:
                 pods = {p.metadata.name: p for p in listed.items}
-            except ApiException as exc:  # one failed poll is not a failed round
-                log.warning("listing pods failed, will retry", extra={"error": _describe(exc)})
-            done = {name for name in names
-                    if name not in pods or (pods[name].status and pods[name].status.phase in FINISHED_PHASES)}
-            self._advance(len(done - counted))
-            counted |= done
+                done = {name for name in names
+                        if name not in pods or (pods[name].status and pods[name].status.phase in FINISHED_PHASES)}
+                self._advance(len(done - counted))
+                counted |= done
             remaining = deadline - loop.time()
             if len(done) == len(names) or remaining <= 0:
                 break
@@ -203,8 +213,8 @@ class Auditor:
     async def _log(self, name: str) -> str | None:
         try:
             return await self.core.read_namespaced_pod_log(name, self.namespace, container=CONTAINER)
-        except ApiException as exc:
-            log.debug("no pod log", extra={"pod": name, "error": _describe(exc)})
+        except TRANSIENT as exc:
+            log.debug("no pod log", extra={"pod": name, "error": _error_text(exc)})
             return None
 
     async def _layout(self, node: str) -> NodeLayout | None:
@@ -228,9 +238,9 @@ class Auditor:
         except ReportError as exc:
             log.warning("node report unusable; NUMA comes from the pod's topo -m",
                         extra={"node": node, "error": exc.reason})
-        except ApiException as exc:
+        except TRANSIENT as exc:
             log.warning("cannot read node; NUMA comes from the pod's topo -m",
-                        extra={"node": node, "error": _describe(exc)})
+                        extra={"node": node, "error": _error_text(exc)})
         return layout
 
     # ---- deletion
@@ -252,8 +262,8 @@ class Auditor:
                     self.namespace, label_selector=round_selector(self.plan.run_id, label))
                 if not listed.items:
                     return
-            except ApiException as exc:
-                log.warning("listing pods failed, will retry", extra={"error": _describe(exc)})
+            except TRANSIENT as exc:
+                log.warning("listing pods failed, will retry", extra={"error": _error_text(exc)})
             remaining = deadline - loop.time()
             if remaining <= 0:
                 log.warning("pods still terminating, going on", extra={"round": label})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from gpupair.layout import Device, NodeLayout
+from gpupair.layout import NodeLayout
 from gpupair.smi_topo import SmiTopology, parse_topo_matrix
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topo"

@@ -195,6 +195,14 @@ async def test_pod_is_the_seeds_pod(cluster):
     assert created["metadata"]["labels"][RUN_LABEL]
 
 
+async def test_failed_polls_are_retried(cluster):
+    # The first two status polls get 500s; the round still waits for its pods instead of
+    # taking "not in the list" for "gone".
+    cluster.fail_next(f"/api/v1/namespaces/{NS}/pods", 500, times=2, method="GET")
+    samples, _ = await run_audit(cluster, plan(rounds=1), lambda r, n: Play())
+    assert [(s.phase, s.result) for s in samples] == [("Succeeded", "PASS")] * 2
+
+
 async def test_sys_pair_fails(cluster):
     samples, _ = await run_audit(cluster, plan(rounds=1), lambda r, n: Play(gpus=[3, 4] if n == 2 else [0, 1]))
     assert [(s.gpu_pair, s.numa_pair, s.topo, s.result) for s in samples] == [
