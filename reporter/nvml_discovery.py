@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
