@@ -256,6 +256,14 @@ async def test_scheduler_placed_pods_on_a_node_without_report(cluster):
     assert "nodeName" not in created["spec"]
 
 
+async def test_node_that_cannot_be_read_falls_back_to_topo(cluster):
+    cluster.fail_next("/api/v1/nodes/gpu-a", 403, method="GET", reason="Forbidden",
+                      message='nodes "gpu-a" is forbidden: User "alice" cannot get resource "nodes"')
+    samples, _ = await run_audit(cluster, plan(rounds=1, pods_per_round=1), lambda r, n: Play(gpus=[2, 3]))
+    (sample,) = samples
+    assert (sample.gpu_pair, sample.numa_pair, sample.topo, sample.result) == ("UNKNOWN", "NUMA0+NUMA0", "NODE", "PASS")
+
+
 # ---- ending early
 
 
@@ -289,6 +297,15 @@ async def test_refused_pod_stops_the_run_and_cleans_up(cluster):
         kube_task.cancel()
     # One of the round's two creates got through; it is gone again.
     assert len(cluster.requests_to(f"/api/v1/namespaces/{NS}/pods", "POST")) == 2
+    assert audit_pods(cluster) == []
+
+
+async def test_missing_namespace_says_how_to_create_it(cluster):
+    cluster.fail_next(f"/api/v1/namespaces/{NS}/pods", 404, times=2, method="POST",
+                      message=f'namespaces "{NS}" not found', reason="NotFound")
+    async with kube_client_for(cluster) as api:
+        with pytest.raises(AuditError, match=f'namespaces "{NS}" not found.*kubectl create namespace {NS}'):
+            await Auditor(api, plan()).run()
     assert audit_pods(cluster) == []
 
 
