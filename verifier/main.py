@@ -8,7 +8,7 @@ the seed's TSV row and then idles until SIGTERM. While the reporter is unreachab
 devices are not visible yet, it retries with exponential backoff.
 
 It runs beside every multi-GPU pod, so it stays small: this module imports only the standard
-library (about 17 MiB RSS). ``--dry-run`` classifies given inputs with the gpupair core, which
+library (about 21 MiB RSS when idle). ``--dry-run`` classifies given inputs with the gpupair core, which
 is imported only on that path.
 """
 
