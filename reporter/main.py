@@ -161,7 +161,7 @@ async def run_once(args: argparse.Namespace) -> int:
         try:
             publisher = None if api is None else Publisher(node_writer(api, args.node_name), heartbeat=args.heartbeat)
             loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
-                                layout_file=args.layout_file)
+                                layout_file="" if args.dry_run else args.layout_file)  # a dry run writes nothing
             discovery = await loop.refresh_topology()
             if discovery is None:
                 print("gpupair reporter: no GPU layout (see the log)", file=sys.stderr)
