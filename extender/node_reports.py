@@ -89,6 +89,8 @@ class ReportDecoder:
         annotations = annotations if isinstance(annotations, Mapping) else {}
         topology = annotations.get(TOPOLOGY_KEY)
         free = annotations.get(FREE_KEY)
+        if not isinstance(topology, (str, type(None))) or not isinstance(free, (str, type(None))):
+            return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
         key = (topology, free)
         entry = self._entries.get(key)
         if entry is None:
@@ -100,8 +102,6 @@ class ReportDecoder:
         if topology is None or free is None:
             missing = TOPOLOGY_KEY if topology is None else FREE_KEY
             return ReportEntry(None, f"no gpupair report ({missing} missing)", "missing")
-        if not isinstance(topology, str) or not isinstance(free, str):
-            return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
         try:
             layout = self._layout(topology)
             # Staleness is judged per request from reported_at, so decode without a clock.

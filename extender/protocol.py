@@ -69,8 +69,10 @@ class NodeList(BaseModel):
             if not isinstance(name, str) or not name:
                 raise ValueError(f"items[{position}].metadata.name must be a non-empty string")
             annotations = meta.get("annotations")
-            if annotations is not None and not isinstance(annotations, dict):
-                raise ValueError(f"items[{position}].metadata.annotations must be an object")
+            if annotations is not None and (
+                not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values())
+            ):  # v1 ObjectMeta.Annotations is map[string]string: Go refuses anything else too
+                raise ValueError(f"items[{position}].metadata.annotations must map strings to strings")
         return items
 
 

@@ -3,10 +3,12 @@ real gpupair reports; and the app on a loopback port."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from extender.app import Extender, assemble, build_app
 from extender.decisions import Decider, Unreported
+from extender.list_watch import ListWatch
 from gpupair.report import encode_annotations
 from tests.layouts import seed_layout
 
@@ -112,3 +115,56 @@ async def serving(extender: Extender) -> AsyncIterator[ExtenderClient]:
 
 def later(seconds: float) -> datetime:
     return NOW + timedelta(seconds=seconds)
+
+
+async def eventually(predicate, timeout: float = 5.0, what: str = "condition") -> None:
+    """Wait (without asserting on time) until ``predicate()`` holds; fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+@dataclass
+class KubeExtender:
+    extender: Extender
+    client: ExtenderClient
+    double: Any
+    api: Any
+    node_watch: ListWatch
+    pod_watch: ListWatch
+
+
+@contextlib.asynccontextmanager
+async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
+    """The extender with its node cache and pod watch fed by the kube double's list+watch, and
+    its bind verb talking to the double; served on a loopback port."""
+    from kubernetes_asyncio import client as k8s
+
+    from tests.kube_double import kube_client_for
+
+    async with kube_client_for(double) as api:
+        extender = make_extender(api=api, node_cache=True, **kwargs)
+        core = k8s.CoreV1Api(api)
+        restarts = extender.metrics.watch_restarts
+        nodes = ListWatch("nodes", core.list_node, extender.node_cache, timeout_seconds=30,
+                          backoff_base=0.01, backoff_max=0.05,
+                          on_restart=lambda why: restarts.labels("nodes", why).inc())
+        pods = ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch, timeout_seconds=30,
+                         backoff_base=0.01, backoff_max=0.05,
+                         on_restart=lambda why: restarts.labels("pods", why).inc())
+        tasks = [asyncio.create_task(nodes.run()), asyncio.create_task(pods.run())]
+        try:
+            async with serving(extender) as client:
+                yield KubeExtender(extender, client, double, api, nodes, pods)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

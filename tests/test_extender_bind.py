@@ -1,0 +1,143 @@
+"""The bind verb against the kube-apiserver double: Binding creation, the planned set on the
+pod, rollback and Events when the Binding fails or the API server is gone."""
+
+from __future__ import annotations
+
+import json
+
+from tests.extender_support import (
+    args_body,
+    eventually,
+    kube_extender,
+    pod_object,
+    recorded,
+    report_annotations,
+)
+from tests.kube_double import make_node, running_kube_double
+
+UID = "5fd8153a-1b23-448d-8a4b-c930ac341648"
+BINDING_PATH = "/api/v1/namespaces/gpupair-test/pods/gpu2/binding"
+
+
+def create_pod(double, gpus: int = 2, *, name: str = "gpu2", uid: str = UID) -> dict:
+    pod = pod_object(gpus, name=name, uid=uid)
+    for key in ("resourceVersion", "creationTimestamp", "generation"):
+        pod["metadata"].pop(key, None)
+    return double.store.create("pods", pod, "gpupair-test")
+
+
+def bind_body(name: str = "gpu2", uid: str = UID, node: str = "gpu-node-a") -> dict:
+    return {"PodName": name, "PodNamespace": "gpupair-test", "PodUID": uid, "Node": node}
+
+
+async def ready(k) -> None:
+    await eventually(lambda: k.extender.node_cache.ready and k.pod_watch.lists >= 1, what="caches synced")
+
+
+async def test_recorded_bind_creates_the_binding_and_reserves_the_plan():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4}, node="a")))
+        double.store.create("nodes", make_node("gpu-node-b", annotations=report_annotations({0, 4}, node="b")))
+        create_pod(double)
+        async with kube_extender(double) as k:
+            await ready(k)
+            await k.client.post("filter", recorded("cache-true-filter-01-gpu2.json"))
+            status, answer = await k.client.post("bind", recorded("bind-cache-true-01-gpu2.json"))
+            held = k.extender.reservations.get(UID)
+    assert (status, answer) == (200, {"Error": ""})
+    assert double.store.pod("gpupair-test", "gpu2")["spec"]["nodeName"] == "gpu-node-a"
+    sent = double.requests_to(BINDING_PATH, "POST")[0].json()
+    assert sent["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-a"}
+    assert sent["metadata"]["uid"] == UID and "annotations" not in sent["metadata"]
+    assert held is not None and held.node == "gpu-node-a" and held.devices == {0, 1}
+
+
+async def test_annotate_plan_puts_the_planned_set_on_the_pod_with_the_binding():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({2, 3, 5, 6, 7}, node="a")))
+        create_pod(double)
+        async with kube_extender(double, annotate_plan=True) as k:
+            await ready(k)
+            await k.client.post("filter", args_body(pod_object(2), names=["gpu-node-a"]))
+            status, answer = await k.client.post("bind", bind_body())
+    assert (status, answer) == (200, {"Error": ""})
+    pod = double.store.pod("gpupair-test", "gpu2")
+    # The best-effort policy pairs within NUMA nodes and hands out the first best pair.
+    assert pod["metadata"]["annotations"]["gpupair.io/planned"] == "GPU2+GPU3"
+    assert len(double.requests_to(BINDING_PATH, "POST")) == 1
+    assert not [r for r in double.requests if r.method == "PATCH"]  # no second request
+
+
+async def test_bind_without_a_prior_filter_reads_the_pod_to_plan():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4, 5}, node="a")))
+        create_pod(double, gpus=4 - 2)
+        async with kube_extender(double) as k:
+            await ready(k)
+            status, answer = await k.client.post("bind", bind_body())
+            held = k.extender.reservations.get(UID)
+    assert (status, answer) == (200, {"Error": ""})
+    assert double.requests_to("/api/v1/namespaces/gpupair-test/pods/gpu2", "GET")
+    assert held is not None and len(held.devices) == 2
+
+
+async def test_api_server_vanished_during_bind_fills_error_and_rolls_back():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4}, node="a")))
+        create_pod(double)
+        async with kube_extender(double) as k:
+            await ready(k)
+            await k.client.post("filter", args_body(pod_object(2), names=["gpu-node-a"]))
+            await double.stop()
+            status, answer = await k.client.post("bind", bind_body())
+            reservations = len(k.extender.reservations)
+            await k.extender.binder.drain()  # the Event attempt fails too, without hanging
+            await double.start()
+            # Nothing is held back: the pair is still offered to the next pod.
+            _, after = await k.client.post("filter", args_body(pod_object(2, uid="other"), names=["gpu-node-a"]))
+    assert status == 200
+    assert answer["Error"].startswith("binding pod gpupair-test/gpu2 to gpu-node-a failed")
+    assert reservations == 0
+    assert after["NodeNames"] == ["gpu-node-a"]
+    assert double.store.pod("gpupair-test", "gpu2")["spec"].get("nodeName") is None
+
+
+async def test_refused_binding_rolls_back_and_leaves_an_event_on_the_pod():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4}, node="a")))
+        create_pod(double)
+        double.fail_next(BINDING_PATH, 500, method="POST", message="etcdserver: request timed out")
+        async with kube_extender(double) as k:
+            await ready(k)
+            await k.client.post("filter", args_body(pod_object(2), names=["gpu-node-a"]))
+            status, answer = await k.client.post("bind", bind_body())
+            await k.extender.binder.drain()
+            reservations = len(k.extender.reservations)
+            _, metrics = await k.client.get("/metrics")
+    assert status == 200 and "HTTP 500: etcdserver: request timed out" in answer["Error"]
+    assert reservations == 0
+    events = double.store.items("events", "gpupair-test")
+    assert len(events) == 1
+    event = events[0]
+    assert event["type"] == "Warning" and event["reason"] == "FailedBinding"
+    assert event["regarding"]["name"] == "gpu2" and event["regarding"]["uid"] == UID
+    assert "etcdserver: request timed out" in event["note"]
+    assert 'gpupair_extender_decisions_total{outcome="failed",verb="bind"} 1.0' in metrics
+
+
+async def test_binding_a_pod_that_is_gone_is_an_error_not_a_crash():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1}, node="a")))
+        async with kube_extender(double) as k:
+            await ready(k)
+            await k.client.post("filter", args_body(pod_object(2), names=["gpu-node-a"]))
+            status, answer = await k.client.post("bind", bind_body())
+    assert status == 200 and "HTTP 404" in answer["Error"] and 'pods "gpu2" not found' in answer["Error"]
+
+
+async def test_bind_answers_its_error_shape_without_api_access():
+    from tests.extender_support import make_extender, serving
+
+    async with serving(make_extender()) as client:
+        status, answer = await client.post("bind", json.dumps(bind_body()))
+    assert status == 200 and "no Kubernetes API access" in answer["Error"]
