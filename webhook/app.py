@@ -27,7 +27,6 @@ from webhook.admission import (
 log = logging.getLogger("gpupair.webhook")
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the apiserver caps objects at 1.5 MiB; a review holds up to two
-OPTIONS_KEY: web.AppKey[InjectOptions] = web.AppKey("options", InjectOptions)
 
 
 class Metrics:
@@ -50,7 +49,6 @@ def create_app(options: InjectOptions, registry: CollectorRegistry | None = None
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app[OPTIONS_KEY] = options
 
     async def mutate(request: web.Request) -> web.Response:
         started = time.perf_counter()
