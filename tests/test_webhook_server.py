@@ -12,9 +12,13 @@ import copy
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import jsonpatch
@@ -334,3 +338,54 @@ def test_bad_files_at_start_fail_loudly(tmp_path):
     (tmp_path / "tls.key").write_text("not a key")
     with pytest.raises(ssl.SSLError):
         ReloadingTLS(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_gpupair_webhook_command_serves_mutate_and_drains_on_sigterm(ca, tmp_path):
+    cert_path, key_path = write_pair(ca.issue_cert(SERVICE_NAME, "127.0.0.1"), tmp_path)
+    port = free_port()
+    repo = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpupair.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
+         "--tls-cert", str(cert_path), "--tls-key", str(key_path), "--verifier-image", "registry.example/v:1"],
+        cwd=repo, env={"PYTHONPATH": str(repo), "GPUPAIR_SCHEDULER_NAME": "gpupair-scheduler"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        running = type("Running", (), {"port": port})()
+        while True:  # wait for the listener (a startup deadline, not a timing assertion)
+            try:
+                status, body = post(running, ca, json.dumps(fixture_review()).encode())
+                break
+            except OSError:
+                assert process.poll() is None, process.communicate()[1]
+                assert time.monotonic() < deadline, "webhook did not start"
+                time.sleep(0.1)
+        assert status == 200
+        patch = decode_patch(json.loads(body))
+        assert {"op": "add", "path": "/spec/schedulerName", "value": "gpupair-scheduler"} in patch
+        injected = [op["value"] for op in patch if op["path"] == "/spec/initContainers"][0][0]
+        assert injected["image"] == "registry.example/v:1"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(entry["msg"] == "admission review" and entry["outcome"] == "injected" for entry in logged)
+
+
+def test_gpupair_webhook_command_refuses_missing_certificates(tmp_path):
+    repo = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "gpupair.cli", "webhook", "--tls-cert", str(tmp_path / "no.crt"),
+         "--tls-key", str(tmp_path / "no.key")],
+        cwd=repo, env={"PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "cannot load TLS certificate" in result.stderr

@@ -42,18 +42,20 @@ def _env(*names: str, default: str = "") -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    # String defaults from the environment go through ``type`` like typed-in values, so a bad
+    # GPUPAIR_* value is reported by argparse rather than crashing.
     parser.add_argument("--host-ip", default=_env("GPUPAIR_HOST_IP", "HOST_IP"),
                         help="this node's IP, where the reporter listens (env GPUPAIR_HOST_IP or HOST_IP)")
-    parser.add_argument("--reporter-port", type=int, default=int(_env("GPUPAIR_REPORTER_PORT", default="9400")),
+    parser.add_argument("--reporter-port", type=int, default=_env("GPUPAIR_REPORTER_PORT", default="9400"),
                         help="the reporter's port (env GPUPAIR_REPORTER_PORT, default %(default)s)")
     parser.add_argument("--token-path", default=_env("GPUPAIR_TOKEN_PATH", default=DEFAULT_TOKEN_PATH),
                         help="projected service-account token for audience gpupair-reporter "
                              "(env GPUPAIR_TOKEN_PATH, default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=float(_env("GPUPAIR_TIMEOUT", default="10")),
+    parser.add_argument("--timeout", type=float, default=_env("GPUPAIR_TIMEOUT", default="10"),
                         help="seconds to wait for one answer (env GPUPAIR_TIMEOUT, default %(default)s)")
-    parser.add_argument("--initial-backoff", type=float, default=float(_env("GPUPAIR_INITIAL_BACKOFF", default="1")),
+    parser.add_argument("--initial-backoff", type=float, default=_env("GPUPAIR_INITIAL_BACKOFF", default="1"),
                         help="first retry delay in seconds; doubles up to --max-backoff (default %(default)s)")
-    parser.add_argument("--max-backoff", type=float, default=float(_env("GPUPAIR_MAX_BACKOFF", default="60")),
+    parser.add_argument("--max-backoff", type=float, default=_env("GPUPAIR_MAX_BACKOFF", default="60"),
                         help="longest retry delay in seconds (default %(default)s)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the annotations a device set would get, from --layout and --devices; no network")
