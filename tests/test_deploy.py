@@ -554,3 +554,14 @@ def test_second_scheduler():
     assert env_of(container(render("self-managed"), "Deployment", "gpupair-webhook", "webhook"))[
         "GPUPAIR_SCHEDULER_NAME"] == ""
 
+
+
+def test_install_guide_covers_every_overlay_and_component():
+    guide = (DEPLOY / "README.md").read_text()
+    for overlay in OVERLAYS:
+        assert f"overlays/{overlay}" in guide, overlay
+    for component in (DEPLOY / "components").iterdir():
+        if component.name not in ("second-scheduler", "cert-manager"):  # reached through their overlays
+            assert f"components/{component.name}" in guide, component.name
+    for path in re.findall(r"\]\(([^)#]+)\)", guide):
+        assert (DEPLOY / path).exists(), path
