@@ -159,9 +159,13 @@ def test_reporter_may_not_touch_another_node(objs):
     assert not allowed and messages == ["the gpupair reporter on gpu-1 may not change node gpu-2"]
 
 
-def test_a_token_without_a_node_is_refused(objs):
+@pytest.mark.parametrize("without", ["node-claims", "extra"])
+def test_a_token_without_a_node_is_refused(objs, without):
     policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
-    allowed, messages = admit(policy, node_update(set_annotation("gpupair.io/free", "new"), node=None))
+    request = node_update(set_annotation("gpupair.io/free", "new"), node=None)
+    if without == "extra":  # e.g. a legacy Secret-based token: no extra at all
+        del request["userInfo"]["extra"]
+    allowed, messages = admit(policy, request)
     assert not allowed
     assert "must call with its pod's node-bound service-account token" in messages[0]
 
