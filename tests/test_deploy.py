@@ -286,10 +286,10 @@ def test_mutating_webhook_configuration(overlay):
 def test_reporter_admission_policies_are_bound_and_deny(overlay):
     objs = render(overlay)
     policies = {p["metadata"]["name"]: p for p in of_kind(objs, "ValidatingAdmissionPolicy")}
-    assert set(policies) == {"gpupair-reporter-nodes", "gpupair-reporter-pods"}
+    assert set(policies) == {"gpupair-reporter-nodes", "gpupair-reporter-pods", "gpupair-pod-verdicts"}
     bindings = of_kind(objs, "ValidatingAdmissionPolicyBinding")
-    assert {b["spec"]["policyName"] for b in bindings} == set(policies)
-    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
+    assert all(b["spec"]["validationActions"] == ["Deny"] and "paramRef" not in b["spec"] for b in bindings)
     sa = find(objs, "ServiceAccount", "gpupair-reporter")
     username = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
     for name, resource in (("gpupair-reporter-nodes", "nodes"), ("gpupair-reporter-pods", "pods")):
@@ -300,6 +300,25 @@ def test_reporter_admission_policies_are_bound_and_deny(overlay):
         (condition,) = spec["matchConditions"]
         assert f"'{username}'" in condition["expression"]
         assert "authentication.kubernetes.io/node-name" in spec["variables"][0]["expression"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pod_verdict_policy_holds_everyone_but_the_reporter(overlay):
+    objs = render(overlay)
+    spec = find(objs, "ValidatingAdmissionPolicy", "gpupair-pod-verdicts")["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    # pods/status too: a status write may change a pod's annotations; pods/binding stays unmatched
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["pods", "pods/status"]}]
+    assert "namespaceSelector" not in spec["matchConstraints"], "a verdict forged in any namespace counts"
+    sa = find(objs, "ServiceAccount", "gpupair-reporter")
+    (condition,) = spec["matchConditions"]
+    assert condition["expression"] == (
+        f"request.userInfo.username != 'system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}'")
+    for validation in spec["validations"]:
+        assert validation["reason"] == "Forbidden"
+        assert "\n" not in validation["message"] and "\n" not in validation["messageExpression"]
 
 
 # --------------------------------------------------------------------------- workloads and wiring

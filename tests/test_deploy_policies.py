@@ -1,6 +1,7 @@
-"""The CEL in deploy/ does what its comments say: the reporter's ValidatingAdmissionPolicies and
-the webhook's matchConditions, evaluated with cel-python against admission requests shaped like
-the apiserver's (the webhook cases start from a recorded v1.36.2 AdmissionReview).
+"""The CEL in deploy/ does what its comments say: the reporter's ValidatingAdmissionPolicies, the
+policy that keeps pods' verdict annotations the reporter's, and the webhook's matchConditions,
+evaluated with cel-python against admission requests shaped like the apiserver's (the webhook
+and pod-CREATE cases start from a recorded v1.36.2 AdmissionReview).
 
 cel-python is a generic CEL runtime: this checks the expressions' logic, not the apiserver's
 schema type-checking (kubernetes-validate checks the objects' shape in test_deploy.py)."""
@@ -15,7 +16,9 @@ import celpy
 import pytest
 import yaml
 
+from gpupair import verdict
 from tests.deploy_manifests import DEPLOY, find
+from webhook.admission import REPORTER_KEYS
 
 REPORTER = "system:serviceaccount:gpupair-system:gpupair-reporter"
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json"
@@ -34,11 +37,11 @@ def to_cel(value):
 
 
 def admit(policy: dict, request: dict) -> tuple[bool, list[str]]:
-    """A ValidatingAdmissionPolicy's verdict on an UPDATE: not matched -> allowed; any validation
-    false -> denied with its message; an evaluation error -> failurePolicy (Fail: denied)."""
+    """A ValidatingAdmissionPolicy's verdict on a CREATE or UPDATE: not matched -> allowed; any
+    validation false -> denied with its message; an evaluation error -> failurePolicy (Fail: denied)."""
     spec = policy["spec"]
     activation = {"request": to_cel(request), "object": to_cel(request["object"]),
-                  "oldObject": to_cel(request["oldObject"])}
+                  "oldObject": to_cel(request.get("oldObject"))}
     for condition in spec.get("matchConditions", []):
         if not evaluate(condition["expression"], activation):
             return True, []
@@ -87,7 +90,7 @@ def objs():
     """The policy and webhook files as written (kustomize only adds a label to them), so these
     tests run where kubectl is missing too."""
     docs = []
-    for name in ("reporter/admission-policy.yaml", "webhook/mutatingwebhookconfiguration.yaml"):
+    for name in ("reporter/admission-policy.yaml", "verdict-policy.yaml", "webhook/mutatingwebhookconfiguration.yaml"):
         docs += [d for d in yaml.safe_load_all((DEPLOY / "base" / name).read_text()) if d]
     return docs
 
@@ -222,6 +225,133 @@ def test_reporter_may_not_change_a_pods_labels_or_spec(objs, field):
         new["spec"]["containers"][0]["image"] = "evil/miner:latest"
     allowed, messages = admit(policy, update_request("pods", pod(), new))
     assert not allowed and any("may not change a pod's spec, labels" in m for m in messages)
+
+
+# --------------------------------------------------------------------------- pod verdicts (any user)
+
+USER = "alice@example.com"
+VERDICT_KEYS = (verdict.GRANTED_KEY, verdict.PCI_KEY, verdict.NUMA_KEY, verdict.LINK_KEY, verdict.P2P_KEY,
+                verdict.VERDICT_KEY, verdict.PLAN_MATCH_KEY, verdict.PLANNED_KEY)
+# Everything a bound, verified pod carries: the reporter's six keys and the plan, with its match.
+BOUND = {**VERDICT, verdict.PCI_KEY: "00000000:21:00.0+00000000:31:00.0", verdict.P2P_KEY: "supported",
+         verdict.PLANNED_KEY: "GPU0+GPU1", verdict.PLAN_MATCH_KEY: "true"}
+
+
+def user_request(operation: str, new: dict, old: dict | None = None, *, user: str = USER,
+                 subresource: str | None = None) -> dict:
+    request = {
+        "uid": "7a2b3c4d-0000-4000-8000-000000000004", "operation": operation,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": new["metadata"]["name"], "namespace": new["metadata"]["namespace"],
+        "userInfo": {"username": user, "uid": "2", "groups": ["system:authenticated"]},
+        "object": new, "oldObject": old,
+    }
+    if subresource:
+        request["subResource"] = subresource
+    return request
+
+
+@pytest.fixture(scope="module")
+def verdicts(objs):
+    return find(objs, "ValidatingAdmissionPolicy", "gpupair-pod-verdicts")
+
+
+def test_the_policy_guards_the_keys_the_reporter_writes_and_the_webhook_strips(verdicts):
+    (keys,) = [v for v in verdicts["spec"]["variables"] if v["name"] == "keys"]
+    guarded = list(evaluate(keys["expression"], {}))
+    assert sorted(guarded) == sorted(VERDICT_KEYS) == sorted(REPORTER_KEYS)
+
+
+@pytest.mark.parametrize("key", VERDICT_KEYS)
+def test_a_user_may_not_create_a_pod_with_a_verdict(verdicts, key):
+    allowed, messages = admit(verdicts, user_request("CREATE", pod(None, annotations={key: "forged"})))
+    assert not allowed
+    assert messages == [f"a new pod may not carry {key} (1 gpupair verdict annotation(s) in all): "
+                        "only gpupair writes them; remove them from the pod or its template"]
+
+
+def test_a_create_forging_a_whole_verdict_is_denied_once(verdicts):
+    allowed, messages = admit(verdicts, user_request("CREATE", pod(None, annotations=BOUND)))
+    assert not allowed and len(messages) == 1 and "(8 gpupair verdict annotation(s) in all)" in messages[0]
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {"example.com/team": "ml", "gpupair.io/verify": "false"}],
+                         ids=["no-annotations-key", "empty", "foreign-and-opt-out"])
+def test_a_pod_without_verdict_keys_is_created(verdicts, annotations):
+    p = pod(None)
+    if annotations is None:
+        del p["metadata"]["annotations"]
+    else:
+        p["metadata"]["annotations"] = annotations
+    assert admit(verdicts, user_request("CREATE", p)) == (True, [])
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
+def test_the_recorded_job_controller_create(verdicts):
+    request = json.loads(FIXTURE.read_text())["request"]
+    assert request["operation"] == "CREATE" and request["oldObject"] is None
+    assert "annotations" not in request["object"]["metadata"]
+    assert admit(verdicts, request) == (True, [])
+    request["object"]["metadata"]["annotations"] = {verdict.VERDICT_KEY: "PASS"}  # from a forged pod template
+    allowed, messages = admit(verdicts, request)
+    assert not allowed and messages[0].startswith("a new pod may not carry gpupair.io/verdict ")
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ({}, {verdict.VERDICT_KEY: "PASS"}, verdict.VERDICT_KEY),
+    ({**BOUND, verdict.VERDICT_KEY: "FAIL"}, BOUND, verdict.VERDICT_KEY),
+    (BOUND, {k: v for k, v in BOUND.items() if k != verdict.LINK_KEY}, verdict.LINK_KEY),
+    (BOUND, {**BOUND, verdict.PLANNED_KEY: "GPU4+GPU5"}, verdict.PLANNED_KEY),
+    ({verdict.PLANNED_KEY: "GPU0+GPU1"}, {verdict.PLANNED_KEY: "GPU0+GPU1", verdict.PLAN_MATCH_KEY: "true"},
+     verdict.PLAN_MATCH_KEY),
+], ids=["add", "change-fail-to-pass", "remove", "rewrite-plan", "add-plan-match"])
+@pytest.mark.parametrize("subresource", [None, "status"])
+def test_a_user_may_not_touch_a_pods_verdict(verdicts, old, new, key, subresource):
+    request = user_request("UPDATE", pod(annotations=new), pod(annotations=old), subresource=subresource)
+    allowed, messages = admit(verdicts, request)
+    assert not allowed
+    assert messages == [f"only the gpupair reporter may set, change or remove {key} (1 gpupair verdict annotation(s) touched)"]
+
+
+def test_dropping_every_annotation_of_a_verified_pod_is_denied(verdicts):
+    old = pod(annotations=BOUND)
+    new = pod()
+    del new["metadata"]["annotations"]
+    allowed, messages = admit(verdicts, user_request("UPDATE", new, old))
+    assert not allowed and "(8 gpupair verdict annotation(s) touched)" in messages[0]
+
+
+@pytest.mark.parametrize("change", [
+    set_annotation("example.com/owner", "me"),
+    set_annotation("gpupair.io/verify", "false"),
+    lambda o: o["metadata"]["labels"].__setitem__("app", "renamed"),
+    lambda o: o["metadata"].__setitem__("finalizers", ["example.com/keep"]),
+    lambda o: o["status"].__setitem__("phase", "Succeeded"),
+], ids=["foreign-annotation", "other-gpupair-key", "label", "finalizer", "status"])
+def test_a_user_may_change_everything_else_on_a_verified_pod(verdicts, change):
+    old = pod(annotations=BOUND)
+    new = copy.deepcopy(old)
+    change(new)
+    assert admit(verdicts, user_request("UPDATE", new, old)) == (True, [])
+
+
+def test_an_update_of_a_pod_without_verdict_keys_is_allowed(verdicts):
+    old = pod()
+    del old["metadata"]["annotations"]
+    new = pod(annotations={"example.com/owner": "me"})
+    assert admit(verdicts, user_request("UPDATE", new, old)) == (True, [])
+
+
+def test_the_reporter_is_not_held_by_this_policy(verdicts):
+    """Its own policy (gpupair-reporter-pods) holds it to its node; this one skips it."""
+    request = user_request("UPDATE", pod(annotations=BOUND), pod(annotations={verdict.PLANNED_KEY: "GPU0+GPU1"}),
+                           user=REPORTER)
+    (condition,) = verdicts["spec"]["matchConditions"]
+    assert evaluate(condition["expression"], {"request": to_cel(request)}) == celpy.celtypes.BoolType(False)
+    assert admit(verdicts, request) == (True, [])
+    # the same write from anyone else is refused
+    assert admit(verdicts, user_request("UPDATE", request["object"], request["oldObject"]))[0] is False
 
 
 # --------------------------------------------------------------------------- webhook matchConditions
