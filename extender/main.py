@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import ssl
 
@@ -50,6 +51,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
+def freeze_long_lived() -> None:
+    """Move what exists now (the node cache after its first list: a few hundred thousand
+    objects at 5,000 nodes) out of the garbage collector's sight. Otherwise every full
+    collection walks them all, and a request that triggers one waits tens of milliseconds."""
+    gc.collect()
+    gc.freeze()
+
+
+async def _freeze_when_ready(cache, poll: float = 0.1) -> None:
+    while not cache.ready:
+        await asyncio.sleep(poll)
+    freeze_long_lived()
+    log.info("node cache frozen for the garbage collector", extra={"frozen": gc.get_freeze_count()})
+
+
 async def _main(args: argparse.Namespace) -> int:
     from kubernetes_asyncio import client as k8s
 
@@ -85,6 +101,8 @@ async def _main(args: argparse.Namespace) -> int:
         watches.append(ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch,
                                  on_restart=lambda why: restarts.labels("pods", why).inc()))
     tasks = [asyncio.create_task(w.run(), name=f"watch-{w.resource}") for w in watches]
+    if extender.node_cache is not None:
+        tasks.append(asyncio.create_task(_freeze_when_ready(extender.node_cache)))
     ssl_context = None
     if args.tls_cert_file:
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

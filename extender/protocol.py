@@ -12,6 +12,7 @@ few fields of them and, in Nodes mode, must hand the very Node objects back.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from typing_extensions import TypedDict
@@ -44,12 +45,15 @@ def _fold_case(model: type[BaseModel], data: Any) -> Any:
 
 
 class _GoStruct(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Case folding (see _fold_case) is applied by the parse functions only when a key is not
+    # an exact field name: a "before" validator would make pydantic build the whole body as
+    # Python objects first, which costs a third more on a 5,000-name body. Unknown keys are
+    # kept (extra="allow") only so that the parser can see whether any of them folds.
+    model_config = ConfigDict(extra="allow", frozen=True)
 
-    @model_validator(mode="before")
     @classmethod
-    def _case_insensitive_keys(cls, data: Any) -> Any:
-        return _fold_case(cls, data)
+    def _folds(cls, key: object) -> bool:
+        return isinstance(key, str) and key.lower() in {name.lower() for name in cls.model_fields}
 
 
 class NodeList(BaseModel):
@@ -157,16 +161,36 @@ def _explain(exc: ValidationError) -> str:
     return f"{where}: {message}{more}"
 
 
-def parse_args(body: bytes) -> ExtenderArgs:
+def _parse(model: type[_GoStruct], body: bytes | str) -> Any:
+    try:
+        parsed = model.model_validate_json(body)
+    except ValidationError as exc:
+        first: ValidationError | None = exc
+    else:
+        if not parsed.__pydantic_extra__ or not any(map(model._folds, parsed.__pydantic_extra__)):
+            return parsed
+        first = None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        assert first is not None
+        raise first from None
+    folded = _fold_case(model, data)
+    if first is not None and (folded is data or folded == data):
+        raise first
+    return model.model_validate(folded)
+
+
+def parse_args(body: bytes | str) -> ExtenderArgs:
     """Decode a filter/prioritize body or raise ProtocolError saying what is wrong."""
     try:
-        return ExtenderArgs.model_validate_json(body)
+        return _parse(ExtenderArgs, body)
     except ValidationError as exc:
         raise ProtocolError(f"malformed ExtenderArgs: {_explain(exc)}") from None
 
 
-def parse_binding(body: bytes) -> ExtenderBindingArgs:
+def parse_binding(body: bytes | str) -> ExtenderBindingArgs:
     try:
-        return ExtenderBindingArgs.model_validate_json(body)
+        return _parse(ExtenderBindingArgs, body)
     except ValidationError as exc:
         raise ProtocolError(f"malformed ExtenderBindingArgs: {_explain(exc)}") from None

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from extender.decisions import NodeView, Unreported
-from extender.protocol import ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, parse_args
+from extender.protocol import ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, parse_args, parse_binding
 from gpupair.report import FREE_KEY, TOPOLOGY_KEY
 from tests.extender_support import (
     NOW,
@@ -40,10 +40,11 @@ def test_recorded_bodies_decode():
 
 
 def test_go_field_names_match_case_insensitively_like_encoding_json():
-    args = ExtenderArgs.model_validate({"pod": {"metadata": {}}, "NODENAMES": ["a"], "nodes": None, "Extra": 1})
+    args = parse_args(json.dumps({"pod": {"metadata": {}}, "NODENAMES": ["a"], "nodes": None, "Extra": 1}))
     assert args.NodeNames == ["a"] and args.Pod == {"metadata": {}}
     # A later key for the same field wins, as in Go.
-    assert ExtenderArgs.model_validate({"Pod": {}, "NodeNames": ["a"], "nodenames": ["b"]}).NodeNames == ["b"]
+    assert parse_args(b'{"Pod": {}, "NodeNames": ["a"], "nodenames": ["b"]}').NodeNames == ["b"]
+    assert parse_binding(b'{"podname": "p", "PODNAMESPACE": "ns", "node": "n"}').PodName == "p"
 
 
 async def test_recorded_nodenames_filter_before_the_node_cache_is_synced():
