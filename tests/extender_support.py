@@ -22,8 +22,9 @@ from extender.decisions import Decider, Unreported
 from extender.list_watch import ListWatch
 from gpupair.report import encode_annotations
 from tests.layouts import seed_layout
+from tests.real_k8s import REAL_K8S
 
-FIXTURES = Path("/work/shared/fixtures/real-k8s")
+FIXTURES = REAL_K8S
 NOW = datetime(2026, 11, 30, 7, 30, tzinfo=timezone.utc)
 
 

@@ -19,11 +19,10 @@ import yaml
 from gpupair import verdict
 from tests.deploy_manifests import DEPLOY, find
 from webhook.admission import REPORTER_KEYS
+from tests.real_k8s import REAL_K8S
 
 REPORTER = "system:serviceaccount:gpupair-system:gpupair-reporter"
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json"
-if not FIXTURE.exists():  # CI lays shared/ beside the clone; a developer has it at /work/shared
-    FIXTURE = Path("/work/shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json")
+FIXTURE = REAL_K8S / "admission-pod-create-p1-05-job-generatename.json"
 
 _env = celpy.Environment()
 
@@ -287,7 +286,6 @@ def test_a_pod_without_verdict_keys_is_created(verdicts, annotations):
     assert admit(verdicts, user_request("CREATE", p)) == (True, [])
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
 def test_the_recorded_job_controller_create(verdicts):
     request = json.loads(FIXTURE.read_text())["request"]
     assert request["operation"] == "CREATE" and request["oldObject"] is None
@@ -368,14 +366,12 @@ def webhook_called(objs, pod_object: dict) -> bool:
     return all(bool(evaluate(c["expression"], activation)) for c in hook["matchConditions"])
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
 def test_recorded_gpu_pod_reaches_the_webhook(objs):
     p = recorded_pod()
     assert p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert webhook_called(objs, p)
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
 def test_gpus_only_in_an_init_container_reach_the_webhook(objs):
     p = recorded_pod()
     gpu = p["spec"]["containers"][0].pop("resources")
@@ -383,7 +379,6 @@ def test_gpus_only_in_an_init_container_reach_the_webhook(objs):
     assert webhook_called(objs, p)
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
 @pytest.mark.parametrize("mutate", [
     lambda p: p["spec"]["containers"][0].pop("resources"),
     lambda p: p["spec"]["containers"][0].__setitem__("resources", {"limits": {"cpu": "1"}}),
@@ -395,7 +390,6 @@ def test_pods_that_cannot_need_a_verifier_skip_the_webhook(objs, mutate):
     assert not webhook_called(objs, p)
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="shared/fixtures/real-k8s is not laid out beside the repository")
 def test_an_explicit_verify_true_still_reaches_the_webhook(objs):
     p = recorded_pod()
     p["metadata"]["annotations"] = {"gpupair.io/verify": "true"}

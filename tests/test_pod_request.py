@@ -5,7 +5,7 @@ import pytest
 
 from gpupair.pod_request import PodRequestError, gpu_request
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real-k8s"
+from tests.real_k8s import REAL_K8S as REAL
 
 
 def pod(containers=(), init=()):

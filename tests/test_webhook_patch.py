@@ -22,8 +22,9 @@ from webhook.admission import (
     pointer,
 )
 from webhook.sidecar import SidecarOptions
+from tests.real_k8s import REAL_K8S
 
-FIXTURE = Path("/work/shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json")
+FIXTURE = REAL_K8S / "admission-pod-create-p1-05-job-generatename.json"
 IMAGE = "registry.example/gpupair:test"
 OPTIONS = InjectOptions(sidecar=SidecarOptions(image=IMAGE, reporter_port=9400))
 

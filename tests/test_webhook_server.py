@@ -33,8 +33,9 @@ from webhook.admission import VERIFY_KEY, InjectOptions
 from webhook.app import create_app
 from webhook.sidecar import SidecarOptions
 from webhook.tls import ReloadingTLS
+from tests.real_k8s import REAL_K8S
 
-FIXTURE = Path("/work/shared/fixtures/real-k8s/admission-pod-create-p1-05-job-generatename.json")
+FIXTURE = REAL_K8S / "admission-pod-create-p1-05-job-generatename.json"
 SERVICE_NAME = "gpupair-webhook.gpupair-system.svc"
 OPTIONS = InjectOptions(sidecar=SidecarOptions(image="registry.example/gpupair:test"))
 
