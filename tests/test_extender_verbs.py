@@ -183,6 +183,8 @@ MALFORMED = [
     b'{"Pod": {}, "Nodes": {"items": []}, "NodeNames": ["a"]}',
     b'{"Pod": {}, "NodeNames": "a"}',
     b'{"Pod": {}, "NodeNames": [1, 2]}',
+    b'{"Pod": {"x": NaN}, "NodeNames": ["a"]}',
+    b'\xff\xfe{}',
     b'{"Pod": [], "NodeNames": ["a"]}',
     b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}, "NodeNames": null}',
     b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "two"}}}]}}, "NodeNames": ["a"]}',
@@ -211,7 +213,7 @@ async def test_malformed_bind_bodies_get_400_with_the_error(body):
 async def test_error_messages_say_where():
     async with serving(make_extender()) as client:
         _, answer = await client.post("filter", b'{"Pod": {}, "NodeNames": [1]}')
-        _, quantity = await client.post("filter", MALFORMED[11])
+        _, quantity = await client.post("filter", MALFORMED[13])
     assert answer["Error"].startswith("malformed ExtenderArgs: NodeNames.0")
     assert "spec.containers[0].resources.limits[nvidia.com/gpu]" in quantity["Error"]
 
