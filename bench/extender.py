@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-FIXTURES = Path("/work/shared/fixtures/real-k8s")
+FIXTURES = ROOT / "tests" / "fixtures" / "real-k8s"  # recorded from kube-scheduler v1.36.2
 POD_FIXTURE = "cache-true-filter-01-gpu2.json"
 NODE_FIXTURE = "cache-false-filter-02-init1-app2.json"
 FREE_CHANCE = 0.6  # each GPU free with this chance: a mix of passing, failing and broken nodes

@@ -108,9 +108,10 @@ def assemble(
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock)
     memo = RequestMemo()
-    binder = Binder(api, evaluator, reservations, memo, resource=resource,
-                    annotate_plan=annotate_plan, timeout=api_timeout)
     pods = PodWatch(evaluator, reservations, resource) if api is not None else None
+    binder = Binder(api, evaluator, reservations, memo, resource=resource,
+                    annotate_plan=annotate_plan, timeout=api_timeout,
+                    known_request=pods.gpus_of if pods is not None else (lambda uid: None))
     return Extender(evaluator, reservations, memo, binder, metrics, resource, cache, pods)
 
 

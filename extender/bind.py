@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,7 @@ class Binder:
         resource: str,
         annotate_plan: bool = False,
         timeout: float = 5.0,
+        known_request: Callable[[str], int | None] = lambda uid: None,
     ):
         self.api = api
         self.evaluator = evaluator
@@ -75,6 +77,7 @@ class Binder:
         self.resource = resource
         self.annotate_plan = annotate_plan
         self.timeout = timeout
+        self.known_request = known_request  # the pod watch's view, for pods filtered elsewhere
         self._background: set[asyncio.Task] = set()
 
     async def bind(self, args: ExtenderBindingArgs) -> BindOutcome:
@@ -85,7 +88,9 @@ class Binder:
             return BindOutcome("gpupair extender has no Kubernetes API access: cannot create the Binding", "failed")
         key = args.PodUID or f"{args.PodNamespace}/{args.PodName}"
         gpus = self.memo.get(args.PodUID)
-        if gpus is None:
+        if gpus is None and args.PodUID:
+            gpus = self.known_request(args.PodUID)
+        if gpus is None:  # filtered by another replica before a restart, and not yet watched
             try:
                 gpus = await self._fetch_request(args)
             except Exception as exc:  # noqa: BLE001 - any API failure becomes the protocol's Error

@@ -27,14 +27,18 @@ class PodWatch:
         self.evaluator = evaluator
         self.reservations = reservations
         self.resource = resource
-        self._unbound: set[str] = set()  # GPU pods seen without a node
+        self._unbound: dict[str, int] = {}  # GPU pods seen without a node -> GPUs asked
         self._listed = False
+
+    def gpus_of(self, uid: str) -> int | None:
+        """GPUs asked by a pod seen unbound (bind's body names the pod but not its request)."""
+        return self._unbound.get(uid)
 
     # ---- WatchHandler
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         present = set()
-        unbound = set()
+        unbound: dict[str, int] = {}
         for pod in items:
             uid, node, phase, gpus = self._facts(pod)
             if not uid:
@@ -43,7 +47,7 @@ class PodWatch:
             if phase in TERMINAL:
                 self._release(uid, "finished")
             elif gpus > 0 and not node:
-                unbound.add(uid)
+                unbound[uid] = gpus
             elif gpus > 0 and node and uid in self._unbound:
                 self._bound(uid, pod, node, gpus)  # bound while the watch was down
         # Reservations of pods deleted while the watch was down.
@@ -58,15 +62,15 @@ class PodWatch:
         if not uid:
             return
         if event_type == "DELETED" or phase in TERMINAL:
-            self._unbound.discard(uid)
+            self._unbound.pop(uid, None)
             self._release(uid, "deleted" if event_type == "DELETED" else "finished")
             return
         if gpus <= 0:
             return
         if not node:
-            self._unbound.add(uid)
+            self._unbound[uid] = gpus
         elif uid in self._unbound or event_type == "ADDED":
-            self._unbound.discard(uid)
+            self._unbound.pop(uid, None)
             self._bound(uid, pod, node, gpus)
 
     # ---- internals

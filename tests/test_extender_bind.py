@@ -68,14 +68,34 @@ async def test_annotate_plan_puts_the_planned_set_on_the_pod_with_the_binding():
     assert not [r for r in double.requests if r.method == "PATCH"]  # no second request
 
 
-async def test_bind_without_a_prior_filter_reads_the_pod_to_plan():
+async def test_bind_without_a_prior_filter_plans_from_the_pod_watch():
+    """Another replica filtered the pod: its GPU request comes from this replica's pod watch."""
     async with running_kube_double() as double:
         double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4, 5}, node="a")))
-        create_pod(double, gpus=4 - 2)
+        create_pod(double, gpus=2)
         async with kube_extender(double) as k:
             await ready(k)
             status, answer = await k.client.post("bind", bind_body())
             held = k.extender.reservations.get(UID)
+    assert (status, answer) == (200, {"Error": ""})
+    assert not double.requests_to("/api/v1/namespaces/gpupair-test/pods/gpu2", "GET")
+    assert held is not None and len(held.devices) == 2
+
+
+async def test_bind_reads_the_pod_when_nothing_else_knows_its_request():
+    from tests.extender_support import make_extender, node_object, serving
+    from tests.kube_double import kube_client_for
+
+    async with running_kube_double() as double:
+        create_pod(double, gpus=2)
+        async with kube_client_for(double) as api:
+            extender = make_extender(api=api)  # Nodes mode, no watches running
+            node = node_object("gpu-node-a", report_annotations({0, 1, 4, 5}, node="a"))
+            async with serving(extender) as client:
+                # Another pod's filter shows the node's report; nothing is known about gpu2.
+                await client.post("filter", args_body(pod_object(1, uid="someone-else"), nodes=[node]))
+                status, answer = await client.post("bind", bind_body())
+            held = extender.reservations.get(UID)
     assert (status, answer) == (200, {"Error": ""})
     assert double.requests_to("/api/v1/namespaces/gpupair-test/pods/gpu2", "GET")
     assert held is not None and len(held.devices) == 2
