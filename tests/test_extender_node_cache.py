@@ -129,3 +129,25 @@ async def test_node_states_and_report_age_in_metrics():
     assert 'gpupair_extender_nodes{state="missing"} 1.0' in metrics
     assert 'gpupair_extender_nodes{state="invalid"} 1.0' in metrics
     assert 'gpupair_extender_report_age_seconds{stat="max"} 0.0' in metrics  # clock fixed at the report time
+
+
+async def test_cached_report_turns_stale_with_time_and_fresh_again_with_a_new_report():
+    from tests.extender_support import NOW, later
+
+    clock = [NOW.timestamp()]
+    async with running_kube_double() as double:
+        seed_nodes(double, a=WHOLE)
+        async with kube_extender(double, clock=lambda: clock[0]) as k:
+            await eventually(lambda: k.extender.node_cache.ready)
+            _, fresh = await k.client.post("filter", names_body(["a"]))
+            clock[0] = later(301).timestamp()  # --stale-after 300, no new report
+            _, stale = await k.client.post("filter", names_body(["a"]))
+            _, one_gpu = await k.client.post("filter", names_body(["a"], gpus=1))
+            double.store.patch("nodes", "a", {"metadata": {"annotations": report_annotations(
+                WHOLE, node="a", generation=2, reported_at=later(300))}})
+            await eventually(lambda: k.extender.node_cache.get("a").report.generation == 2)
+            _, renewed = await k.client.post("filter", names_body(["a"]))
+    assert fresh["NodeNames"] == ["a"]
+    assert stale["NodeNames"] == [] and "is older than 300s" in stale["FailedNodes"]["a"]
+    assert one_gpu["NodeNames"] == ["a"]
+    assert renewed["NodeNames"] == ["a"]
