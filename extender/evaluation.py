@@ -24,6 +24,8 @@ from extender.reservations import Reservations
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
+NO_CACHE_PROBLEM = ("the extender runs without a node cache (--no-node-cache): register it with "
+                    "nodeCacheCapable: false, or drop that flag")
 
 _NONE: frozenset[int] = frozenset()
 
@@ -60,6 +62,7 @@ class Evaluator:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
         self.uncached = ReportEntry(None, UNCACHED_PROBLEM, "missing")
         self.unsynced = ReportEntry(None, UNSYNCED_PROBLEM, "missing")
+        self.no_cache = ReportEntry(None, NO_CACHE_PROBLEM, "missing")
         # Nodes mode: the last report each node showed, so bind can plan without a node cache.
         self.last_seen: LRUCache = LRUCache(self.seen_limit)
 
@@ -68,7 +71,9 @@ class Evaluator:
     def offer(self, args: ExtenderArgs) -> Offer:
         if args.NodeNames is not None:
             cache = self.node_cache
-            if cache is None or not cache.ready:
+            if cache is None:
+                return Offer(args.NodeNames, lambda name: None, self.no_cache)
+            if not cache.ready:
                 return Offer(args.NodeNames, lambda name: None, self.unsynced)
             return Offer(args.NodeNames, cache.get, self.uncached, cached=self.tables is not None)
         nodes = (args.Nodes.items if args.Nodes is not None else None) or []
