@@ -211,7 +211,7 @@ def test_each_component_gets_exactly_what_it_needs():
     }
     assert rules_of(objs, "gpupair-extender") == {
         ("", "nodes", "list", "*", "*"), ("", "nodes", "watch", "*", "*"),
-        ("", "pods", "list", "*", "*"), ("", "pods", "watch", "*", "*"),
+        ("", "pods", "get", "*", "*"), ("", "pods", "list", "*", "*"), ("", "pods", "watch", "*", "*"),
         ("", "pods/binding", "create", "*", "*"),
         ("events.k8s.io", "events", "create", "*", "*"),
     }
