@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from gpupair.layout import Device, NodeLayout
+from dataclasses import replace
 
-SEED_PCI_BUSES = ("21", "31", "41", "61", "81", "A1", "C1", "E1")  # NUMA0: first four, NUMA1: rest
+from gpupair.layout import NodeLayout
+from simulator.shapes import SEED_PCI_BUSES, seed_layout as simulated_seed_layout
+
+__all__ = ["SEED_PCI_BUSES", "seed_layout"]
 
 
 def seed_layout(uuid_prefix: str = "GPU-seed") -> NodeLayout:
-    """The seed's 8-GPU node: GPU0-3 on NUMA0, GPU4-7 on NUMA1, NODE within, SYS across,
-    no NVLink, PCI 00000000:21:00.0 ... 00000000:E1:00.0. ``uuid_prefix`` tells nodes apart."""
-    numa = [0] * 4 + [1] * 4
-    devices = tuple(
-        Device(index=i, uuid=f"{uuid_prefix}-{i}", pci_bus_id=f"00000000:{bus}:00.0", numa_node=numa[i])
-        for i, bus in enumerate(SEED_PCI_BUSES)
-    )
-    links = tuple(
-        tuple("X" if i == j else ("NODE" if numa[i] == numa[j] else "SYS") for j in range(8))
-        for i in range(8)
-    )
-    return NodeLayout(devices=devices, links=links)
+    """The seed's 8-GPU node (GPU0-3 NUMA0, GPU4-7 NUMA1, NODE within, SYS across, PCI
+    00000000:21:00.0 ... E1), with UUIDs ``<uuid_prefix>-<index>`` to tell nodes apart and P2P
+    not probed (unknown), as a reporter without a P2P answer would publish it."""
+    base = simulated_seed_layout()
+    devices = tuple(replace(d, uuid=f"{uuid_prefix}-{d.index}") for d in base.devices)
+    return NodeLayout(devices=devices, links=base.links)
