@@ -116,6 +116,8 @@ def plot_fleet(path: Path, results: Sequence[FleetResult]) -> None:
 def _finish(fig, axes, path: Path) -> None:
     for axis in axes:
         axis.tick_params(axis="x", labelrotation=15)
+        bottom, top = axis.get_ylim()
+        axis.set_ylim(0, max(top, 1))  # counts are never negative, even when all are zero
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
