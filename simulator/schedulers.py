@@ -3,8 +3,9 @@
 - ``spread``: kube-scheduler without gpupair. Its fit check counts GPUs only; its default
   scoring spreads load (least allocated), ties broken at random.
 - ``gpupair``: the same, with gpupair's extender registered: the extender's own Decider filters
-  and scores (weight 5, scaled by kube-scheduler from 0..10 to 0..100 per weight), and the plan
-  of every pod bound since the node's last report stays reserved.
+  and scores (weight 5, scaled by kube-scheduler from 0..10 to 0..100 per weight), and the
+  extender's own reservation store holds the plan of every pod bound since the node's last
+  report (simulated time never expires it; reports and deletions release it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from extender.decisions import Decider, NodeView
+from extender.reservations import Reservation, Reservations
 from simulator.cluster import Cluster
 
 EXTENDER_WEIGHT = 5
@@ -70,40 +72,28 @@ class SpreadScheduler:
 class GpupairScheduler:
     decider: Decider = field(default_factory=Decider)
     name: str = "gpupair"
-    # pod -> (node, planned devices): reserved until a report shows them taken or the pod goes
-    reservations: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
-
-    def _views(self, cluster: Cluster, names: list[str]) -> list[NodeView]:
-        reserved: dict[str, set[int]] = {}
-        for node, plan in self.reservations.values():
-            reserved.setdefault(node, set()).update(plan)
-        return [
-            NodeView(
-                name,
-                cluster.nodes[name].reported_state(),
-                reserved=frozenset(reserved.get(name, ())),
-            )
-            for name in names
-        ]
+    reservations: Reservations = field(default_factory=lambda: Reservations(timer=lambda: 0.0))
 
     def schedule(self, pod: str, gpus: int, cluster: Cluster, rng: random.Random) -> str | None:
-        views = self._views(cluster, _fits_by_count(cluster, gpus))
+        views = [
+            NodeView(name, cluster.nodes[name].reported_state(), reserved=self.reservations.on_node(name))
+            for name in _fits_by_count(cluster, gpus)
+        ]
         decisions = {view.name: self.decider.decide(gpus, view) for view in views}
         passed = [name for name, d in decisions.items() if d.passes]
         spread = _spread_scores(cluster, passed)
         scale = EXTENDER_WEIGHT * MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY
         chosen = _pick_best({n: spread[n] + decisions[n].score * scale for n in passed}, rng)
         if chosen is not None and decisions[chosen].plan:
-            self.reservations[pod] = (chosen, decisions[chosen].plan)
+            self.reservations.reserve(Reservation(pod, chosen, frozenset(decisions[chosen].plan)))
         return chosen
 
     def forget(self, pod: str) -> None:
-        self.reservations.pop(pod, None)
+        self.reservations.release(pod)
 
     def reported(self, cluster: Cluster) -> None:
-        for pod, (node, plan) in list(self.reservations.items()):
-            if not set(plan) & cluster.nodes[node].reported_free:
-                del self.reservations[pod]
+        for name, sim in cluster.nodes.items():
+            self.reservations.observe_report(name, sim.reported_free)
 
 
 SCHEDULERS = {"default": SpreadScheduler, "gpupair": GpupairScheduler}

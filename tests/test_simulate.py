@@ -75,3 +75,27 @@ def test_bad_topology_file_is_a_clear_error(tmp_path):
     done = simulate("--topology", str(bad), cwd=Path(__file__).parents[1])
     assert done.returncode == 2
     assert "gpupair simulate:" in done.stderr
+
+
+def test_simulated_extender_reserves_the_pair_it_promised_until_a_report_shows_it_taken():
+    import random
+
+    from gpupair.policies import POLICIES
+    from simulator.cluster import Cluster
+    from simulator.schedulers import GpupairScheduler
+
+    cluster = Cluster.of({"only": seed_layout()})
+    node = cluster.nodes["only"]
+    for device in (2, 3, 5, 6, 7):  # free: GPU0, GPU1 (one same-NUMA pair) and GPU4
+        node.bound[f"bg-{device}"] = 1
+        node.allocated[f"bg-{device}"] = (device,)
+    cluster.report_all()
+    scheduler, rng = GpupairScheduler(), random.Random(0)
+    assert scheduler.schedule("a", 2, cluster, rng) == "only"
+    cluster.bind("a", 2, "only")
+    assert scheduler.schedule("b", 1, cluster, rng) == "only"  # 1 GPU still fits
+    assert scheduler.schedule("c", 2, cluster, rng) is None  # the pair is promised to "a"
+    assert cluster.allocate("a", "only", POLICIES["aligned"]) == (0, 1)
+    cluster.report_all()
+    scheduler.reported(cluster)
+    assert scheduler.reservations.on_node("only") == frozenset()
