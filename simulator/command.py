@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "seed scenario: TSV path; one file per configuration, named <stem>.<configuration>.tsv")
     add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here")
     add_flag(parser, "--plot", "", "draw the comparison into this PNG file")
-    add_flag(parser, "--progress", True, "show a progress bar on stderr")
+    add_flag(parser, "--progress", True, "show a progress bar on stderr when it is a terminal")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             gpus_per_pod=args.gpus,
         )
         bar = tqdm(total=len(configs) * scenario.runs * scenario.rounds, desc="rounds",
-                   disable=not args.progress, file=sys.stderr, leave=False)
+                   disable=None if args.progress else True, file=sys.stderr, leave=False)
         results = [run_seed_scenario(c, layout, scenario, args.seed, bar.update) for c in configs]
         bar.close()
         written = output.write_tsv(Path(args.output), results)
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals)
-    bar = tqdm(total=len(configs) * scenario.steps, desc="steps", disable=not args.progress,
+    bar = tqdm(total=len(configs) * scenario.steps, desc="steps", disable=None if args.progress else True,
                file=sys.stderr, leave=False)
     fleet = [run_fleet(c, layout, scenario, args.seed, bar.update) for c in configs]
     bar.close()
