@@ -12,9 +12,9 @@ few fields of them and, in Nodes mode, must hand the very Node objects back.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from typing_extensions import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
@@ -153,17 +153,15 @@ def _explain(exc: ValidationError) -> str:
     return f"{where}: {message}{more}"
 
 
-def _not_json(word: str) -> Any:
-    raise ValueError(f"{word} is not JSON")  # Python's decoder would take NaN/Infinity; Go's does not
-
-
 def _parse(model: type[_GoStruct], body: bytes | str) -> Any:
-    """json.loads, then Go's key folding, then the model. The stdlib decoder plus python-mode
-    validation beats pydantic's own JSON mode by a third on Nodes-mode bodies (megabytes of
-    Node objects kept as dicts), and the folding needs the parsed keys anyway."""
+    """orjson, then Go's key folding, then the model. orjson refuses what Go's decoder refuses
+    (NaN, Infinity, invalid UTF-8) and decodes a 5,000-name body in well under half the
+    stdlib's time; python-mode validation of the parsed dict beats pydantic's own JSON mode on
+    Nodes-mode bodies (megabytes of Node objects kept as dicts), and the folding needs the
+    parsed keys anyway."""
     try:
-        data = json.loads(body, parse_constant=_not_json)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"malformed {model.__name__}: body is not JSON: {exc}") from None
     try:
         return model.model_validate(_fold_case(model, data))
