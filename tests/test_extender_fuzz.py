@@ -272,3 +272,34 @@ def test_decision_tables_agree_with_deciding_afresh(ops, fail):
             assert sorted(a.passed) == sorted(b.passed)
             assert a.failed == b.failed and a.unresolvable == b.unresolvable
             assert evaluator.scores_json(gpus, tabled) == evaluator.scores_json(gpus, fresh)
+
+
+# ---------------------------------------------------------------- the NodeNames fast path
+
+
+@SETTINGS
+@given(body=extender_args() | json_values, names=st.lists(node_names | json_values, max_size=6))
+def test_names_fast_path_agrees_with_the_model(body, names):
+    """parse_args skips pydantic for kube-scheduler's NodeNames shape; whatever it accepts that
+    way, the model accepts with the same fields, and whatever the model refuses it refuses."""
+    from extender.protocol import ExtenderArgs, ProtocolError, parse_args
+
+    bodies = [body]
+    if isinstance(body, dict):
+        bodies.append({**body, "NodeNames": names})
+    for candidate in bodies:
+        raw = json.dumps(candidate).encode()
+        try:
+            expected = ExtenderArgs.model_validate(_folded(candidate))
+        except Exception:  # noqa: BLE001 - the model refuses: so must parse_args
+            with pytest.raises(ProtocolError):
+                parse_args(raw)
+            continue
+        got = parse_args(raw)
+        assert (got.Pod, got.Nodes, got.NodeNames) == (expected.Pod, expected.Nodes, expected.NodeNames)
+
+
+def _folded(body):
+    from extender.protocol import ExtenderArgs, _fold_case
+
+    return _fold_case(ExtenderArgs, body)
