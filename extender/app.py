@@ -40,6 +40,7 @@ from extender.protocol import (
     ExtenderFilterResult,
     PrioritizeError,
     ProtocolError,
+    filter_result_json,
     parse_args,
     parse_binding,
 )
@@ -174,7 +175,7 @@ class _Handlers:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter", extra={"pod": _pod_name(args.Pod), "gpus": gpus, "passed": answer.passed,
                                        "failed": answer.failed, "unresolvable": answer.unresolvable})
-        response = _json(answer.result.model_dump_json())
+        response = _json(filter_result_json(answer.result))
         self._done("filter", "ok", started)
         return response
 

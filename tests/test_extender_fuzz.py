@@ -303,3 +303,23 @@ def _folded(body):
     from extender.protocol import ExtenderArgs, _fold_case
 
     return _fold_case(ExtenderArgs, body)
+
+
+@SETTINGS
+@given(names=st.none() | st.lists(node_names, max_size=6), nodes=st.none() | nodes_lists,
+       failed=st.dictionaries(node_names, st.text(max_size=12), max_size=4),
+       unresolvable=st.none() | st.dictionaries(node_names, st.text(max_size=12), max_size=4),
+       error=st.text(max_size=8), extra=st.dictionaries(st.sampled_from(["kind", "apiVersion"]), json_values))
+def test_filter_result_json_is_the_models_json(names, nodes, failed, unresolvable, error, extra):
+    """The orjson encoding of filter's answer writes what pydantic would: same keys, same order."""
+    from extender.protocol import NodeList, filter_result_json
+
+    node_list = None if nodes is None else NodeList.model_construct(metadata={}, items=nodes, **extra)
+    result = ExtenderFilterResult.model_construct(Nodes=node_list, NodeNames=names, FailedNodes=failed,
+                                                  FailedAndUnresolvableNodes=unresolvable, Error=error)
+    ours = json.loads(filter_result_json(result))
+    theirs = json.loads(result.model_dump_json())
+    assert ours == theirs
+    assert list(ours) == list(theirs)
+    if ours["Nodes"] is not None:
+        assert list(ours["Nodes"]) == list(theirs["Nodes"])
