@@ -239,8 +239,8 @@ operations = st.lists(st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=operations, fail=st.booleans())
-def test_decision_tables_agree_with_deciding_afresh(ops, fail):
+@given(ops=operations, fail=st.booleans(), shuffled=st.permutations(CACHED + ["ghost"]), cut=st.integers(0, 7))
+def test_decision_tables_agree_with_deciding_afresh(ops, fail, shuffled, cut):
     now = [NOW.timestamp()]
     extender = make_extender(node_cache=True, clock=lambda: now[0], stale_after=300.0,
                              unreported=Unreported.FAIL if fail else Unreported.PASS)
@@ -264,14 +264,14 @@ def test_decision_tables_agree_with_deciding_afresh(ops, fail):
             extender.reservations.reserve(Reservation(f"uid-{op[1]}", op[1], op[2]))
         else:
             extender.reservations.release(f"uid-{op[1]}")
-        names = CACHED + ["ghost"]
-        tabled = Offer(names, cache.get, evaluator.uncached, cached=True)
-        fresh = Offer(names, cache.get, evaluator.uncached, cached=False)
-        for gpus in (0, 1, 2, 3, 5, 9):
-            a, b = evaluator.verdicts(gpus, tabled), evaluator.verdicts(gpus, fresh)
-            assert sorted(a.passed) == sorted(b.passed)
-            assert a.failed == b.failed and a.unresolvable == b.unresolvable
-            assert evaluator.scores_json(gpus, tabled) == evaluator.scores_json(gpus, fresh)
+        for names in (CACHED + ["ghost"], shuffled[:cut]):  # every node, and some in any order
+            tabled = Offer(names, cache.get, evaluator.uncached, cached=True)
+            fresh = Offer(names, cache.get, evaluator.uncached, cached=False)
+            for gpus in (0, 1, 2, 3, 5, 9):
+                a, b = evaluator.verdicts(gpus, tabled), evaluator.verdicts(gpus, fresh)
+                assert sorted(a.passed) == sorted(b.passed)
+                assert a.failed == b.failed and a.unresolvable == b.unresolvable
+                assert evaluator.scores_json(gpus, tabled) == evaluator.scores_json(gpus, fresh)
 
 
 # ---------------------------------------------------------------- the NodeNames fast path
