@@ -112,7 +112,7 @@ class Binder:
         annotations = {PLANNED_KEY: format_set(plan)} if (self.annotate_plan and plan) else None
         try:
             await asyncio.wait_for(
-                create_binding(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None, annotations),
+                kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None, annotations),
                 self.timeout,
             )
         except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
@@ -168,27 +168,6 @@ class Binder:
         """Wait for pending Events (shutdown, tests)."""
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
-
-
-async def create_binding(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None,
-                         annotations: dict[str, str] | None = None) -> None:
-    """POST pods/{name}/binding. Annotations on a Binding are merged into the pod by the
-    apiserver in the same update that sets spec.nodeName, so a planned set written this way
-    is on the pod from the moment it is bound, with no second request and no pod patch right.
-
-    gpupair.kube.bind_pod builds the same Binding without annotations; this one adds them."""
-    if not annotations:
-        await kube.bind_pod(api, namespace, name, node, uid=uid)
-        return
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": annotations}
-    if uid:
-        metadata["uid"] = uid  # the apiserver refuses the Binding if the pod was replaced
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    response = await k8s.CoreV1Api(api).create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
-    data = await response.read()
-    if not 200 <= response.status <= 299:
-        raise ApiException(http_resp=RESTResponse(response, data))
 
 
 def _describe(exc: BaseException) -> str:

@@ -77,15 +77,24 @@ async def patch_annotations(api: k8s.ApiClient, kind: str, name: str, namespace:
     raise ValueError(f"kind must be 'node' or 'pod', got {kind!r}")
 
 
-async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None = None,
+                   annotations: Mapping[str, str] | None = None) -> None:
     """POST pods/{name}/binding. ``uid`` makes the apiserver refuse a same-named newer pod.
+
+    ``annotations`` on a Binding are merged into the pod by the apiserver in the same update
+    that sets spec.nodeName: they are on the pod from the moment it is bound, with no second
+    request and no pod patch right.
 
     The apiserver answers a Status, which the generated client would read as a V1Binding and
     fail on its required ``target`` (ValueError after a successful bind), so the response is
     read here instead. Errors raise ApiException as every other call does."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+        "apiVersion": "v1", "kind": "Binding", "metadata": metadata,
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     response = await k8s.CoreV1Api(api).create_namespaced_pod_binding(
