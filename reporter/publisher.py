@@ -25,7 +25,6 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from gpupair import report
 from reporter.scan import ScanResult
 
 log = logging.getLogger(__name__)
@@ -90,8 +89,11 @@ class Publisher:
 
     @staticmethod
     def key(scan: ScanResult) -> tuple:
-        """What makes two reports the same: everything but time and generation."""
-        return (report.encode_topology(scan.layout), scan.free, scan.unhealthy)
+        """What makes two reports the same: everything but time and generation.
+
+        The layout compares as a frozen value (the same object scan after scan), so no scan
+        re-encodes the topology just to find it unchanged."""
+        return (scan.layout, scan.free, scan.unhealthy)
 
     def due(self, scan: ScanResult) -> Outcome:
         """What ``publish`` would do now, without doing it."""
