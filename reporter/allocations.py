@@ -251,11 +251,11 @@ class PodResourcesClient:
                 self._get_missing_since = time.monotonic()
             else:
                 self._get_missing_since = None
-                return _flatten(pod_devices_from(response.pod_resources, resource_name))
+                return flatten_device_ids(pod_devices_from(response.pod_resources, resource_name))
         listing = await self._call("List", api_pb2.ListPodResourcesRequest())
         for pod in listing.pod_resources:
             if pod.namespace == namespace and pod.name == name:
-                return _flatten(pod_devices_from(pod, resource_name))
+                return flatten_device_ids(pod_devices_from(pod, resource_name))
         raise PodNotFoundError(
             f"pod {namespace}/{name} is not known to the kubelet at {self.socket_path}"
         )
@@ -342,7 +342,8 @@ def _get_unsupported(error: grpc.aio.AioRpcError) -> bool:
     return error.code() == grpc.StatusCode.UNKNOWN and _GET_DISABLED in (error.details() or "")
 
 
-def _flatten(found: list[PodDevices]) -> list[str]:
+def flatten_device_ids(found: Iterable[PodDevices]) -> list[str]:
+    """Every device id held by ``found``, once each, in first-seen order."""
     ids: list[str] = []
     for entry in found:
         ids.extend(device_id for device_id in entry.device_ids if device_id not in ids)

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from gpupair import report
 from gpupair.layout import NodeLayout, NodeState
-from reporter.allocations import PodResourcesClient, free_devices, map_device_ids
+from reporter.allocations import PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,7 @@ class PodResourcesAllocations:
     async def read(self) -> Allocations:
         allocatable = await self.client.allocatable(self.resource_name)
         held = await self.client.allocated(self.resource_name)
-        ids: list[str] = []
-        for container in held:
-            ids.extend(device_id for device_id in container.device_ids if device_id not in ids)
-        return Allocations(allocated=tuple(ids), allocatable=tuple(allocatable))
+        return Allocations(allocated=tuple(flatten_device_ids(held)), allocatable=tuple(allocatable))
 
 
 def parse_id_list(text: str) -> tuple[str, ...]:
