@@ -50,9 +50,19 @@ class NodeDecision:
 
 @dataclass
 class FilterOutcome:
+    """Filter's three answers: nodes passed (in order), and failed or unresolvable with why."""
+
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, decision: NodeDecision) -> None:
+        if decision.passes:
+            self.passed.append(name)
+        elif decision.unresolvable:
+            self.unresolvable[name] = decision.reason
+        else:
+            self.failed[name] = decision.reason
 
 
 @dataclass(frozen=True)
@@ -83,13 +93,7 @@ class Decider:
     def filter(self, gpus: int, nodes: list[NodeView]) -> FilterOutcome:
         outcome = FilterOutcome()
         for node in nodes:
-            decision = self.decide(gpus, node)
-            if decision.passes:
-                outcome.passed.append(node.name)
-            elif decision.unresolvable:
-                outcome.unresolvable[node.name] = decision.reason
-            else:
-                outcome.failed[node.name] = decision.reason
+            outcome.add(node.name, self.decide(gpus, node))
         return outcome
 
     def prioritize(self, gpus: int, nodes: list[NodeView]) -> dict[str, int]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from itertools import filterfalse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cachetools import LRUCache
 
 from extender.decision_tables import DecisionTables, host_priority_json
-from extender.decisions import Decider, NodeDecision
+from extender.decisions import Decider, FilterOutcome, NodeDecision
 from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
 from extender.reservations import Reservations
@@ -40,13 +40,6 @@ class Offer:
     unknown: ReportEntry  # stands in for a name the lookup does not know
     nodes: list[dict[str, Any]] | None = None  # Nodes mode: the Node objects, to hand back
     cached: bool = False  # NodeNames mode with a synced node cache: tables apply
-
-
-@dataclass
-class Verdicts:
-    passed: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    unresolvable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,12 +88,12 @@ class Evaluator:
             for name in (offer.names if names is None else names)
         ]
 
-    def verdicts(self, gpus: int, offer: Offer) -> Verdicts:
+    def verdicts(self, gpus: int, offer: Offer) -> FilterOutcome:
         if offer.cached:
             return self._table_verdicts(gpus, offer)
-        out = Verdicts()
+        out = FilterOutcome()
         for name, decision in zip(offer.names, self.decisions(gpus, offer)):
-            _sort(out, name, decision)
+            out.add(name, decision)
         return out
 
     def scores_json(self, gpus: int, offer: Offer) -> str:
@@ -141,7 +134,7 @@ class Evaluator:
 
     # ---- internals
 
-    def _table_verdicts(self, gpus: int, offer: Offer) -> Verdicts:
+    def _table_verdicts(self, gpus: int, offer: Offer) -> FilterOutcome:
         assert self.tables is not None
         table = self.tables.table(gpus, self.clock())
         names = offer.names
@@ -151,8 +144,8 @@ class Evaluator:
         passed = list(filter(passing.__contains__, names))
         held = self._held(offer)
         if len(passed) == len(names) and not held:
-            return Verdicts(passed)
-        out = Verdicts(list(filterfalse(held.__contains__, passed)) if held else passed)
+            return FilterOutcome(passed)
+        out = FilterOutcome(list(filterfalse(held.__contains__, passed)) if held else passed)
         redo = held
         if len(passed) < len(names):
             others = set(filterfalse(passing.__contains__, names))
@@ -165,7 +158,7 @@ class Evaluator:
         # Nodes holding reservations, and unknown names, are decided afresh.
         order = list(redo)
         for name, decision in zip(order, self.decisions(gpus, offer, order)):
-            _sort(out, name, decision)
+            out.add(name, decision)
         return out
 
     def _with_fresh(self, gpus: int, offer: Offer, fragments: dict[str, str], names: set[str]) -> dict[str, str]:
@@ -184,15 +177,6 @@ class Evaluator:
             entry = entries.get(node)
             if entry is not None and entry.report is not None:
                 self.reservations.observe_report(node, entry.report.state.free)
-
-
-def _sort(out: Verdicts, name: str, decision: NodeDecision) -> None:
-    if decision.passes:
-        out.passed.append(name)
-    elif decision.unresolvable:
-        out.unresolvable[name] = decision.reason
-    else:
-        out.failed[name] = decision.reason
 
 
 def _freshness(entry: ReportEntry) -> tuple[int, float]:
