@@ -25,14 +25,13 @@ MAX_TABLES = 16  # distinct GPU counts kept; pods ask few distinct counts
 class Table:
     """Decisions for one GPU count: who passes, who fails and why, and prioritize scores."""
 
-    __slots__ = ("gpus", "passing", "failed", "unresolvable", "scores", "score_json")
+    __slots__ = ("gpus", "passing", "failed", "unresolvable", "score_json")
 
     def __init__(self, gpus: int):
         self.gpus = gpus
         self.passing: set[str] = set()
         self.failed: dict[str, str] = {}
         self.unresolvable: dict[str, str] = {}
-        self.scores: dict[str, int] = {}
         # The node's HostPriority as JSON, so thousands join into a HostPriorityList cheaply.
         self.score_json: dict[str, str] = {}
 
@@ -44,14 +43,12 @@ class Table:
             self.unresolvable[name] = decision.reason
         else:
             self.failed[name] = decision.reason
-        self.scores[name] = decision.score
         self.score_json[name] = host_priority_json(name, decision.score)
 
     def drop(self, name: str) -> None:
         self.passing.discard(name)
         self.failed.pop(name, None)
         self.unresolvable.pop(name, None)
-        self.scores.pop(name, None)
         self.score_json.pop(name, None)
 
 
