@@ -10,8 +10,12 @@ between calls and can stop and restart the server on the same socket path.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import grpc
@@ -160,3 +164,27 @@ class FakeKubelet:
             grpc.StatusCode.UNKNOWN,
             f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
         )
+
+
+@contextlib.contextmanager
+def short_socket_dir(prefix: str = "kubelet-") -> Iterator[str]:
+    """A fresh directory for a Unix socket: their paths are limited to 107 bytes, and pytest's
+    tmp_path can come close to that."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def running_kubelet(allocatable: dict[str, list[FakeDevice]], get: str = GET_SERVED) -> AsyncIterator[FakeKubelet]:
+    """A started FakeKubelet offering ``allocatable``, on a socket in a directory of its own."""
+    with short_socket_dir() as directory:
+        server = FakeKubelet(os.path.join(directory, "kubelet.sock"), get=get)
+        server.allocatable = allocatable
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import grpc
 import pytest
@@ -24,6 +22,8 @@ from tests.podresources_server import (
     FakeDevice,
     FakeKubelet,
     FakePod,
+    running_kubelet,
+    short_socket_dir,
 )
 
 GPU = "nvidia.com/gpu"
@@ -53,19 +53,14 @@ def gpu_pod(name: str, *indices: int, namespace: str = "default", uuid: bool = T
 
 @pytest.fixture
 def socket_dir():
-    # Unix socket paths are limited to 107 bytes; pytest's tmp_path can get close to that.
-    path = tempfile.mkdtemp(prefix="podres-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_socket_dir() as path:
+        yield path
 
 
 @pytest.fixture
-async def kubelet(socket_dir):
-    server = FakeKubelet(os.path.join(socket_dir, "kubelet.sock"))
-    server.allocatable = {GPU: gpus(*range(8))}
-    await server.start()
-    yield server
-    await server.stop()
+async def kubelet():
+    async with running_kubelet({GPU: gpus(*range(8))}) as server:
+        yield server
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 
 import aiohttp
 import grpc
@@ -26,26 +24,16 @@ from reporter.scan import PodResourcesAllocations, StaticAllocations
 from reporter.topology_source import FileLayoutSource
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 from tests.nvml_fake import real
-from tests.podresources_server import FakeKubelet
+from tests.podresources_server import running_kubelet
 from tests.reporter_support import GPU, NODE, FakeClock, devices, gpu_pod, seed_source
 
 PATH = f"/api/v1/nodes/{NODE}"
 
 
 @pytest.fixture
-def socket_dir():
-    path = tempfile.mkdtemp(prefix="rep-")  # Unix socket paths must stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-async def kubelet(socket_dir):
-    server = FakeKubelet(os.path.join(socket_dir, "kubelet.sock"))
-    server.allocatable = {GPU: devices(*range(8))}
-    await server.start()
-    yield server
-    await server.stop()
+async def kubelet():
+    async with running_kubelet({GPU: devices(*range(8))}) as server:
+        yield server
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,7 @@ from reporter.identity import NODE_NAME_CLAIM, POD_NAME_CLAIM, POD_UID_CLAIM
 from reporter.verification import FAIL_REASON, VerifyService
 from tests.kube_double import KubeDouble, kube_client_for, make_pod, running_kube_double
 from tests.layouts import seed_layout
-from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod
+from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod, running_kubelet
 
 NODE = "gpu-node-1"
 OTHER_NODE = "gpu-node-2"
@@ -88,11 +86,8 @@ class World:
 
 @pytest.fixture
 async def world():
-    socket_dir = tempfile.mkdtemp(prefix="verify-")  # Unix socket paths must stay short
-    kubelet = FakeKubelet(os.path.join(socket_dir, "kubelet.sock"))
-    kubelet.allocatable = {GPU: [FakeDevice(d.uuid, (d.numa_node,)) for d in SEED.devices]}
-    await kubelet.start()
-    try:
+    allocatable = {GPU: [FakeDevice(d.uuid, (d.numa_node,)) for d in SEED.devices]}
+    async with running_kubelet(allocatable) as kubelet:
         async with running_kube_double() as double:
             async with kube_client_for(double) as api, PodResourcesClient(kubelet.socket_path) as pod_resources:
                 api.configuration.api_key = {"BearerToken": REPORTER_TOKEN}
@@ -110,9 +105,6 @@ async def world():
                     yield World(double, kubelet, service, f"http://127.0.0.1:{port}/v1/verify", holder)
                 finally:
                     await runner.cleanup()
-    finally:
-        await kubelet.stop()
-        shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 async def call(world: World, token: str | None) -> tuple[int, dict, dict]:
