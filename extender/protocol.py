@@ -19,7 +19,6 @@ from typing_extensions import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10  # MaxExtenderPriority in types.go
 
 
@@ -89,10 +88,6 @@ class ExtenderArgs(_GoStruct):
         if self.Nodes is None and self.NodeNames is None:
             raise ValueError("neither Nodes nor NodeNames was sent")
         return self
-
-    @property
-    def names_mode(self) -> bool:
-        return self.NodeNames is not None
 
     def node_names(self) -> list[str]:
         if self.NodeNames is not None:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from extender.decisions import Decider, NodeView
+from extender.protocol import MAX_EXTENDER_PRIORITY
 from extender.reservations import Reservation, Reservations
 from simulator.cluster import Cluster
 
 EXTENDER_WEIGHT = 5
 MAX_NODE_SCORE = 100  # kube-scheduler framework's node score range
-MAX_EXTENDER_PRIORITY = 10
 
 
 class Scheduler(Protocol):
