@@ -109,9 +109,7 @@ def node_writer(api: Any, node_name: str) -> Write:
 
 
 # --- the verdict endpoint -----------------------------------------------------------------
-# Owned with the verifier (issue 5): POST /v1/verify runs inside this process, on this port.
-# Adjust the constructor call here when reporter/verification.py changes; nothing else in the
-# reporter depends on it.
+# POST /v1/verify runs inside this process, on this port (reporter/verification.py).
 
 
 def verification_routes(
@@ -121,13 +119,8 @@ def verification_routes(
     layout: Callable[[], NodeLayout | None],
     registry: CollectorRegistry | None = None,
 ) -> list[web.RouteDef]:
-    try:
-        from reporter.verification import VerifyService
-    except ModuleNotFoundError as error:
-        if error.name != "reporter.verification":
-            raise
-        log.info("no reporter.verification module; /v1/verify is not served")
-        return []
+    from reporter.verification import VerifyService  # only the service mode needs it
+
     service = VerifyService(
         api=api,
         pod_resources=pod_resources,
