@@ -42,22 +42,16 @@ FREE_CHANCE = 0.6  # each GPU free with this chance: a mix of passing, failing a
 
 def cluster(count: int, seed: int = 7) -> list[dict]:
     """``count`` Node objects shaped like the recorded ones, each with a gpupair report."""
-    from gpupair.layout import Device, NodeLayout
     from gpupair.report import encode_annotations
+    from tests.layouts import seed_layout
 
     template = json.loads((FIXTURES / NODE_FIXTURE).read_text())["Nodes"]["items"][0]
     rng = random.Random(seed)
     now = datetime.now(timezone.utc)
-    numa = [0] * 4 + [1] * 4
-    links = tuple(tuple("X" if i == j else ("NODE" if numa[i] == numa[j] else "SYS") for j in range(8)) for i in range(8))
     nodes = []
     for index in range(count):
         name = f"gpu-node-{index:05d}"
-        layout = NodeLayout(
-            devices=tuple(Device(i, f"GPU-{index:05d}-{i}", f"00000000:{bus}:00.0", numa[i])
-                          for i, bus in enumerate(("21", "31", "41", "61", "81", "A1", "C1", "E1"))),
-            links=links,
-        )
+        layout = seed_layout(uuid_prefix=f"GPU-{index:05d}")
         free = {i for i in range(8) if rng.random() < FREE_CHANCE}
         node = json.loads(json.dumps(template))
         node["metadata"]["name"] = name
