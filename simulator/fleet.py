@@ -130,7 +130,8 @@ def run_fleet(
         queue = waiting
 
         for pod, node in bound:
-            tight_elsewhere = _tightest_possible(cluster, pod.gpus)
+            # Judged before this pod's own grant, and only where a SYS grant can be counted.
+            tight_elsewhere = pod.gpus >= 2 and _tightest_possible(cluster, pod.gpus)
             granted = cluster.allocate(pod.pod, node, config.policy)
             if granted is None:  # cannot happen: binding counted the GPUs
                 continue
