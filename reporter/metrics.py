@@ -44,12 +44,19 @@ class ReporterMetrics:
                                 namespace=NAMESPACE, registry=r)
         self.last_write = Gauge("last_write_timestamp_seconds", "Unix time of the last successful write",
                                 namespace=NAMESPACE, registry=r)
+        self._numa_labels: set[str] = set()
 
     def count_nvml_errors(self, errors: Iterable[NvmlFailure]) -> None:
         for failure in errors:
             self.nvml_errors.labels(call=failure.call).inc()
 
     def set_free(self, free_by_numa: Mapping[int, tuple[int, ...]], unhealthy: int) -> None:
+        # A rediscovered layout can move GPUs to other NUMA nodes (e.g. -1 once sysfs answers):
+        # a node no longer in the layout must not keep showing its last count.
+        labels = {str(numa) for numa in free_by_numa}
+        for gone in self._numa_labels - labels:
+            self.free_devices.remove(gone)
+        self._numa_labels = labels
         for numa, members in free_by_numa.items():
             self.free_devices.labels(numa_node=str(numa)).set(len(members))
         self.unhealthy_devices.set(unhealthy)

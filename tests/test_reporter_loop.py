@@ -294,3 +294,14 @@ async def test_app_serves_health_readiness_and_metrics_over_http(tmp_path, kubel
     finally:
         await runner.cleanup()
     assert FREE_KEY in double.store.node(NODE)["metadata"]["annotations"]
+
+
+def test_free_gauge_drops_numa_nodes_the_layout_no_longer_has(metrics):
+    metrics.set_free({-1: (0, 1, 2, 3)}, unhealthy=0)
+    assert sample(metrics, "free_devices", numa_node="-1") == 4
+
+    metrics.set_free({0: (0, 1), 1: (2,)}, unhealthy=1)  # rediscovered: the NUMA nodes are known now
+
+    assert sample(metrics, "free_devices", numa_node="-1") is None
+    assert sample(metrics, "free_devices", numa_node="0") == 2
+    assert sample(metrics, "free_devices", numa_node="1") == 1
