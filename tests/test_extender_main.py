@@ -50,6 +50,15 @@ async def stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
     return process.returncode, err.decode()
 
 
+async def answers_ok(session: aiohttp.ClientSession, url: str) -> bool:
+    """True once ``url`` answers 200; False while nothing listens yet."""
+    try:
+        async with session.get(url) as response:
+            return response.status == 200
+    except aiohttp.ClientConnectionError:
+        return False
+
+
 async def test_serves_after_the_first_list_and_exits_cleanly_on_sigterm(tmp_path):
     async with running_kube_double() as double:
         double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4}, node="a")))
@@ -61,14 +70,7 @@ async def test_serves_after_the_first_list_and_exits_cleanly_on_sigterm(tmp_path
         base = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession() as session:
-                async def ready() -> bool:
-                    try:
-                        async with session.get(f"{base}/readyz") as response:
-                            return response.status == 200
-                    except aiohttp.ClientConnectionError:
-                        return False
-
-                await eventually(ready, timeout=30, what="extender ready")
+                await eventually(lambda: answers_ok(session, f"{base}/readyz"), timeout=30, what="extender ready")
                 async with session.post(f"{base}/filter", json=recorded("cache-true-filter-01-gpu2.json")) as response:
                     answer = await response.json()
         finally:
@@ -94,14 +96,8 @@ async def test_https_with_a_given_certificate(tmp_path):
         ca.configure_trust(context)
         try:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
-                async def healthy() -> bool:
-                    try:
-                        async with session.get(f"https://127.0.0.1:{port}/healthz") as response:
-                            return response.status == 200
-                    except aiohttp.ClientConnectionError:
-                        return False
-
-                await eventually(healthy, timeout=30, what="https health")
+                await eventually(lambda: answers_ok(session, f"https://127.0.0.1:{port}/healthz"),
+                                 timeout=30, what="https health")
         finally:
             code, _ = await stop(process)
     assert code == 0
