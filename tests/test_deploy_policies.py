@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gpupair import verdict
-from tests.deploy_manifests import DEPLOY, find
+from tests.deploy_manifests import DEPLOY, OVERLAYS, find, needs_kubectl, render
 from webhook.admission import REPORTER_KEYS
 from tests.real_k8s import REAL_K8S
 
@@ -394,3 +394,15 @@ def test_an_explicit_verify_true_still_reaches_the_webhook(objs):
     p = recorded_pod()
     p["metadata"]["annotations"] = {"gpupair.io/verify": "true"}
     assert webhook_called(objs, p)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o.startswith("second-scheduler")])
+def test_with_a_second_scheduler_opted_out_gpu_pods_still_reach_the_webhook(overlay):
+    # The webhook routes them (spec.schedulerName) though it adds no verifier.
+    p = recorded_pod()
+    p["metadata"]["annotations"] = {"gpupair.io/verify": "false"}
+    assert webhook_called(render(overlay), p)
+    no_gpu = recorded_pod()
+    no_gpu["spec"]["containers"][0].pop("resources")
+    assert not webhook_called(render(overlay), no_gpu)
