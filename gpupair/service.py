@@ -3,6 +3,7 @@ and a serve loop that drains on SIGTERM."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -18,35 +19,31 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
-def env_default(name: str, default: Any) -> Any:
-    """The default of a flag: environment variable GPUPAIR_<NAME> if set, else ``default``."""
-    value = os.environ.get(f"GPUPAIR_{name}")
-    if value is None:
-        return default
-    if isinstance(default, bool):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    if isinstance(default, int):
-        return int(value)
-    if isinstance(default, float):
-        return float(value)
-    return value
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
 
 
 def add_flag(parser, flag: str, default: Any, help: str, **kwargs: Any) -> None:
-    """Add ``--flag`` whose default comes from GPUPAIR_FLAG (dashes become underscores)."""
+    """Add ``--flag`` whose default comes from GPUPAIR_FLAG (dashes become underscores).
+
+    A non-boolean env value goes to argparse as a string default, which argparse converts
+    with the flag's type: a bad value is a usage error naming the flag, not a traceback."""
     env = flag.lstrip("-").replace("-", "_").upper()
-    value = env_default(env, default)
-    if isinstance(default, bool) and "action" not in kwargs:
-        kwargs["action"] = argparse_bool()
-    elif default is not None and "type" not in kwargs and not isinstance(default, bool):
-        kwargs["type"] = type(default)
+    raw = os.environ.get(f"GPUPAIR_{env}")
+    value = default
+    if isinstance(default, bool):
+        kwargs.setdefault("action", argparse.BooleanOptionalAction)
+        if raw is not None:
+            word = raw.strip().lower()
+            if word not in _TRUE + _FALSE:
+                parser.error(f"GPUPAIR_{env}={raw!r}: expected one of {', '.join(_TRUE + _FALSE[:-1])}")
+            value = word in _TRUE
+    else:
+        if default is not None:
+            kwargs.setdefault("type", type(default))
+        if raw is not None:
+            value = raw
     parser.add_argument(flag, default=value, help=f"{help} (env GPUPAIR_{env}, default %(default)s)", **kwargs)
-
-
-def argparse_bool():
-    import argparse
-
-    return argparse.BooleanOptionalAction
 
 
 class JsonFormatter(logging.Formatter):
