@@ -94,7 +94,7 @@ class Binder:
             try:
                 gpus = await self._fetch_request(args)
             except Exception as exc:  # noqa: BLE001 - any API failure becomes the protocol's Error
-                message = f"cannot read pod {args.PodNamespace}/{args.PodName} to plan its GPUs: {_describe(exc)}"
+                message = f"cannot read pod {args.PodNamespace}/{args.PodName} to plan its GPUs: {kube.describe_error(exc)}"
                 self._event(pod_ref, message)
                 return BindOutcome(message, "failed")
 
@@ -118,9 +118,9 @@ class Binder:
         except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
             if plan:
                 self.reservations.release(key)
-            message = f"binding pod {args.PodNamespace}/{args.PodName} to {args.Node} failed: {_describe(exc)}"
+            message = f"binding pod {args.PodNamespace}/{args.PodName} to {args.Node} failed: {kube.describe_error(exc)}"
             log.warning("bind failed", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,
-                                              "error": _describe(exc)})
+                                              "error": kube.describe_error(exc)})
             self._event(pod_ref, message)
             return BindOutcome(message, "failed", plan)
         log.info("bound", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,
@@ -162,23 +162,9 @@ class Binder:
                 self.timeout,
             )
         except Exception as exc:  # noqa: BLE001 - an Event is best effort
-            log.warning("could not record event", extra={"pod": pod_ref["metadata"]["name"], "error": _describe(exc)})
+            log.warning("could not record event", extra={"pod": pod_ref["metadata"]["name"], "error": kube.describe_error(exc)})
 
     async def drain(self) -> None:
         """Wait for pending Events (shutdown, tests)."""
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        reason = exc.reason
-        if exc.body:
-            try:
-                reason = json.loads(exc.body).get("message") or reason
-            except (ValueError, AttributeError):
-                pass
-        return f"HTTP {exc.status}: {reason}"
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timed out waiting for the API server"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

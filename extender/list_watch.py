@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpupair import kube
+
 log = logging.getLogger("gpupair.extender.watch")
 
 LIST_PAGE = 500
@@ -83,7 +85,7 @@ class ListWatch:
                 delay = min(cap, base * 2 ** (failures - 1)) * (0.5 + random.random() / 2)
                 log.warning(
                     "list/watch failed, retrying",
-                    extra={"resource": self.resource, "error": _describe(exc), "retry_in_s": round(delay, 2)},
+                    extra={"resource": self.resource, "error": kube.describe_error(exc), "retry_in_s": round(delay, 2)},
                 )
                 self._on_restart("error")
                 await self._sleep(delay)
@@ -172,9 +174,3 @@ def _check(status: int, body: bytes) -> None:
     if status == 410:
         raise Gone(message)
     raise ApiException(status=status, reason=message)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status}: {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"

@@ -3,6 +3,8 @@ patches, pod binding, Events, and 410 detection."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
 import time
@@ -180,3 +182,19 @@ def is_gone(exc: BaseException) -> bool:
     """True for HTTP 410 (Gone/Expired): a list or watch resourceVersion too old to serve;
     the caller must re-list. Watch streams raise it as ApiException from an ERROR event."""
     return isinstance(exc, ApiException) and exc.status == 410
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for logs and answers: ``HTTP <status>: <the Status message>`` for API errors,
+    else the exception's type and text."""
+    if isinstance(exc, ApiException):
+        reason = exc.reason
+        if exc.body:
+            try:
+                reason = json.loads(exc.body).get("message") or reason
+            except (ValueError, AttributeError):
+                pass
+        return f"HTTP {exc.status}: {reason}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out waiting for the API server"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
