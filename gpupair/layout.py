@@ -153,9 +153,6 @@ class NodeState:
     def take(self, indices: Iterable[int]) -> "NodeState":
         return NodeState(self.layout, self.free - frozenset(indices))
 
-    def give_back(self, indices: Iterable[int]) -> "NodeState":
-        return NodeState(self.layout, self.free | frozenset(indices))
-
 
 def normalize_pci(bus_id: str) -> str:
     """Canonical PCI address: 8-hex-digit domain, upper case ("00000000:21:00.0").

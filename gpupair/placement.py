@@ -19,7 +19,6 @@ MAX_SCORE = 10  # kube-scheduler's extender priorities run 0..10 (MaxExtenderPri
 class Fit:
     feasible: bool
     resolvable: bool  # False: this node's hardware can never hold the pod
-    numa_nodes_needed: int  # fewest NUMA nodes the hardware allows for k (0 when k == 0)
     reason: str = ""
 
 
@@ -53,24 +52,14 @@ def _spread_phrase(needed: int) -> str:
 def fit(state: NodeState, k: int) -> Fit:
     """Can a pod asking k GPUs be placed on this node now without spreading wider than needed?"""
     if k <= 0:
-        return Fit(True, True, 0)
+        return Fit(True, True)
     needed = min_numa_nodes(state.layout, k)
     if needed is None:
-        return Fit(
-            False,
-            False,
-            0,
-            f"need {k} GPUs; the node has only {state.layout.size}",
-        )
+        return Fit(False, False, f"need {k} GPUs; the node has only {state.layout.size}")
     free_counts = sorted((len(m) for m in state.free_by_numa().values()), reverse=True)
     if sum(free_counts[:needed]) >= k:
-        return Fit(True, True, needed)
-    return Fit(
-        False,
-        True,
-        needed,
-        f"need {k} GPUs {_spread_phrase(needed)}; free: {free_summary(state)}",
-    )
+        return Fit(True, True)
+    return Fit(False, True, f"need {k} GPUs {_spread_phrase(needed)}; free: {free_summary(state)}")
 
 
 def chosen_numa_nodes(state: NodeState, chosen: tuple[int, ...]) -> set[int]:
