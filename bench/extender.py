@@ -75,7 +75,7 @@ def bodies(nodes: list[dict], mode: str) -> bytes:
 # ---------------------------------------------------------------- servers (own processes)
 
 
-def _serve_extender(port: int, count: int, ready) -> None:
+def _serve_extender(port: int, count: int) -> None:
     from aiohttp import web
 
     from extender.app import assemble, build_app
@@ -89,7 +89,7 @@ def _serve_extender(port: int, count: int, ready) -> None:
                 access_log=None, reuse_address=True)
 
 
-def _serve_noop(port: int, count: int, ready) -> None:
+def _serve_noop(port: int) -> None:
     from aiohttp import web
 
     import orjson
@@ -166,8 +166,8 @@ async def _run(args) -> list[dict]:
     nodes = cluster(max(sizes))
     ctx = multiprocessing.get_context("spawn")
     ports = {"extender": _free_port(), "noop": _free_port()}
-    servers = [ctx.Process(target=_serve_extender, args=(ports["extender"], max(sizes), None), daemon=True),
-               ctx.Process(target=_serve_noop, args=(ports["noop"], 0, None), daemon=True)]
+    servers = [ctx.Process(target=_serve_extender, args=(ports["extender"], max(sizes)), daemon=True),
+               ctx.Process(target=_serve_noop, args=(ports["noop"],), daemon=True)]
     for process in servers:
         process.start()
     rows = []
