@@ -67,6 +67,9 @@ class DecisionTables:
         self._order = itertools.count()
 
     def node_changed(self, name: str, entry: ReportEntry, now: float) -> None:
+        # Reporters write a heartbeat every few seconds whether or not requests come; expiring
+        # here too keeps the queue to reports not yet stale even when no request comes for hours.
+        self._expire(now)
         for table in self._tables.values():
             table.set(name, entry.decide(self._decider, name, table.gpus, _NONE, now))
         if entry.stale_at is not None:

@@ -151,3 +151,24 @@ async def test_cached_report_turns_stale_with_time_and_fresh_again_with_a_new_re
     assert stale["NodeNames"] == [] and "is older than 300s" in stale["FailedNodes"]["a"]
     assert one_gpu["NodeNames"] == ["a"]
     assert renewed["NodeNames"] == ["a"]
+
+
+def test_reports_arriving_while_no_request_comes_do_not_pile_up():
+    """Reporters write a heartbeat every 30 s; with no filter or prioritize call for hours, the
+    tables' staleness queue must hold only reports not yet stale, not every one ever seen."""
+    from datetime import timedelta
+
+    from tests.extender_support import NOW, make_extender
+
+    now = [NOW.timestamp()]
+    extender = make_extender(node_cache=True, stale_after=300.0, clock=lambda: now[0])
+    cache, tables = extender.node_cache, extender.evaluator.tables
+    cache.replace([])
+    tables.table(2, now[0])  # a table exists, as after the first request
+    for beat in range(240):  # two hours of 30 s heartbeats, no request
+        now[0] = NOW.timestamp() + 30 * beat
+        reported = (NOW + timedelta(seconds=30 * beat)).replace(microsecond=0)
+        cache.apply("MODIFIED", {"metadata": {"name": "gpu-node-a", "annotations": report_annotations(
+            {0, 1}, node="a", generation=beat + 1, reported_at=reported)}})
+    assert len(tables._stale_heap) <= 300 // 30 + 1
+    assert tables.table(2, now[0]).passing == {"gpu-node-a"}
