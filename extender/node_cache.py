@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from extender.node_reports import ReportDecoder, ReportEntry
-from gpupair.report import FREE_KEY, TOPOLOGY_KEY
+from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
 
@@ -28,7 +28,7 @@ class NodeCache:
         self._on_report = on_report or (lambda name, entry: None)
         self._on_gone = on_gone or (lambda name: None)
         self._entries: dict[str, ReportEntry] = {}
-        self._raw: dict[str, tuple[Any, Any]] = {}
+        self._raw: dict[str, tuple[Any, Any, Any]] = {}
         self.ready = False
         self.decodes = 0  # annotation changes decoded, for tests and metrics
 
@@ -76,7 +76,7 @@ class NodeCache:
         annotations = (node.get("metadata") or {}).get("annotations")
         if not isinstance(annotations, dict):
             annotations = {}
-        raw = (annotations.get(TOPOLOGY_KEY), annotations.get(FREE_KEY))
+        raw = (annotations.get(TOPOLOGY_KEY), annotations.get(FREE_KEY), annotations.get(ALLOCATIONS_KEY))
         if self._raw.get(name) == raw and name in self._entries:
             return
         entry = self._decoder.decode(annotations)
@@ -85,6 +85,9 @@ class NodeCache:
         self._entries[name] = entry
         if entry.report is None:
             log.info("node report unusable", extra={"node": name, "why": entry.problem})
+        elif entry.report.ledger_problem:
+            log.warning("node allocation ledger unusable; deciding without it",
+                        extra={"node": name, "why": entry.report.ledger_problem})
         self._on_report(name, entry)
 
     def _remove(self, name: str) -> None:

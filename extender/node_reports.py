@@ -18,7 +18,9 @@ from cachetools import LRUCache
 
 from extender.decisions import Decider, NodeDecision, NodeView
 from gpupair.layout import NodeLayout
-from gpupair.report import FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout
+from gpupair.report import (
+    ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
+)
 
 MEMO_LIMIT = 64  # decisions kept per report; reservations make the key space open-ended
 
@@ -91,21 +93,25 @@ class ReportDecoder:
         free = annotations.get(FREE_KEY)
         if not isinstance(topology, (str, type(None))) or not isinstance(free, (str, type(None))):
             return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
-        key = (topology, free)
+        ledger = annotations.get(ALLOCATIONS_KEY)
+        key = (topology, free, ledger if isinstance(ledger, str) else None)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._decode(topology, free)
+            entry = self._decode(topology, free, key[2])
             self._entries[key] = entry
         return entry
 
-    def _decode(self, topology: object, free: object) -> ReportEntry:
+    def _decode(self, topology: object, free: object, ledger: str | None = None) -> ReportEntry:
         if topology is None or free is None:
             missing = TOPOLOGY_KEY if topology is None else FREE_KEY
             return ReportEntry(None, f"no gpupair report ({missing} missing)", "missing")
         try:
             layout = self._layout(topology)
             # Staleness is judged per request from reported_at, so decode without a clock.
-            report = decode_annotations({TOPOLOGY_KEY: topology, FREE_KEY: free}, layout=layout)
+            raw = {TOPOLOGY_KEY: topology, FREE_KEY: free}
+            if ledger is not None:
+                raw[ALLOCATIONS_KEY] = ledger
+            report = decode_annotations(raw, layout=layout)
         except ReportError as exc:
             return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind)
         return ReportEntry(report, stale_after=self.stale_after)

@@ -7,6 +7,12 @@ Two annotations, so the changing part stays small and the static part is written
 - ``gpupair.io/free``: free and unhealthy device indices, the topology fingerprint they refer
   to, a generation that only grows, and the time of the scan, so a reader can tell a stale or
   out-of-order report from a live one.
+- ``gpupair.io/allocations``: the allocation ledger, which pod holds which devices, written in
+  the same patch as ``free`` and tied to it by the generation. A reader uses it to end a
+  reservation the moment its pod shows up, whatever devices the pod got. It is a separate
+  annotation so that extenders older than it, whose ``free`` decoder forbids unknown fields,
+  keep working beside reporters that write it; a missing, corrupt or mismatched ledger leaves
+  the report usable, without a ledger.
 
 Device field names follow Kubernetes DRA's standard attributes (``pciBusID``, ``pcieRoot``) and
 the NUMA attribute drivers publish (``numaNode``). Decoding is strict and says why it rejects.
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
@@ -29,6 +35,7 @@ from gpupair.layout import Device, NodeLayout, NodeState
 PREFIX = "gpupair.io/"
 TOPOLOGY_KEY = PREFIX + "topology"
 FREE_KEY = PREFIX + "free"
+ALLOCATIONS_KEY = PREFIX + "allocations"
 FORMAT_VERSION = 1
 MAX_DEVICES = 64
 MAX_ANNOTATION_BYTES = 64 * 1024  # the API server allows 256 KiB for all annotations together
@@ -87,6 +94,42 @@ class FreeReport(_Strict):
         return value
 
 
+class PodAllocation(_Strict):
+    """One pod's devices, as the kubelet's PodResources API lists them."""
+
+    namespace: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=253)
+    uid: str = Field(default="", max_length=64)  # empty: the reporter could not map it
+    devices: list[int] = Field(min_length=1, max_length=MAX_DEVICES)
+
+
+class AllocationsReport(_Strict):
+    v: Literal[1] = FORMAT_VERSION
+    topology: str = Field(min_length=1, max_length=64)
+    generation: int = Field(ge=0)  # equal to the free report's, or the ledger is not used
+    pods: list[PodAllocation] = Field(max_length=MAX_DEVICES)  # each holds >= 1 device
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Which pod holds which devices on one node, at the free report's generation."""
+
+    pods: Mapping[tuple[str, str], frozenset[int]]  # (namespace, name) -> device indices
+    uids: Mapping[tuple[str, str], str]  # (namespace, name) -> pod UID, where the reporter knew it
+
+    def lists(self, namespace: str, name: str, uid: str = "") -> bool:
+        """Whether the ledger shows this pod holding devices. Where both sides know the UID it
+        must match: a pod re-created under the same name is not its predecessor."""
+        key = (namespace, name)
+        if key not in self.pods:
+            return False
+        known = self.uids.get(key)
+        return not (uid and known and known != uid)
+
+    def devices_of(self, namespace: str, name: str) -> frozenset[int] | None:
+        return self.pods.get((namespace, name))
+
+
 @dataclass(frozen=True)
 class NodeReport:
     """A decoded, consistent report."""
@@ -96,6 +139,8 @@ class NodeReport:
     generation: int
     reported_at: datetime
     fingerprint: str
+    ledger: Ledger | None = None  # None: the reporter wrote none (older), or it was unusable
+    ledger_problem: str = ""  # why a ledger that was there is not used
 
     @property
     def layout(self) -> NodeLayout:
@@ -154,18 +199,47 @@ def encode_free(
     )
 
 
+@dataclass(frozen=True)
+class PodHolding:
+    """What a reporter knows of one pod's devices (all its containers together)."""
+
+    namespace: str
+    name: str
+    devices: frozenset[int]
+    uid: str = ""
+
+
+def encode_allocations(
+    topology_json: str, holders: Iterable[PodHolding], generation: int
+) -> str:
+    report = AllocationsReport(
+        topology=fingerprint(topology_json),
+        generation=generation,
+        pods=[
+            PodAllocation(namespace=h.namespace, name=h.name, uid=h.uid, devices=sorted(h.devices))
+            for h in sorted(holders, key=lambda h: (h.namespace, h.name))
+        ],
+    )
+    return _compact(report)
+
+
 def encode_annotations(
     layout: NodeLayout,
     free: frozenset[int] | set[int],
     generation: int,
     reported_at: datetime,
     unhealthy: frozenset[int] | set[int] = frozenset(),
+    holders: Iterable[PodHolding] | None = None,
 ) -> dict[str, str]:
+    """The report's annotations; with ``holders`` (even empty) the ledger too."""
     topology_json = encode_topology(layout)
-    return {
+    annotations = {
         TOPOLOGY_KEY: topology_json,
         FREE_KEY: encode_free(topology_json, free, generation, reported_at, unhealthy),
     }
+    if holders is not None:
+        annotations[ALLOCATIONS_KEY] = encode_allocations(topology_json, holders, generation)
+    return annotations
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -205,6 +279,41 @@ def decode_layout(topology_json: str) -> NodeLayout:
         raise ReportError(f"{TOPOLOGY_KEY} rejected: {exc}") from None
 
 
+def decode_ledger(
+    ledger_json: object, layout: NodeLayout, topology: str, generation: int, free: frozenset[int]
+) -> Ledger:
+    """Decode ``gpupair.io/allocations`` against the free report it came with."""
+    if not isinstance(ledger_json, str):
+        raise ReportError(f"{ALLOCATIONS_KEY} must be a string")
+    report = _load(ALLOCATIONS_KEY, ledger_json, AllocationsReport)
+    assert isinstance(report, AllocationsReport)
+    if report.topology != topology:
+        raise ReportError(f"{ALLOCATIONS_KEY} refers to topology {report.topology}, the node shows {topology}")
+    if report.generation != generation:
+        # Written apart from the free report (a partial or racing write): not the same snapshot.
+        raise ReportError(f"{ALLOCATIONS_KEY} is of generation {report.generation}, {FREE_KEY} of {generation}")
+    pods: dict[tuple[str, str], frozenset[int]] = {}
+    uids: dict[tuple[str, str], str] = {}
+    held: set[int] = set()
+    for pod in report.pods:
+        key = (pod.namespace, pod.name)
+        devices = frozenset(pod.devices)
+        bad = sorted(i for i in devices if not 0 <= i < layout.size)
+        if bad:
+            raise ReportError(f"{ALLOCATIONS_KEY} {pod.namespace}/{pod.name} devices out of range: {bad}")
+        if key in pods or len(devices) != len(pod.devices):
+            raise ReportError(f"{ALLOCATIONS_KEY} lists {pod.namespace}/{pod.name} or one of its devices twice")
+        if devices & held:
+            raise ReportError(f"{ALLOCATIONS_KEY} gives devices {sorted(devices & held)} to two pods")
+        if devices & free:
+            raise ReportError(f"{ALLOCATIONS_KEY} lists devices {sorted(devices & free)} as held that {FREE_KEY} shows free")
+        held |= devices
+        pods[key] = devices
+        if pod.uid:
+            uids[key] = pod.uid
+    return Ledger(pods, uids)
+
+
 def decode_annotations(
     annotations: Mapping[str, str] | None,
     now: datetime | None = None,
@@ -239,12 +348,21 @@ def decode_annotations(
     both = set(free.free) & set(free.unhealthy)
     if both:
         raise ReportError(f"{FREE_KEY} lists devices both free and unhealthy: {sorted(both)}")
+    ledger, ledger_problem = None, ""
+    ledger_json = annotations.get(ALLOCATIONS_KEY)
+    if ledger_json is not None:
+        try:
+            ledger = decode_ledger(ledger_json, layout, expected, free.generation, frozenset(free.free))
+        except ReportError as exc:
+            ledger_problem = exc.reason
     report = NodeReport(
         state=NodeState(layout, frozenset(free.free)),
         unhealthy=frozenset(free.unhealthy),
         generation=free.generation,
         reported_at=free.reportedAt,
         fingerprint=expected,
+        ledger=ledger,
+        ledger_problem=ledger_problem,
     )
     if stale_after is not None:
         age = report.age(now or datetime.now(timezone.utc))
