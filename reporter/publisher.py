@@ -1,6 +1,7 @@
 """Deciding when to write the node's annotations, and writing them.
 
-A write happens when the report changed (topology, free or unhealthy devices) or when the
+A write happens when the report changed (topology, free or unhealthy devices, or which pod
+holds which devices) or when the
 last write is ``heartbeat`` seconds old, so readers can tell a live reporter from a dead one.
 After a failed write the publisher waits, exponentially longer up to ``backoff_cap`` with
 jitter, before it tries again whatever the scans say: a struggling API server gets no storm
@@ -93,7 +94,7 @@ class Publisher:
 
         The layout compares as a frozen value (the same object scan after scan), so no scan
         re-encodes the topology just to find it unchanged."""
-        return (scan.layout, scan.free, scan.unhealthy)
+        return (scan.layout, scan.free, scan.unhealthy, scan.holders)
 
     def due(self, scan: ScanResult) -> Outcome:
         """What ``publish`` would do now, without doing it."""

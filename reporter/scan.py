@@ -14,7 +14,7 @@ from typing import Protocol
 
 from gpupair import report
 from gpupair.layout import NodeLayout, NodeState
-from reporter.allocations import PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
+from reporter.allocations import PodDevices, PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class Allocations:
 
     allocated: tuple[str, ...] = ()
     allocatable: tuple[str, ...] | None = None
+    # Per pod, (namespace, name, device ids): the ledger's source. None: no kubelet to ask,
+    # so no ledger is published (a fixed --allocated list names no pods).
+    pods: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class ScanResult:
     unhealthy: frozenset[int]
     allocated: frozenset[int]
     unknown_ids: tuple[str, ...] = ()
+    holders: tuple[report.PodHolding, ...] | None = None  # the allocation ledger
 
     def state(self) -> NodeState:
         return NodeState(self.layout, self.free)
@@ -43,7 +47,8 @@ class ScanResult:
         return self.state().free_by_numa()
 
     def annotations(self, generation: int, reported_at: datetime) -> dict[str, str]:
-        return report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy)
+        return report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy,
+                                         holders=self.holders)
 
 
 def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = ()) -> ScanResult:
@@ -65,7 +70,20 @@ def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = 
         unhealthy=found.unavailable | lost,
         allocated=found.allocated,
         unknown_ids=found.unknown_ids,
+        holders=holdings(layout, allocations.pods) if allocations.pods is not None else None,
     )
+
+
+def holdings(
+    layout: NodeLayout, pods: Iterable[tuple[str, str, tuple[str, ...]]]
+) -> tuple[report.PodHolding, ...]:
+    """Each pod's device ids as layout indices, one entry per pod holding any known device."""
+    out = []
+    for namespace, name, ids in pods:
+        indices, _ = map_device_ids(ids, layout)
+        if indices:
+            out.append(report.PodHolding(namespace, name, frozenset(indices)))
+    return tuple(sorted(out, key=lambda h: (h.namespace, h.name)))
 
 
 class UnknownDevicesError(ValueError):
@@ -107,7 +125,17 @@ class PodResourcesAllocations:
     async def read(self) -> Allocations:
         allocatable = await self.client.allocatable(self.resource_name)
         held = await self.client.allocated(self.resource_name)
-        return Allocations(allocated=tuple(flatten_device_ids(held)), allocatable=tuple(allocatable))
+        return Allocations(allocated=tuple(flatten_device_ids(held)), allocatable=tuple(allocatable),
+                           pods=pods_of(held))
+
+
+def pods_of(held: Iterable[PodDevices]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """Containers' devices gathered per pod (a pod's init and app containers may share devices)."""
+    per_pod: dict[tuple[str, str], list[str]] = {}
+    for entry in held:
+        ids = per_pod.setdefault((entry.namespace, entry.pod), [])
+        ids.extend(i for i in entry.device_ids if i not in ids)
+    return tuple((ns, name, tuple(ids)) for (ns, name), ids in per_pod.items())
 
 
 def parse_id_list(text: str) -> tuple[str, ...]:

@@ -132,6 +132,28 @@ async def test_allocations_changing_between_scans(tmp_path, kubelet, pod_resourc
     assert len(double.requests_to(PATH, "PATCH")) == 3
 
 
+async def test_the_ledger_names_each_pod_with_its_devices_and_a_new_pod_is_a_change(
+        tmp_path, kubelet, pod_resources, api, double, clock, metrics):
+    from tests.podresources_server import FakeContainer, FakePod
+
+    # A pod whose init container and app container share a device, next to a 1-GPU pod.
+    kubelet.pods = [FakePod("ml", "pair", [FakeContainer("init", {GPU: devices(2)}),
+                                           FakeContainer("main", {GPU: devices(2, 3)})]),
+                    gpu_pod("pinned", 5, namespace="infra")]
+    loop, _ = reporter(tmp_path, pod_resources, api, clock, metrics)
+    await loop.scan_once()
+    ledger = node_report(double).ledger
+    assert ledger is not None and ledger.pods == {("ml", "pair"): {2, 3}, ("infra", "pinned"): {5}}
+
+    # The same devices held by another pod (one finished, one started) is a change to publish.
+    kubelet.pods = [gpu_pod("pair-2", 2, 3), gpu_pod("pinned", 5, namespace="infra")]
+    clock.advance(1.0)
+    await loop.scan_once()
+    assert loop.last_outcome is Outcome.CHANGED
+    assert node_report(double).ledger.pods == {("ml", "pair-2"): {2, 3}, ("infra", "pinned"): {5}}
+    assert node_report(double).state.free == {0, 1, 4, 6, 7}
+
+
 async def test_other_resources_and_unhealthy_devices(tmp_path, kubelet, pod_resources, api, double, clock, metrics):
     from tests.podresources_server import FakeContainer, FakeDevice, FakePod
 
