@@ -6,7 +6,8 @@ The caller (the injected ``gpupair verify`` sidecar) sends only its projected to
 1. confirms the token with a TokenReview and takes the pod's identity from the review
    (never from the request), refusing tokens for other audiences, non-pod tokens, tokens
    without a node claim and pods on other nodes;
-2. reads the pod from the API and checks it is that pod (same UID) and bound to this node;
+2. reads the pod from the API and checks it is that pod (same UID) and bound to this node (the
+   review itself already rejects a token whose pod is deleted or replaced: 401);
 3. asks the kubelet (PodResources) which devices the pod's containers hold, maps them to this
    node's layout and classifies the set (gpupair.verdict.classify), against the extender's
    plan when the pod carries one;
@@ -172,8 +173,8 @@ class VerifyService:
                 _request_timeout=self.api_timeout,
             )
         except ApiException as exc:
-            if exc.status == 404:
-                raise Refused(403, f"pod {identity.namespace}/{identity.pod_name} no longer exists") from None
+            if exc.status == 404:  # deleted since the review: the token no longer proves anything
+                raise Refused(401, f"pod {identity.namespace}/{identity.pod_name} no longer exists") from None
             raise Refused(503, f"cannot read the pod now: apiserver answered {exc.status}", retry_after=5) from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise Refused(503, f"cannot read the pod now: {exc}", retry_after=5) from None
@@ -181,8 +182,9 @@ class VerifyService:
             raise Refused(503, "the apiserver's pod answer is not an object", retry_after=5)
         uid = (pod.get("metadata") or {}).get("uid")
         if uid != identity.pod_uid:
-            # Same name, different pod: a token of a deleted pod, replayed.
-            raise Refused(403, f"pod {identity.namespace}/{identity.pod_name} is not the pod the token was issued to")
+            # The review already refuses a replayed token of a deleted pod (401); this catches the
+            # pod replaced by a namesake between the review and this read, and answers the same.
+            raise Refused(401, f"pod {identity.namespace}/{identity.pod_name} is not the pod the token was issued to")
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound != self.node_name:
             raise Refused(403, f"pod {identity.namespace}/{identity.pod_name} is bound to node {bound!r}, "

@@ -15,7 +15,9 @@ implements them directly, following the apiserver's observable behaviour:
   carrying a 410 ``Expired`` Status (as the watch cache does);
 * a field/label-selected watch turns "starts matching" into ADDED and "stops matching"
   into DELETED;
-* errors are ``Status`` objects with the apiserver's reasons and messages.
+* errors are ``Status`` objects with the apiserver's reasons and messages;
+* a TokenReview of a pod-bound token fails (HTTP 201, ``status.error``) once that pod is
+  deleted or replaced by a namesake with another UID.
 
 Known simplifications: strategic merge patch merges maps like a JSON merge patch and merges
 lists only for a few keyed lists (conditions by type, containers by name); pods are deleted at
@@ -67,6 +69,8 @@ REASONS = {
     504: "Timeout",
 }
 DEFAULT_AUDIENCES = ["https://kubernetes.default.svc.cluster.local"]
+POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"  # a pod-bound token's claims, in a review's user.extra
+POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apiserver's generateName alphabet
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}  # Go strconv.ParseBool
 
@@ -787,6 +791,22 @@ class KubeDouble:
             text = "".join(lines[-int(request.query["tailLines"]):]) if int(request.query["tailLines"]) else ""
         return web.Response(text=text, content_type="text/plain")
 
+    def _bound_pod_gone(self, identity: TokenIdentity) -> str | None:
+        """Why a pod-bound token no longer authenticates, or None: the apiserver's validator
+        (pkg/serviceaccount/claims.go) reads the bound pod on every review and rejects the token
+        once that pod is gone, or replaced by one of the same name with another UID."""
+        name = (identity.extra.get(POD_NAME_CLAIM) or [""])[0]
+        if not name:
+            return None
+        namespace = identity.username.split(":")[2] if identity.username.count(":") == 3 else ""
+        pod = self.store.pod(namespace, name)
+        if pod is None:
+            return "service account token has been invalidated"
+        claimed, actual = (identity.extra.get(POD_UID_CLAIM) or [""])[0], pod["metadata"]["uid"]
+        if claimed != actual:
+            return f"pod UID ({actual}) does not match service account pod ref claim ({claimed})"
+        return None
+
     async def _token_review(self, request: web.Request) -> web.Response:
         review = await self._json_body(request)
         spec = review.get("spec") or {}
@@ -800,6 +820,8 @@ class KubeDouble:
             status["error"] = "[invalid bearer token, token lookup failed]"
         elif wanted and not set(wanted) & set(identity.audiences):
             status["error"] = "[invalid bearer token, token audiences is invalid for the target audiences]"
+        elif (unbound := self._bound_pod_gone(identity)) is not None:
+            status["error"] = f"[invalid bearer token, {unbound}]"
         else:
             user: dict[str, Any] = {"username": identity.username}
             if identity.uid:

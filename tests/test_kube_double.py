@@ -280,9 +280,11 @@ async def test_pod_log_get_and_delete():
 
 
 async def test_token_review_authenticated_and_unknown():
-    extra = {"authentication.kubernetes.io/pod-name": ["probe-1"],
-             "authentication.kubernetes.io/node-name": ["gpu-a"]}
     async with running_kube_double() as double:
+        probe = double.store.create("pods", make_pod("probe-1", "gpu"), "gpu")
+        extra = {"authentication.kubernetes.io/pod-name": ["probe-1"],
+                 "authentication.kubernetes.io/pod-uid": [probe["metadata"]["uid"]],
+                 "authentication.kubernetes.io/node-name": ["gpu-a"]}
         double.add_token("good", "system:serviceaccount:gpu:verifier", uid="u-1",
                          groups=["system:serviceaccounts", "system:authenticated"], extra=extra,
                          audiences=["gpupair"])
@@ -303,6 +305,19 @@ async def test_token_review_authenticated_and_unknown():
                 body = await resp.json()
         assert "authenticated" not in body["status"]
         assert body["status"]["user"] == {}
+        # The bound pod replaced by a namesake, then gone: the token stops authenticating.
+        async with kube_client_for(double) as api:
+            auth = k8s.AuthenticationV1Api(api)
+            review = {"spec": {"token": "good", "audiences": ["gpupair"]}}
+            double.store.delete("pods", "probe-1", "gpu")
+            namesake = double.store.create("pods", make_pod("probe-1", "gpu"), "gpu")
+            replaced = await auth.create_token_review(review)
+            assert replaced.status.authenticated is None
+            assert replaced.status.error == (f"[invalid bearer token, pod UID ({namesake['metadata']['uid']}) does not "
+                                             f"match service account pod ref claim ({probe['metadata']['uid']})]")
+            double.store.delete("pods", "probe-1", "gpu")
+            gone = await auth.create_token_review(review)
+            assert gone.status.error == "[invalid bearer token, service account token has been invalidated]"
 
 
 async def test_events_both_apis_are_validated():

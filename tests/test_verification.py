@@ -252,10 +252,24 @@ async def test_token_without_node_claims_is_refused(world):
 
 
 async def test_token_of_a_deleted_pod_does_not_work_for_its_namesake(world):
+    # The apiserver's TokenReview rejects it (the bound pod's UID changed): 401, the pod unread.
     _, token = world.add_pod("reused", (1, 2))
     world.double.store.delete("pods", "reused", NS)
     world.double.store.create("pods", make_pod("reused", NS, gpus=2, node_name=NODE), NS)  # new uid
-    await assert_refused(world, token, 403, "not the pod the token was issued to", pod="reused")
+    await assert_refused(world, token, 401, "does not match service account pod ref claim", pod="reused")
+    assert world.pod_requests("reused", "GET") == []
+
+
+async def test_token_of_a_deleted_pod_is_refused(world):
+    _, token = world.add_pod("gone", (1, 2))
+    world.double.store.delete("pods", "gone", NS)
+    await assert_refused(world, token, 401, "token has been invalidated")
+
+
+async def test_pod_deleted_between_review_and_read_is_refused_like_the_review_would(world):
+    _, token = world.add_pod("racing", (1, 2))
+    world.double.fail_next(f"/api/v1/namespaces/{NS}/pods/racing", 404, method="GET", reason="NotFound")
+    await assert_refused(world, token, 401, "no longer exists", pod="racing")
 
 
 async def test_non_pod_tokens_are_refused(world):
