@@ -1,22 +1,26 @@
 """What every gpupair service shares: flags with env defaults, JSON logs, health, metrics,
-and a serve loop that drains on SIGTERM."""
+and a serve loop that drains on SIGTERM.
+
+Every subcommand's ``configure`` imports this module, so its top level stays on the standard
+library: aiohttp, prometheus_client and asyncio load only in the functions that serve (about
+0.2 s of `gpupair SUBCOMMAND --help` otherwise; bench/startup.py)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
-import signal
-import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+if TYPE_CHECKING:
+    import ssl
+
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -80,6 +84,9 @@ def add_common_flags(parser) -> None:
 
 
 def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -93,6 +100,7 @@ def add_health_routes(
     ready: Callable[[], bool] = lambda: True,
 ) -> None:
     """/healthz (process alive), /readyz (``ready()``), /metrics (Prometheus text)."""
+    from aiohttp import web
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -115,6 +123,11 @@ async def serve(
     shutdown_timeout: float = 10.0,
 ) -> None:
     """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests."""
+    import asyncio
+    import signal
+
+    from aiohttp import web
+
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
