@@ -10,29 +10,65 @@ from dataclasses import dataclass, field
 
 from gpupair.layout import NodeLayout, NodeState
 from gpupair.policies import Policy
+from simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
+
+# The nodes of the recorded real placements (tests/fixtures/real-k8s): 32 CPU, 256Gi each.
+DEFAULT_NODE_MILLI_CPU = 32_000
+DEFAULT_NODE_MEMORY = 256 * 1024**3
+
+
+class Bound(dict[str, PodRequest]):
+    """pod -> its requests; counts its changes so a node's usage is summed once per change."""
+
+    version = 0
+
+    def __setitem__(self, pod: str, request: PodRequest) -> None:
+        self.version += 1
+        super().__setitem__(pod, request)
+
+    def __delitem__(self, pod: str) -> None:
+        self.version += 1
+        super().__delitem__(pod)
+
+    def pop(self, pod: str, *default):
+        self.version += 1
+        return super().pop(pod, *default)
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+    def update(self, *args, **kwargs) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
 
 
 @dataclass
 class SimNode:
     name: str
     layout: NodeLayout
+    milli_cpu: int = DEFAULT_NODE_MILLI_CPU
+    memory: int = DEFAULT_NODE_MEMORY
     allocated: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pod -> devices
-    bound: dict[str, int] = field(default_factory=dict)  # pod -> GPUs asked, once scheduled
+    bound: Bound = field(default_factory=Bound)  # pod -> its requests, once scheduled
     reported_free: frozenset[int] = frozenset()
+    _usage: tuple[int, NodeUsage | None] = field(default=(-1, None), repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.bound = Bound(self.bound)
         self.reported_free = self.actual_free()
 
     def actual_free(self) -> frozenset[int]:
         taken = {i for devices in self.allocated.values() for i in devices}
         return frozenset(range(self.layout.size)) - taken
 
-    def committed(self) -> int:
-        """GPUs counted against the node by kube-scheduler: every bound pod's request."""
-        return sum(self.bound.values())
-
-    def uncommitted(self) -> int:
-        return self.layout.size - self.committed()
+    def usage(self) -> NodeUsage:
+        """What kube-scheduler's cache counts against the node."""
+        version, usage = self._usage
+        if usage is None or version != self.bound.version:
+            usage = NodeUsage.of(NodeAllocatable(self.milli_cpu, self.memory, self.layout.size), self.bound.values())
+            self._usage = (self.bound.version, usage)
+        return usage
 
     def reported_state(self) -> NodeState:
         return NodeState(self.layout, self.reported_free)
@@ -47,16 +83,22 @@ class Cluster:
     nodes: dict[str, SimNode]
 
     @classmethod
-    def of(cls, layouts: dict[str, NodeLayout]) -> "Cluster":
-        return cls({name: SimNode(name, layout) for name, layout in layouts.items()})
+    def of(
+        cls,
+        layouts: dict[str, NodeLayout],
+        milli_cpu: int = DEFAULT_NODE_MILLI_CPU,
+        memory: int = DEFAULT_NODE_MEMORY,
+    ) -> "Cluster":
+        """Nodes in kube-scheduler's node order (the order of ``layouts``)."""
+        return cls({name: SimNode(name, layout, milli_cpu, memory) for name, layout in layouts.items()})
 
-    def bind(self, pod: str, gpus: int, node: str) -> None:
-        self.nodes[node].bound[pod] = gpus
+    def bind(self, pod: str, request: PodRequest, node: str) -> None:
+        self.nodes[node].bound[pod] = request
 
     def allocate(self, pod: str, node: str, policy: Policy) -> tuple[int, ...] | None:
         """Kubelet admits the pod: the device plugin picks from the really free devices."""
         sim = self.nodes[node]
-        chosen = policy.pick(sim.layout, sim.actual_free(), sim.bound[pod])
+        chosen = policy.pick(sim.layout, sim.actual_free(), sim.bound[pod].gpus)
         if chosen is not None:
             sim.allocated[pod] = chosen
         return chosen

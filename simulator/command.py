@@ -10,11 +10,22 @@ from gpupair.service import add_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--scenario", "seed", "seed: replay the field report; fleet: many nodes over time",
-             choices=["seed", "fleet"])
+    add_flag(parser, "--scenario", "seed", "seed: replay the field report; fleet: many nodes over time; "
+             "replay: a recorded cluster state (--state) pod by pod", choices=["seed", "fleet", "replay"])
     add_flag(parser, "--seed", 1, "random seed; the same seed gives the same results")
-    add_flag(parser, "--configs", "default+naive,default+aligned,gpupair+aligned",
-             "comma-separated SCHEDULER+PLUGIN pairs (schedulers: default, gpupair; plugins: naive, aligned)")
+    add_flag(parser, "--configs", "kube+naive,kube+aligned,gpupair+aligned",
+             "comma-separated SCHEDULER+PLUGIN pairs (schedulers: kube = kube-scheduler alone, gpupair = "
+             "with gpupair's extender; plugins: naive, aligned)")
+    add_flag(parser, "--scheduler-profile", "default,gpu-binpack,gpu-spread",
+             "comma-separated kube-scheduler profiles to run every configuration under: default (the default "
+             "profile: cpu and memory scored, GPUs not), gpu-binpack (NodeResourcesFit MostAllocated with "
+             "nvidia.com/gpu), gpu-spread (LeastAllocated with nvidia.com/gpu)")
+    add_flag(parser, "--cpu-per-gpu", 0.0, "CPU cores every pod requests per GPU it asks for (0: no CPU request, "
+             "as the seed's pods)")
+    add_flag(parser, "--memory-per-gpu", 0.0, "memory (GiB) every pod requests per GPU (0: no memory request)")
+    add_flag(parser, "--node-cpu", 32.0, "allocatable CPU cores per node")
+    add_flag(parser, "--node-memory", 256.0, "allocatable memory (GiB) per node")
+    add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
     add_flag(parser, "--topology", "", "node shape from a real `nvidia-smi topo -m` output or gpupair topology JSON "
              "(default: the field report's 8-GPU node)")
     add_flag(parser, "--nodes", 0, "number of nodes (default: 4 for seed, 64 for fleet)")
@@ -37,17 +48,21 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.smi_topo import TopoParseError
     from gpupair.report import ReportError
     from simulator import output
-    from simulator.configs import Config
+    from simulator.configs import parse_configs
     from simulator.fleet import FleetScenario, run_fleet
     from simulator.seed_scenario import SeedScenario, run_seed_scenario
     from simulator.shapes import layout_from_file, seed_layout
 
     try:
-        configs = [Config.parse(text.strip()) for text in args.configs.split(",") if text.strip()]
+        configs = parse_configs(args.configs, args.scheduler_profile)
         layout = layout_from_file(args.topology) if args.topology else seed_layout()
+        resources = _resources(args)
     except (ValueError, OSError, TopoParseError, ReportError) as exc:
         print(f"gpupair simulate: {exc}", file=sys.stderr)
         return 2
+
+    if args.scenario == "replay":
+        return _replay(args, configs, layout)
 
     if args.scenario == "seed":
         scenario = SeedScenario(
@@ -56,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             rounds=args.rounds,
             pods_per_round=args.pods_per_round,
             gpus_per_pod=args.gpus,
+            **resources,
         )
         bar = tqdm(total=len(configs) * scenario.runs * scenario.rounds, desc="rounds",
                    disable=None if args.progress else True, file=sys.stderr, leave=False)
@@ -63,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         written = output.write_tsv(Path(args.output), results)
         print(f"{scenario.nodes} nodes x {layout.size} GPUs; {scenario.runs} runs x {scenario.rounds} rounds x "
-              f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; seed {args.seed}")
+              f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; "
+              f"{_describe(resources)}; seed {args.seed}")
         print(output.seed_summary(results))
         print("TSV: " + ", ".join(str(p) for p in written))
         if args.verdicts:
@@ -74,16 +91,66 @@ def run(args: argparse.Namespace) -> int:
             print(f"plot: {args.plot}")
         return 0
 
-    scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals)
+    scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals, **resources)
     bar = tqdm(total=len(configs) * scenario.steps, desc="steps", disable=None if args.progress else True,
                file=sys.stderr, leave=False)
     fleet = [run_fleet(c, layout, scenario, args.seed, bar.update) for c in configs]
     bar.close()
     print(f"fleet: {scenario.nodes} nodes x {layout.size} GPUs, {scenario.steps} steps, "
           f"{scenario.arrivals_per_step} arrivals/step, pod sizes "
-          + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes) + f"; seed {args.seed}")
+          + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes) + f"; {_describe(resources)}; seed {args.seed}")
     print(output.fleet_summary(fleet))
     if args.plot:
         output.plot_fleet(Path(args.plot), fleet)
         print(f"plot: {args.plot}")
+    return 0
+
+
+GIB = 1024**3
+
+
+def _resources(args: argparse.Namespace) -> dict:
+    """Pods' cpu/memory requests and nodes' allocatable, in kube-scheduler's units (millicores, bytes)."""
+    for flag in ("cpu_per_gpu", "memory_per_gpu", "node_cpu", "node_memory"):
+        if getattr(args, flag) < 0:
+            raise ValueError(f"--{flag.replace('_', '-')} must not be negative")
+    if args.node_cpu == 0 or args.node_memory == 0:
+        raise ValueError("--node-cpu and --node-memory must be positive")
+    from simulator.kube_scoring import PerGpu
+
+    return {
+        "per_gpu": PerGpu(round(args.cpu_per_gpu * 1000), round(args.memory_per_gpu * GIB)),
+        "node_milli_cpu": round(args.node_cpu * 1000),
+        "node_memory": round(args.node_memory * GIB),
+    }
+
+
+def _describe(resources: dict) -> str:
+    per_gpu = resources["per_gpu"]
+    asks = (f"pods request {per_gpu.milli_cpu / 1000:g} CPU and {per_gpu.memory / GIB:g}Gi per GPU"
+            if per_gpu.milli_cpu or per_gpu.memory else "pods request no CPU or memory")
+    return f"nodes {resources['node_milli_cpu'] / 1000:g} CPU, {resources['node_memory'] / GIB:g}Gi; {asks}"
+
+
+def _replay(args: argparse.Namespace, configs: list, layout) -> int:
+    """The recorded state, pod by pod, under each profile (kube-scheduler alone: what was recorded)."""
+    from simulator.replay import StateError, load_state, replay, summary
+
+    if not args.state:
+        print("gpupair simulate: --scenario replay needs --state FILE", file=sys.stderr)
+        return 2
+    try:
+        state = load_state(args.state)
+        profiles = list(dict.fromkeys(config.scheduler_profile for config in configs))
+        results = [(profile, replay(state, profile, layout)) for profile in profiles]
+    except StateError as exc:
+        print(f"gpupair simulate: {exc}", file=sys.stderr)
+        return 2
+    print(state.what or args.state)
+    for profile, steps in results:
+        print(f"\nprofile {profile.name}: {summary(steps)}")
+        print("pod\trecorded\tpredicted\tverdict\tscores")
+        for step in steps:
+            scores = " ".join(f"{node}={score}" for node, score in step.scores.items())
+            print(f"{step.pod}\t{step.recorded or '-'}\t{step.predicted or 'pending'}\t{step.verdict}\t{scores}")
     return 0

@@ -5,7 +5,7 @@ Per configuration it measures what an operator of a GPU fleet pays for each poli
 - avoidable SYS grants: a pod got a set spanning more NUMA nodes than the hardware needs (a
   SYS set, for pods that fit one NUMA node) while some node had a tighter set free at that moment;
 - pods pending because of fragmentation: pods that waited while some node had enough GPUs by
-  count, just not together.
+  count (and cpu and memory), just not together.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from gpupair import placement
 from gpupair.layout import NodeLayout, NodeState
 from gpupair.verdict import classify
-from simulator.cluster import Cluster
+from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
+from simulator.kube_scoring import PerGpu
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class FleetScenario:
     arrivals_per_step: float = 5.5
     mean_duration: int = 40  # steps
     sizes: tuple[tuple[int, float], ...] = ((1, 0.4), (2, 0.35), (4, 0.2), (8, 0.05))
+    per_gpu: PerGpu = PerGpu()  # every pod's cpu/memory requests
+    node_milli_cpu: int = DEFAULT_NODE_MILLI_CPU
+    node_memory: int = DEFAULT_NODE_MEMORY
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,8 @@ def run_fleet(
 ) -> FleetResult:
     rng = random.Random(f"fleet-scheduler/{seed}")
     stream = arrivals(scenario, seed)
-    cluster = Cluster.of({f"gpu-node-{i + 1:03d}": layout for i in range(scenario.nodes)})
+    cluster = Cluster.of({f"gpu-node-{i + 1:03d}": layout for i in range(scenario.nodes)},
+                         scenario.node_milli_cpu, scenario.node_memory)
     scheduler = config.new_scheduler()
     result = FleetResult(config.name)
     queue: list[Arrival] = []
@@ -119,13 +124,14 @@ def run_fleet(
         bound: list[tuple[Arrival, str]] = []
         waiting: list[Arrival] = []
         for pod in queue:
-            node = scheduler.schedule(pod.pod, pod.gpus, cluster, rng)
+            request = scenario.per_gpu.request(pod.gpus)
+            node = scheduler.schedule(pod.pod, request, cluster, rng)
             if node is None:
                 waiting.append(pod)
-                if any(sim.uncommitted() >= pod.gpus for sim in cluster.nodes.values()):
+                if any(sim.usage().fits(request) for sim in cluster.nodes.values()):
                     result.fragmentation_pending.add(pod.pod)
                 continue
-            cluster.bind(pod.pod, pod.gpus, node)
+            cluster.bind(pod.pod, request, node)
             bound.append((pod, node))
         queue = waiting
 

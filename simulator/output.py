@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpupair.verdict import TSV_HEADER
+from simulator.configs import split_name
 from simulator.fleet import FleetResult
 from simulator.seed_scenario import ConfigResult
 
 
 def write_tsv(path: Path, results: Sequence[ConfigResult]) -> list[Path]:
-    """One TSV per configuration, in the seed's columns: ``<stem>.<config>.tsv``."""
+    """One TSV per configuration, in the seed's columns: ``<stem>.<profile>.<scheduler>+<plugin>.tsv``."""
     written = []
     for result in results:
         target = path.with_name(f"{path.stem}.{result.config}{path.suffix or '.tsv'}")
@@ -47,14 +48,14 @@ def seed_summary(results: Sequence[ConfigResult]) -> str:
     for r in results:
         granted = len(r.granted)
         rate = f"{100 * r.pass_count / granted:.1f}%" if granted else "-"
-        rows.append((r.config, granted, r.sys_count, rate, r.pending))
-    return _table(("configuration", "samples", "SYS", "PASS rate", "pending"), rows)
+        rows.append((*split_name(r.config), granted, r.sys_count, rate, r.pending))
+    return _table(("profile", "configuration", "samples", "SYS", "PASS rate", "pending"), rows)
 
 
 def fleet_summary(results: Sequence[FleetResult]) -> str:
     rows = [
         (
-            r.config,
+            *split_name(r.config),
             r.granted,
             f"{100 * r.utilisation:.1f}%",
             r.sys_grants,
@@ -66,6 +67,7 @@ def fleet_summary(results: Sequence[FleetResult]) -> str:
         for r in results
     ]
     header = (
+        "profile",
         "configuration",
         "pods placed",
         "GPU util",
@@ -84,13 +86,10 @@ def plot_seed(path: Path, results: Sequence[ConfigResult]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r.config for r in results]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    axes[0].bar(names, [r.sys_count for r in results], color="tab:red")
-    axes[0].set_title("SYS grants")
+    fig, axes = plt.subplots(2, 1, figsize=(_width(results), 8))
+    _bars(axes[0], [r.config for r in results], [r.sys_count for r in results], "SYS grants")
     rates = [100 * r.pass_count / len(r.granted) if r.granted else 0 for r in results]
-    axes[1].bar(names, rates, color="tab:green")
-    axes[1].set_title("PASS rate (%)")
+    _bars(axes[1], [r.config for r in results], rates, "PASS rate (%)")
     axes[1].set_ylim(0, 100)
     _finish(fig, axes, path)
 
@@ -102,20 +101,33 @@ def plot_fleet(path: Path, results: Sequence[FleetResult]) -> None:
     import matplotlib.pyplot as plt
 
     names = [r.config for r in results]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    axes[0].bar(names, [100 * r.utilisation for r in results], color="tab:blue")
-    axes[0].set_title("GPU utilisation (%)")
+    fig, axes = plt.subplots(3, 1, figsize=(_width(results), 11))
+    _bars(axes[0], names, [100 * r.utilisation for r in results], "GPU utilisation (%)")
     axes[0].set_ylim(0, 100)
-    axes[1].bar(names, [r.avoidable_sys for r in results], color="tab:red")
-    axes[1].set_title("avoidable SYS grants")
-    axes[2].bar(names, [len(r.fragmentation_pending) for r in results], color="tab:orange")
-    axes[2].set_title("pods pending (fragmentation)")
+    _bars(axes[1], names, [r.avoidable_sys for r in results], "avoidable SYS grants")
+    _bars(axes[2], names, [len(r.fragmentation_pending) for r in results], "pods pending (fragmentation)")
     _finish(fig, axes, path)
+
+
+def _width(results: Sequence[object]) -> float:
+    return max(8.0, 1.1 * len(results))
+
+
+def _bars(axis, names: Sequence[str], values: Sequence[float], title: str) -> None:
+    """Side by side, grouped by profile; one colour per SCHEDULER+PLUGIN pair in every group."""
+    labels = [split_name(name) for name in names]
+    pairs = list(dict.fromkeys(pair for _, pair in labels))
+    colours = {pair: f"C{i}" for i, pair in enumerate(pairs)}
+    axis.bar(range(len(names)), values, color=[colours[pair] for _, pair in labels])
+    axis.set_xticks(range(len(names)), [f"{pair}\n{profile}" for profile, pair in labels], fontsize=8)
+    for i in range(1, len(labels)):
+        if labels[i][0] != labels[i - 1][0]:
+            axis.axvline(i - 0.5, color="grey", linewidth=0.8)
+    axis.set_title(title)
 
 
 def _finish(fig, axes, path: Path) -> None:
     for axis in axes:
-        axis.tick_params(axis="x", labelrotation=15)
         bottom, top = axis.get_ylim()
         axis.set_ylim(0, max(top, 1))  # counts are never negative, even when all are zero
     fig.tight_layout()

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from gpupair.layout import NodeLayout
 from gpupair.verdict import Verdict, classify
-from simulator.cluster import Cluster
+from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
+from simulator.kube_scoring import PerGpu
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class SeedScenario:
     gpus_per_pod: int = 2
     background_min: int = 3  # background GPUs held per node, drawn per round
     background_max: int = 5
+    per_gpu: PerGpu = PerGpu()  # every pod's cpu/memory requests, test and background alike
+    node_milli_cpu: int = DEFAULT_NODE_MILLI_CPU
+    node_memory: int = DEFAULT_NODE_MEMORY
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def _background(cluster: Cluster, scenario: SeedScenario, rng: random.Random) ->
         count = min(rng.randint(scenario.background_min, scenario.background_max), room)
         for n, device in enumerate(sorted(rng.sample(range(sim.layout.size), count))):
             pod = f"background-{sim.name}-{n}"
-            sim.bound[pod] = 1
+            sim.bound[pod] = scenario.per_gpu.request(1)
             sim.allocated[pod] = (device,)
     cluster.report_all()
 
@@ -93,19 +97,22 @@ def run_seed_scenario(
     for run in range(1, scenario.runs + 1):
         # Same seed per run across configurations: every configuration faces the same load.
         rng = random.Random(f"{seed}/{run}")
-        cluster = Cluster.of({f"gpu-node-{i + 1}": layout for i in range(scenario.nodes)})
+        ties = random.Random(f"{seed}/{run}/ties")  # apart, so tie-breaking never shifts the load
+        cluster = Cluster.of({f"gpu-node-{i + 1}": layout for i in range(scenario.nodes)},
+                             scenario.node_milli_cpu, scenario.node_memory)
         scheduler = config.new_scheduler()
         for round_number in range(1, scenario.rounds + 1):
             _background(cluster, scenario, rng)
             scheduler.reported(cluster)
             pods = [f"test-r{run}-{round_number:02d}-{n}" for n in range(1, scenario.pods_per_round + 1)]
             placed: list[tuple[str, str]] = []
+            request = scenario.per_gpu.request(scenario.gpus_per_pod)
             for pod in pods:
-                node = scheduler.schedule(pod, scenario.gpus_per_pod, cluster, rng)
+                node = scheduler.schedule(pod, request, cluster, ties)
                 if node is None:
                     result.samples.append(Sample(config.name, run, round_number, pod, "Pending", None, None))
                     continue
-                cluster.bind(pod, scenario.gpus_per_pod, node)
+                cluster.bind(pod, request, node)
                 placed.append((pod, node))
             for pod, node in placed:
                 granted = cluster.allocate(pod, node, config.policy)
