@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulator.command", "compare placement policies on simulated GPU nodes (no cluster)"),
     "audit": ("audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
     "reporter": ("reporter.main", "publish this node's GPU layout and free GPUs as node annotations"),
+    "status": ("status.main", "the cluster's GPU nodes at a glance: free maps, report ages, pending pods, FAILs"),
 }
 
 

@@ -465,6 +465,20 @@ class KubeDouble:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def write_kubeconfig(self, path) -> "Path":
+        """A kubeconfig file pointing at the double (plain HTTP, a token it ignores), for commands
+        run as a user would run them: ``--kubeconfig PATH``."""
+        from pathlib import Path
+
+        path = Path(path)
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "double",
+            "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "tester"}}],
+        }))
+        return path
+
     # ---- test controls
 
     def add_token(self, token: str, username: str, *, uid: str = "", groups: list[str] | None = None,

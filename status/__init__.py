@@ -1,0 +1,1 @@
+"""`gpupair status`: the cluster's GPU topology at a glance, from one list call per kind."""

@@ -1,0 +1,236 @@
+"""From listed objects to the status view. Pure: no I/O, the time passed in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpupair import report as codec
+from gpupair.layout import NodeLayout
+from gpupair.placement import numa_label
+from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
+from gpupair.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
+from status import freshness
+from status.objects import (
+    annotations,
+    event_for,
+    event_text,
+    event_time,
+    latest_events,
+    meta,
+    parse_time,
+    pod_key,
+)
+from status.reserved import Reservation, bound_gpu_pods, reservation
+from status.view import (
+    CloseSet,
+    DeviceView,
+    FailVerdict,
+    FragmentationRow,
+    NodeCounts,
+    NodeView,
+    NumaView,
+    PendingPod,
+    Reserved,
+    StatusView,
+    Summary,
+    Unseen,
+)
+
+FRAGMENTATION_SIZES = (1, 2, 4, 8)
+SCHEDULING_FAILED = "FailedScheduling"  # kube-scheduler's reason; its message carries the extender's
+PLACEMENT_FAILED = "GPUPlacementFailed"  # the reporter's Event for a FAIL verdict
+
+
+@dataclass
+class Listing:
+    """What one round of list calls returned; None for a kind the caller could not list."""
+
+    nodes: Sequence[Mapping[str, Any]]
+    pods: Sequence[Mapping[str, Any]] | None
+    events: Sequence[Mapping[str, Any]] | None
+    unseen: list[Unseen] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Options:
+    stale_after: float = 300.0  # the extender's default --stale-after
+    resource: str = DEFAULT_RESOURCE
+    fails: int = 5  # FAIL verdicts listed, newest first
+
+
+class LayoutCache:
+    """Decoded topologies by annotation text: a layout changes only with the hardware, so a
+    watch redraw decodes only what changed."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[str, NodeLayout] = {}
+
+    def get(self, topology_json: str | None) -> NodeLayout | None:
+        if topology_json is None:
+            return None
+        layout = self._layouts.get(topology_json)
+        if layout is None:
+            try:
+                layout = codec.decode_layout(topology_json)
+            except codec.ReportError:
+                return None  # decode_annotations says why
+            self._layouts[topology_json] = layout
+        return layout
+
+    def keep_only(self, used: set[str]) -> None:
+        for text in set(self._layouts) - used:
+            del self._layouts[text]
+
+
+def build(listing: Listing, now: datetime, options: Options = Options(),
+          layouts: LayoutCache | None = None) -> StatusView:
+    layouts = layouts or LayoutCache()
+    bound = bound_gpu_pods(listing.pods or (), options.resource)
+    nodes = []
+    used: set[str] = set()
+    for node in sorted(listing.nodes, key=lambda n: str(meta(n).get("name") or "")):
+        if not _is_gpu_node(node, options.resource):
+            continue
+        topology = annotations(node).get(codec.TOPOLOGY_KEY)
+        if topology is not None:
+            used.add(topology)
+        name = str(meta(node).get("name") or "")
+        nodes.append(node_view(node, bound.get(name, ()), now, options, layouts.get(topology)))
+    layouts.keep_only(used)
+    return StatusView(
+        generatedAt=now, staleAfterSeconds=options.stale_after, nodes=nodes,
+        summary=Summary(
+            nodes=_counts(nodes),
+            fragmentation=fragmentation(nodes),
+            pending=pending_pods(listing.pods or (), listing.events or (), options.resource),
+            failVerdicts=fail_verdicts(listing.pods or (), listing.events or (), options.fails),
+        ),
+        unseen=list(listing.unseen),
+    )
+
+
+def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
+    notes = annotations(node)
+    if codec.TOPOLOGY_KEY in notes or codec.FREE_KEY in notes:
+        return True
+    return _allocatable(node, resource) > 0
+
+
+def _allocatable(node: Mapping[str, Any], resource: str) -> int:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    try:
+        return parse_count(value, resource) if value is not None else 0
+    except PodRequestError:
+        return 0
+
+
+def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
+              options: Options, layout: NodeLayout | None = None) -> NodeView:
+    name = str(meta(node).get("name") or "")
+    empty = Reserved(pods=[], devices=[], unplaced=0)
+    try:
+        decoded = codec.decode_annotations(annotations(node), layout=layout)
+    except codec.ReportError as exc:
+        return NodeView(name=name, state="missing" if exc.kind == "missing" else "invalid", reason=exc.reason,
+                        heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
+                        gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
+                        reserved=empty)
+    live = freshness.classify([freshness.Heartbeat("report", decoded.reported_at)], now, options.stale_after)
+    assert live is not None  # a decoded report always has its own heartbeat
+    held = reservation(bound, decoded.reported_at, decoded.state.free)
+    numa = _numa_views(decoded, held)
+    return NodeView(
+        name=name, state=live.state, reason=live.reason, heartbeatSource=live.source,
+        heartbeatAt=decoded.reported_at, ageSeconds=round(live.age, 3), generation=decoded.generation,
+        gpus=decoded.layout.size, numa=numa, largestFree=_largest(numa),
+        reserved=Reserved(pods=held.pods, devices=sorted(held.devices), unplaced=held.unplaced),
+    )
+
+
+def _numa_views(decoded: codec.NodeReport, held: Reservation) -> list[NumaView]:
+    def state(index: int) -> str:
+        if index in decoded.unhealthy:
+            return "unhealthy"
+        if index in held.devices:
+            return "reserved"
+        return "free" if index in decoded.state.free else "taken"
+
+    return [NumaView(numa=numa_label(numa), devices=[DeviceView(index=i, state=state(i)) for i in members])
+            for numa, members in decoded.layout.numa_nodes.items()]
+
+
+def _largest(numa: list[NumaView]) -> CloseSet:
+    best = max(numa, key=lambda n: sum(d.state == "free" for d in n.devices), default=None)
+    count = 0 if best is None else sum(d.state == "free" for d in best.devices)
+    return CloseSet(gpus=count, numa=best.numa if count else None)
+
+
+def fragmentation(nodes: Iterable[NodeView], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
+    """Nodes with a fresh report able to take k GPUs on one NUMA node now. GPUs reserved on
+    unknown devices are taken out of the largest free set: the worst case, as they may land there."""
+    room = [n.largestFree.gpus - n.reserved.unplaced for n in nodes if n.state == "fresh" and n.largestFree]
+    return [FragmentationRow(gpus=k, nodes=sum(1 for r in room if r >= k)) for k in sizes]
+
+
+def _counts(nodes: list[NodeView]) -> NodeCounts:
+    def count(state: str) -> int:
+        return sum(1 for n in nodes if n.state == state)
+
+    return NodeCounts(total=len(nodes), fresh=count("fresh"), stale=count("stale"),
+                      missing=count("missing"), invalid=count("invalid"))
+
+
+def pending_pods(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
+                 resource: str = DEFAULT_RESOURCE) -> list[PendingPod]:
+    """GPU pods not bound to a node yet, with the scheduler's last word on each."""
+    reasons = latest_events(list(events), SCHEDULING_FAILED)
+    result = []
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending":
+            continue
+        try:
+            gpus = gpu_request(pod, resource)
+        except PodRequestError:
+            continue
+        if gpus <= 0:
+            continue
+        namespace, name = pod_key(pod)
+        event = event_for(pod, reasons)
+        result.append(PendingPod(namespace=namespace, name=name, gpus=gpus,
+                                 createdAt=parse_time(meta(pod).get("creationTimestamp")),
+                                 reason=event_text(event) if event else None,
+                                 reasonAt=event_time(event) if event else None))
+    return sorted(result, key=lambda p: (p.namespace, p.name))
+
+
+def fail_verdicts(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
+                  limit: int) -> list[FailVerdict]:
+    """Newest FAIL verdicts: from pods' verdict annotations, and from the reporter's Events for
+    pods no longer listed."""
+    failed = latest_events(list(events), PLACEMENT_FAILED)
+    result: list[FailVerdict] = []
+    seen: set[tuple[str, str]] = set()
+    for pod in pods:
+        notes = annotations(pod)
+        if notes.get(VERDICT_KEY) != FAIL:
+            continue
+        namespace, name = pod_key(pod)
+        seen.add((namespace, name))
+        event = event_for(pod, failed)
+        result.append(FailVerdict(
+            namespace=namespace, name=name, node=(pod.get("spec") or {}).get("nodeName"),
+            granted=notes.get(GRANTED_KEY), numa=notes.get(NUMA_KEY), link=notes.get(LINK_KEY),
+            at=event_time(event) if event else None, source="pod",
+            message=event_text(event) if event else ""))
+    for key, event in failed.items():
+        if key[0] == "uid" or key in seen:
+            continue
+        result.append(FailVerdict(
+            namespace=key[0], name=key[1], node=None, granted=None, numa=None, link=None,
+            at=event_time(event), source="event", message=event_text(event)))
+    result.sort(key=lambda f: (f.namespace, f.name))
+    result.sort(key=lambda f: f.at.timestamp() if f.at else float("-inf"), reverse=True)  # stable
+    return result[:limit]

@@ -1,0 +1,43 @@
+"""Is a node's report live? Pure: heartbeats in, a state with its reason out.
+
+A heartbeat is any sign, with a time, that the node's reporter is alive. Today the only one is the
+free report's ``reportedAt``; a reporter Lease's ``renewTime`` (coordination.k8s.io, one per node)
+is meant to become a second source: pass it as another Heartbeat and the newest one counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+State = Literal["fresh", "stale", "missing", "invalid"]
+Source = Literal["report", "lease"]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    source: Source
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Freshness:
+    state: Literal["fresh", "stale"]
+    age: float  # seconds since the newest heartbeat (negative: a clock ahead of ours)
+    source: Source
+    reason: str = ""
+
+
+def classify(heartbeats: Iterable[Heartbeat], now: datetime, stale_after: float) -> Freshness | None:
+    """The newest heartbeat decides; None when there is none (the caller says why: missing)."""
+    newest = max(heartbeats, key=lambda beat: beat.at, default=None)
+    if newest is None:
+        return None
+    age = (now - newest.at).total_seconds()
+    if age > stale_after:
+        return Freshness("stale", age, newest.source,
+                         f"{newest.source} is {age:.0f}s old (stale after {stale_after:.0f}s): "
+                         "is the reporter running?")
+    return Freshness("fresh", age, newest.source)

@@ -1,0 +1,126 @@
+"""`gpupair status`: one line per GPU node (free map, largest close set, report age and state),
+then the cluster summary (fragmentation, pending GPU pods with the scheduler's last reason,
+recent FAIL verdicts).
+
+Exit status: 0 shown (possibly partial: what could not be listed is named); 2 it could not run
+(bad flags, no cluster configuration, nodes not listable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from datetime import datetime, timezone
+from typing import TextIO
+
+from gpupair.service import add_flag
+
+EXIT_OK, EXIT_ERROR = 0, 2
+OUTPUTS = ("text", "wide", "json")
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: a redraw in place
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--output", "text", "text, wide (adds generation, heartbeat source and reserving pods) "
+                                         "or json (docs/status.schema.json)", choices=OUTPUTS)
+    parser.add_argument("-o", dest="output", choices=OUTPUTS, default=argparse.SUPPRESS, help="same as --output")
+    add_flag(parser, "--selector", "", "label selector for the nodes shown, e.g. pool=a100")
+    parser.add_argument("-l", dest="selector", default=argparse.SUPPRESS, help="same as --selector")
+    add_flag(parser, "--namespace", "", "only pods and Events in this namespace (pending pods, FAIL verdicts, "
+                                        "reservations); empty: all namespaces")
+    parser.add_argument("-n", dest="namespace", default=argparse.SUPPRESS, help="same as --namespace")
+    add_flag(parser, "--watch", False, "redraw every --interval seconds until interrupted")
+    parser.add_argument("-w", dest="watch", action="store_true", default=argparse.SUPPRESS, help="same as --watch")
+    add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch")
+    add_flag(parser, "--stale-after", 300.0, "a report older than this many seconds is stale (the extender's "
+                                             "--stale-after)")
+    add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list")
+    add_flag(parser, "--resource-name", "nvidia.com/gpu", "extended resource GPU pods ask for")
+    add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take")
+    add_flag(parser, "--now", "", "judge ages as of this RFC 3339 time instead of the clock (reproducible output)")
+    add_flag(parser, "--kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, in-cluster, ~/.kube/config")
+    add_flag(parser, "--context", "", "kubeconfig context; empty: the current one")
+
+
+def run(args: argparse.Namespace) -> int:
+    from status.objects import parse_time
+
+    fixed_now = None
+    if args.now:
+        fixed_now = parse_time(args.now)
+        if fixed_now is None:
+            print(f"gpupair status: --now {args.now!r} is not an RFC 3339 time with a zone", file=sys.stderr)
+            return EXIT_ERROR
+    for flag, value in (("--interval", args.interval), ("--stale-after", args.stale_after),
+                        ("--request-timeout", args.request_timeout)):
+        if not value > 0:
+            print(f"gpupair status: {flag} must be positive, got {value}", file=sys.stderr)
+            return EXIT_ERROR
+    if args.fails < 0:
+        print(f"gpupair status: --fails must be 0 or more, got {args.fails}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return asyncio.run(_status(args, fixed_now, sys.stdout))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: TextIO) -> int:
+    from gpupair.kube import KubeConfigError, api_client, describe_error
+    from status.build import LayoutCache, Options, build
+    from status.fetch import NodesNotVisible, list_cluster
+
+    options = Options(stale_after=args.stale_after, resource=args.resource_name, fails=args.fails)
+    layouts = LayoutCache()
+    try:
+        api = await api_client(args.kubeconfig or None, args.context or None)
+    except KubeConfigError as exc:
+        print(f"gpupair status: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    redraw = args.watch and args.output != "json" and out.isatty()
+    try:
+        async with api:
+            while True:
+                try:
+                    listing = await list_cluster(api, args.selector, args.namespace, args.request_timeout)
+                except NodesNotVisible as exc:
+                    if not args.watch:
+                        print(f"gpupair status: {exc}", file=sys.stderr)
+                        return EXIT_ERROR
+                    _show(out, f"gpupair status: {exc}\n", redraw)
+                except Exception as exc:  # an unreachable apiserver, a broken proxy, ...
+                    if not args.watch:
+                        print(f"gpupair status: {describe_error(exc)}", file=sys.stderr)
+                        return EXIT_ERROR
+                    _show(out, f"gpupair status: {describe_error(exc)}\n", redraw)
+                else:
+                    view = build(listing, fixed_now or datetime.now(timezone.utc), options, layouts)
+                    _show(out, _format(view, args.output), redraw)
+                if not args.watch:
+                    return EXIT_OK
+                try:
+                    await asyncio.wait_for(stop.wait(), args.interval)
+                    return EXIT_OK  # SIGTERM
+                except asyncio.TimeoutError:
+                    pass
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _format(view, output: str) -> str:
+    if output == "json":
+        return view.model_dump_json() + "\n"
+    from status.render import render_text
+
+    return render_text(view, wide=output == "wide")
+
+
+def _show(out: TextIO, text: str, redraw: bool) -> None:
+    # On a terminal --watch redraws in place; piped, frames follow each other (JSON: one per line).
+    out.write(CLEAR + text if redraw else text)
+    out.flush()

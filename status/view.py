@@ -1,0 +1,113 @@
+"""What `gpupair status -o json` prints: the stable, documented shape (docs/status.schema.json).
+
+Additive changes keep ``schemaVersion``; renaming or removing a field bumps it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+DeviceState = Literal["free", "taken", "reserved", "unhealthy"]
+NodeState = Literal["fresh", "stale", "missing", "invalid"]
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_serialization_defaults_required=True)
+
+
+class DeviceView(_View):
+    index: int = Field(description="GPU index on the node (nvidia-smi's)")
+    state: DeviceState = Field(description="free, taken (in use per the report), reserved (bound pods the "
+                                           "report cannot show yet), unhealthy")
+
+
+class NumaView(_View):
+    numa: str = Field(description="NUMA0, NUMA1...; NUMA?0 for a group inferred from SYS links")
+    devices: list[DeviceView]
+
+
+class CloseSet(_View):
+    gpus: int = Field(description="GPUs free together on one NUMA node, reservations taken out")
+    numa: str | None = Field(description="the NUMA node holding them; null when none is free")
+
+
+class Reserved(_View):
+    pods: list[str] = Field(description="namespace/name of GPU pods bound after the report was scanned")
+    devices: list[int] = Field(description="devices those pods' plans (gpupair.io/planned) name, free in the report")
+    unplaced: int = Field(description="GPUs those pods hold whose devices nothing names yet")
+
+
+class NodeView(_View):
+    name: str
+    state: NodeState
+    reason: str = Field(description="why the report is not fresh; empty when it is")
+    heartbeatSource: Literal["report", "lease"] | None = Field(
+        description="what the age is measured from: the free report's reportedAt (a Lease later)")
+    heartbeatAt: datetime | None
+    ageSeconds: float | None
+    generation: int | None
+    gpus: int | None = Field(description="GPUs in the reported layout, else the node's allocatable count")
+    numa: list[NumaView] = Field(description="the last decoded report's devices by NUMA node (also when stale)")
+    largestFree: CloseSet | None
+    reserved: Reserved
+
+
+class FragmentationRow(_View):
+    gpus: int
+    nodes: int = Field(description="nodes with a fresh report that can take a pod of this many GPUs on one "
+                                   "NUMA node now (reservations whose devices are unknown counted against it)")
+
+
+class NodeCounts(_View):
+    total: int
+    fresh: int
+    stale: int
+    missing: int
+    invalid: int
+
+
+class PendingPod(_View):
+    namespace: str
+    name: str
+    gpus: int
+    createdAt: datetime | None
+    reason: str | None = Field(description="the last FailedScheduling message; null when none was seen")
+    reasonAt: datetime | None
+
+
+class FailVerdict(_View):
+    namespace: str
+    name: str
+    node: str | None
+    granted: str | None
+    numa: str | None
+    link: str | None
+    at: datetime | None = Field(description="time of the GPUPlacementFailed Event; null when none was seen")
+    source: Literal["pod", "event"] = Field(description="pod: the pod's verdict annotations; "
+                                                        "event: only an Event (the pod is gone or not visible)")
+    message: str
+
+
+class Unseen(_View):
+    resource: str
+    reason: str
+
+
+class Summary(_View):
+    nodes: NodeCounts
+    fragmentation: list[FragmentationRow]
+    pending: list[PendingPod]
+    failVerdicts: list[FailVerdict]
+
+
+class StatusView(_View):
+    schemaVersion: Literal[1] = SCHEMA_VERSION
+    generatedAt: datetime
+    staleAfterSeconds: float
+    nodes: list[NodeView]
+    summary: Summary
+    unseen: list[Unseen] = Field(description="what the caller could not list, and why: the rest is partial")
