@@ -19,6 +19,7 @@ COPY webhook/ webhook/
 COPY verifier/ verifier/
 COPY simulator/ simulator/
 COPY audit/ audit/
+COPY status/ status/
 # Every dependency ships manylinux wheels, so no compiler is needed even here. pip is removed
 # from the venv afterwards: nothing installs at run time.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
