@@ -95,9 +95,11 @@ class KubeScheduler:
     def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random | None) -> str | None:
         usages = {name: sim.usage() for name, sim in cluster.nodes.items()}
         feasible = [name for name, usage in usages.items() if usage.fits(request)]
+        # managedResources: nvidia.com/gpu, so only pods asking GPUs reach the extender.
+        extender = self.extender if request.gpus > 0 else None
         decisions: dict[str, NodeDecision] = {}
-        if self.extender is not None and feasible:
-            decisions = self.extender.decide(request.gpus, cluster, feasible)
+        if extender is not None and feasible:
+            decisions = extender.decide(request.gpus, cluster, feasible)
             feasible = [name for name in feasible if decisions[name].passes]
         if not feasible:
             return None
@@ -105,12 +107,12 @@ class KubeScheduler:
             chosen = feasible[0]
         else:
             scores = self.scores(request, {name: usages[name] for name in feasible})
-            if self.extender is not None:
+            if extender is not None:
                 scale = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
                 scores = {name: score + decisions[name].score * scale for name, score in scores.items()}
-            chosen = select_host(scores, rng if self.extender is not None else None)
-        if self.extender is not None:
-            self.extender.bind(pod, chosen, decisions[chosen])
+            chosen = select_host(scores, rng if extender is not None else None)
+        if extender is not None:
+            extender.bind(pod, chosen, decisions[chosen])
         return chosen
 
     def forget(self, pod: str) -> None:

@@ -74,6 +74,10 @@ def test_ties_go_by_node_order_without_an_extender_and_at_random_with_gpupair():
             picks[name].add(scheduler.schedule("p", PodRequest(2), cluster, random.Random(seed)))
     assert picks["kube"] == {"n0"}
     assert len(picks["gpupair"]) > 1
+    # A pod asking no GPU never reaches the extender (managedResources), so no Randomizer either.
+    cluster = Cluster.of({f"n{i}": seed_layout() for i in range(4)})
+    scheduler = KubeScheduler(PROFILES["default"], GpupairExtender())
+    assert {scheduler.schedule("cpu-only", PodRequest(0, 500), cluster, random.Random(s)) for s in range(20)} == {"n0"}
 
 
 def test_replay_scenario_from_the_command_line():
