@@ -69,7 +69,10 @@ class Extender:
     pod_watch: PodWatch | None = None
 
     def ready(self) -> bool:
-        return self.node_cache is None or self.node_cache.ready
+        """Serving before both lists are in could promise a pair twice: the node cache holds the
+        ledgers, the pod watch the pods bound but not yet listed there."""
+        nodes = self.node_cache is None or self.node_cache.ready
+        return nodes and (self.pod_watch is None or self.pod_watch.listed)
 
 
 def assemble(
@@ -87,7 +90,7 @@ def assemble(
     metrics: ExtenderMetrics | None = None,
 ) -> Extender:
     metrics = metrics or ExtenderMetrics()
-    reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer)
+    reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
@@ -96,7 +99,7 @@ def assemble(
 
         def on_report(name: str, entry: Any) -> None:
             if entry.report is not None:
-                reservations.observe_report(name, entry.report.state.free)
+                reservations.observe_report(name, entry.report.state.free, entry.report.ledger)
             holder["tables"].node_changed(name, entry, clock())
 
         def on_gone(name: str) -> None:
@@ -109,7 +112,7 @@ def assemble(
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock)
     memo = RequestMemo()
-    pods = PodWatch(evaluator, reservations, resource) if api is not None else None
+    pods = PodWatch(reservations, resource) if api is not None else None
     binder = Binder(api, evaluator, reservations, memo, resource=resource,
                     annotate_plan=annotate_plan, timeout=api_timeout,
                     known_request=pods.gpus_of if pods is not None else (lambda uid: None))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from extender.decisions import Decider, NodeDecision
 from extender.node_reports import ReportEntry
+from extender.reservations import NO_HOLD
 
-_NONE: frozenset[int] = frozenset()
 MAX_TABLES = 16  # distinct GPU counts kept; pods ask few distinct counts
 
 
@@ -71,7 +71,7 @@ class DecisionTables:
         # here too keeps the queue to reports not yet stale even when no request comes for hours.
         self._expire(now)
         for table in self._tables.values():
-            table.set(name, entry.decide(self._decider, name, table.gpus, _NONE, now))
+            table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now))
         if entry.stale_at is not None:
             heapq.heappush(self._stale_heap, (entry.stale_at, next(self._order), name, entry))
 
@@ -85,7 +85,7 @@ class DecisionTables:
         if table is None:
             table = Table(gpus)
             for name, entry in self._entries():
-                table.set(name, entry.decide(self._decider, name, gpus, _NONE, now))
+                table.set(name, entry.decide(self._decider, name, gpus, NO_HOLD, now))
             self._tables[gpus] = table
             if len(self._tables) > MAX_TABLES:
                 self._tables.popitem(last=False)
@@ -100,4 +100,4 @@ class DecisionTables:
             _, _, name, entry = heapq.heappop(heap)
             if self._lookup(name) is entry:  # else a newer report replaced it
                 for table in self._tables.values():
-                    table.set(name, entry.decide(self._decider, name, table.gpus, _NONE, now))
+                    table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now))

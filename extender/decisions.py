@@ -30,12 +30,15 @@ class NodeView:
     state: NodeState | None  # None: no usable report
     problem: str = ""  # why there is no usable report
     reserved: frozenset[int] = field(default_factory=frozenset)
+    held: int = 0  # GPUs of pods bound here, not yet in the report, devices unknown
 
     def available(self) -> NodeState | None:
-        """Free devices less those reserved for pods bound here but not yet in the report."""
+        """Free devices less those planned for pods bound here but not yet in the report, and
+        less the worst ``held`` others (their pods' devices are not known yet)."""
         if self.state is None:
             return None
-        return self.state.take(self.reserved) if self.reserved else self.state
+        state = self.state.take(self.reserved) if self.reserved else self.state
+        return placement.worst_case_take(state, self.held) if self.held else state
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,12 @@ from extender.decision_tables import DecisionTables, host_priority_json
 from extender.decisions import Decider, FilterOutcome, NodeDecision
 from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
-from extender.reservations import Reservations
+from extender.reservations import NO_HOLD, Reservations
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
 NO_CACHE_PROBLEM = ("the extender runs without a node cache (--no-node-cache): register it with "
                     "nodeCacheCapable: false, or drop that flag")
-
-_NONE: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -81,10 +79,10 @@ class Evaluator:
     def decisions(self, gpus: int, offer: Offer, names: list[str] | None = None) -> list[NodeDecision]:
         """One decision per name (default: every offered name), in order."""
         now = self.clock()
-        reserved = self.reservations.by_node()
+        holds = self.reservations.by_node()
         decider, entry_of, unknown = self.decider, offer.entry_of, offer.unknown
         return [
-            (entry_of(name) or unknown).decide(decider, name, gpus, reserved.get(name, _NONE), now)
+            (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now)
             for name in (offer.names if names is None else names)
         ]
 
@@ -128,9 +126,9 @@ class Evaluator:
         return max(known, key=_freshness)
 
     def decide_one(self, gpus: int, node: str, exclude_uid: str | None = None) -> NodeDecision:
-        """The decision for one node now, counting reservations of other pods only."""
-        reserved = self.reservations.on_node(node, exclude=exclude_uid)
-        return self.entry_for(node).decide(self.decider, node, gpus, reserved, self.clock())
+        """The decision for one node now, counting the holds of other pods only."""
+        hold = self.reservations.hold(node, exclude=exclude_uid)
+        return self.entry_for(node).decide(self.decider, node, gpus, hold, self.clock())
 
     # ---- internals
 
@@ -172,11 +170,11 @@ class Evaluator:
         return set(reserved).intersection(offer.names) if reserved else set()
 
     def _release_taken(self, entries: Mapping[str, ReportEntry]) -> None:
-        """Nodes mode has no watch: a request's reports also release reservations they show taken."""
+        """Nodes mode has no node watch: a request's reports also end the holds they list."""
         for node in self.reservations.by_node():
             entry = entries.get(node)
             if entry is not None and entry.report is not None:
-                self.reservations.observe_report(node, entry.report.state.free)
+                self.reservations.observe_report(node, entry.report.state.free, entry.report.ledger)
 
 
 def _freshness(entry: ReportEntry) -> tuple[int, float]:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from extender.node_reports import ReportEntry
+from extender.reservations import OUTCOMES
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -35,8 +36,20 @@ class ExtenderMetrics:
             "gpupair_extender_nodes", "Cached nodes by report state (ok, stale, missing, invalid)",
             ["state"], registry=r)
         self.reservations = Gauge(
-            "gpupair_extender_reservations", "GPU sets reserved for pods bound but not yet reported",
-            registry=r)
+            "gpupair_extender_reservations", "Pods bound but not yet in their node's report: planned "
+            "sets and counts held for pods bound by others", registry=r)
+        self.reservation_outcomes = Counter(
+            "gpupair_extender_reservation_outcomes", "How reservations ended: confirmed (the report "
+            "lists the pod with the planned set), deviated (with another set), expired (the pod never "
+            "showed up within --reservation-ttl), released (deleted or finished first)",
+            ["outcome"], registry=r)
+        for outcome in OUTCOMES:
+            self.reservation_outcomes.labels(outcome)
+        self.plan_follow = Gauge(
+            "gpupair_extender_plan_follow_ratio", "Share of planned sets the device plugin followed "
+            "(confirmed / (confirmed + deviated)) since start; low: --policy does not match the "
+            "cluster's device plugin", registry=r)
+        self.plan_follow.set_function(self._plan_follow)
 
     def watch_node_cache(self, entries: Callable[[], Iterable[tuple[str, ReportEntry]]],
                          clock: Callable[[], float] = time.time) -> None:
@@ -61,6 +74,14 @@ class ExtenderMetrics:
 
     def watch_reservations(self, size: Callable[[], int]) -> None:
         self.reservations.set_function(lambda: float(size()))
+
+    def reservation_ended(self, outcome: str) -> None:
+        self.reservation_outcomes.labels(outcome).inc()
+
+    def _plan_follow(self) -> float:
+        confirmed = self.reservation_outcomes.labels("confirmed")._value.get()
+        deviated = self.reservation_outcomes.labels("deviated")._value.get()
+        return confirmed / (confirmed + deviated) if confirmed + deviated else 1.0
 
 
 def _state(entry: ReportEntry, now: float) -> str:

@@ -17,6 +17,7 @@ from datetime import timezone
 from cachetools import LRUCache
 
 from extender.decisions import Decider, NodeDecision, NodeView
+from extender.reservations import NO_HOLD, Hold
 from gpupair.layout import NodeLayout
 from gpupair.report import (
     ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
@@ -44,31 +45,31 @@ class ReportEntry:
                 f"gpupair report from {reported} is older than {stale_after:.0f}s: "
                 "is the gpupair reporter running on this node?"
             )
-        self._memo: dict[tuple[int, frozenset[int], bool], NodeDecision] = {}
+        self._memo: dict[tuple[int, Hold, bool], NodeDecision] = {}
 
     def is_stale(self, now: float) -> bool:
         return self.stale_at is not None and now > self.stale_at
 
-    def view(self, name: str, reserved: frozenset[int] = frozenset(), stale: bool = False) -> NodeView:
+    def view(self, name: str, hold: Hold = NO_HOLD, stale: bool = False) -> NodeView:
         if self.report is None:
-            return NodeView(name, None, self.problem, reserved)
+            return NodeView(name, None, self.problem, hold.devices, hold.count)
         if stale:
-            return NodeView(name, None, self.stale_problem, reserved)
-        return NodeView(name, self.report.state, "", reserved)
+            return NodeView(name, None, self.stale_problem, hold.devices, hold.count)
+        return NodeView(name, self.report.state, "", hold.devices, hold.count)
 
-    def decide(self, decider: Decider, name: str, gpus: int, reserved: frozenset[int], now: float) -> NodeDecision:
+    def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float) -> NodeDecision:
         """``decider.decide`` for this report, memoised; the decision's ``name`` is whichever
         node first asked, so callers use only its verdict, reason, plan and score."""
         stale = self.stale_at is not None and now > self.stale_at
-        if reserved and self.report is not None:
-            # Reserved devices the report already shows taken change nothing: one memo key.
-            reserved = reserved & self.report.state.free
-        key = (gpus, reserved, stale)
+        if hold.devices and self.report is not None:
+            # Planned devices the report already shows taken change nothing: one memo key.
+            hold = Hold(hold.devices & self.report.state.free, hold.count)
+        key = (gpus, hold, stale)
         decision = self._memo.get(key)
         if decision is None:
-            decision = decider.decide(gpus, self.view(name, reserved, stale))
-            if reserved and not decision.passes and decision.reason and self.report is not None and not stale:
-                taken = len(reserved)
+            decision = decider.decide(gpus, self.view(name, hold, stale))
+            if hold and not decision.passes and decision.reason and self.report is not None and not stale:
+                taken = hold.gpus
                 decision = replace(decision, reason=(
                     f"{decision.reason} ({taken} GPU{'s' if taken > 1 else ''} reserved "
                     "for pods just bound here)"))

@@ -1,11 +1,12 @@
-"""Pods, as they concern reservations.
+"""Pods, as they concern the node holds in ``Reservations``.
 
-- A pod deleted, or finished (Succeeded/Failed: its devices are free again), releases its
-  reservation.
-- A GPU pod seen unbound and then bound, or created already bound while the watch runs, and
-  holding no reservation, gets one for the set the plugin is expected to pick: this covers
-  schedulers that bind without the extender's bind verb, and Bindings whose answer was lost.
-Pods already bound at the first list are left alone: their devices may already be in reports.
+- A GPU pod bound to a node, by whoever (the extender's bind, a pod created with
+  ``spec.nodeName``, another scheduler or replica), is handed to ``Reservations.pod_bound``:
+  the node owes its GPU count until a report's ledger lists the pod. The first list does the
+  same for every bound pod, so a restarted extender or a second replica rebuilds the holds from
+  the pods plus the ledgers; pods the ledgers already list cost nothing.
+- A pod deleted, or finished (Succeeded/Failed: its devices are free again), ends its hold.
+- Unbound GPU pods are remembered with their request: bind's body names a pod, not its request.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from extender.evaluation import Evaluator
-from extender.reservations import Reservation, Reservations
+from extender.reservations import Reservations
 from gpupair.pod_request import PodRequestError, gpu_request
 
 log = logging.getLogger("gpupair.extender.pods")
@@ -23,12 +23,11 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 class PodWatch:
-    def __init__(self, evaluator: Evaluator, reservations: Reservations, resource: str):
-        self.evaluator = evaluator
+    def __init__(self, reservations: Reservations, resource: str):
         self.reservations = reservations
         self.resource = resource
         self._unbound: dict[str, int] = {}  # GPU pods seen without a node -> GPUs asked
-        self._listed = False
+        self.listed = False
 
     def gpus_of(self, uid: str) -> int | None:
         """GPUs asked by a pod seen unbound (bind's body names the pod but not its request)."""
@@ -45,17 +44,18 @@ class PodWatch:
                 continue
             present.add(uid)
             if phase in TERMINAL:
-                self._release(uid, "finished")
+                self.reservations.pod_gone(uid, "finished")
             elif gpus > 0 and not node:
                 unbound[uid] = gpus
-            elif gpus > 0 and node and uid in self._unbound:
-                self._bound(uid, pod, node, gpus)  # bound while the watch was down
-        # Reservations of pods deleted while the watch was down.
-        for uid in self.reservations.uids():
-            if uid not in present:
-                self._release(uid, "deleted")
+            elif gpus > 0:
+                self._bound(uid, pod, node, gpus)
+        # Holds of pods deleted while the watch was down.
+        for uid in self.reservations.known_uids() - present:
+            self.reservations.pod_gone(uid, "deleted")
         self._unbound = unbound
-        self._listed = True
+        if not self.listed:
+            log.info("pod watch ready", extra={"holds": len(self.reservations)})
+        self.listed = True
 
     def apply(self, event_type: str, pod: dict[str, Any]) -> None:
         uid, node, phase, gpus = self._facts(pod)
@@ -63,13 +63,13 @@ class PodWatch:
             return
         if event_type == "DELETED" or phase in TERMINAL:
             self._unbound.pop(uid, None)
-            self._release(uid, "deleted" if event_type == "DELETED" else "finished")
+            self.reservations.pod_gone(uid, "deleted" if event_type == "DELETED" else "finished")
             return
         if gpus <= 0:
             return
         if not node:
             self._unbound[uid] = gpus
-        elif uid in self._unbound or event_type == "ADDED":
+        else:
             self._unbound.pop(uid, None)
             self._bound(uid, pod, node, gpus)
 
@@ -86,20 +86,5 @@ class PodWatch:
         return (str(meta.get("uid") or ""), str(spec.get("nodeName") or ""), str(status.get("phase") or ""), gpus)
 
     def _bound(self, uid: str, pod: dict[str, Any], node: str, gpus: int) -> None:
-        held = self.reservations.get(uid)
-        if held is not None and held.node == node:
-            return  # the extender's own bind reserved it
-        decision = self.evaluator.decide_one(gpus, node, exclude_uid=uid)
-        if not decision.plan:
-            return
         meta = pod.get("metadata") or {}
-        self.reservations.reserve(Reservation(uid, node, frozenset(decision.plan),
-                                              meta.get("namespace", ""), meta.get("name", "")))
-        log.info("reserved for a pod bound elsewhere", extra={
-            "pod": f"{meta.get('namespace')}/{meta.get('name')}", "node": node, "devices": sorted(decision.plan)})
-
-    def _release(self, uid: str, why: str) -> None:
-        released = self.reservations.release(uid)
-        if released is not None:
-            log.info("reservation released", extra={"pod": f"{released.namespace}/{released.name}",
-                                                    "node": released.node, "why": why})
+        self.reservations.pod_bound(uid, node, str(meta.get("namespace") or ""), str(meta.get("name") or ""), gpus)

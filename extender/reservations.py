@@ -1,10 +1,26 @@
-"""GPUs promised to pods that are bound but not yet visible in their node's report.
+"""What each node owes to pods bound there but not yet in its report, reconciled by the ledger.
 
-Between a Binding and the reporter's next report the node still shows the pair free; without a
-reservation the next pod would be promised the same pair. Entries live in a cachetools
-TTLCache keyed by pod UID and leave when the node's report shows the devices taken, when the
-pod is deleted or finishes, or when the TTL runs out (a plan the device plugin did not follow
-must not block the node for good).
+Between a Binding and the reporter's next report the node still shows the pod's GPUs free;
+without a hold the next pod would be promised them too. Two kinds of hold:
+
+- **Plans**: the set the extender's own bind expects the device plugin to pick, reserved with
+  no ``await`` between the decision and the reservation, so two pods bound back to back cannot
+  both be promised the last same-NUMA pair.
+- **Counts**: pods bound by anyone else (pinned by ``spec.nodeName``, another scheduler, another
+  replica, a Binding whose answer was lost). Their devices are unknown until the report, so the
+  node owes their GPU count without inventing which GPUs: ``placement.worst_case_take`` decides
+  as if they took the worst ones.
+
+A node's report carries its allocation ledger (``gpupair.io/allocations``). A hold ends the
+moment a report lists its pod, whatever devices the pod really got: a plan the plugin followed
+counts as *confirmed*, one it did not as *deviated*, never as a hold on devices that are really
+free. A plan whose devices a report shows taken by someone else no longer names free devices;
+its pod keeps a count hold instead. The error window is one report. The TTL remains only for a
+pod that never shows up (*expired*); a pod deleted or finished first is *released*.
+
+A node whose reporter writes no ledger (older than it, during a rolling upgrade) keeps the
+accounting before the ledger: a plan ends when the report shows its devices all taken; pods
+bound by others are not held there (the report shows their devices within a scan).
 
 Every method is synchronous: on the single-threaded event loop a check-and-set done without an
 ``await`` in between is atomic, so no lock exists that could stall another pod's request.
@@ -12,17 +28,43 @@ Every method is synchronous: on the single-threaded event loop a check-and-set d
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from cachetools import TTLCache
 
+from gpupair.report import Ledger
+
+log = logging.getLogger("gpupair.extender.reservations")
+
 DEFAULT_TTL = 120.0
+OUTCOMES = ("confirmed", "deviated", "expired", "released")
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What one node owes: planned devices, plus GPUs of pods whose devices are unknown."""
+
+    devices: frozenset[int] = frozenset()
+    count: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.devices) or self.count > 0
+
+    @property
+    def gpus(self) -> int:
+        return len(self.devices) + self.count
+
+
+NO_HOLD = Hold()
 
 
 @dataclass(frozen=True)
 class Reservation:
+    """A plan: the set the extender's bind expects the device plugin to give the pod."""
+
     uid: str
     node: str
     devices: frozenset[int]
@@ -30,84 +72,224 @@ class Reservation:
     name: str = ""
 
 
+@dataclass(frozen=True)
+class BoundPod:
+    """A GPU pod bound to a node and not yet in that node's ledger."""
+
+    uid: str
+    node: str
+    namespace: str
+    name: str
+    gpus: int
+    since: float  # the timer's clock
+
+
 class Reservations:
     def __init__(self, ttl: float = DEFAULT_TTL, maxsize: int = 100_000,
-                 timer: Callable[[], float] = time.monotonic):
-        self._held: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl, timer=timer)
-        # node -> UIDs reserved there; may name expired UIDs, which readers drop lazily.
-        self._by_node: dict[str, set[str]] = {}
+                 timer: Callable[[], float] = time.monotonic,
+                 on_outcome: Callable[[str], None] = lambda outcome: None):
+        self.ttl = ttl
+        self._timer = timer
+        self._on_outcome = on_outcome
+        self._plans: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl, timer=timer)
+        # node -> UIDs planned there; may name expired UIDs, which readers drop lazily.
+        self._plans_by_node: dict[str, set[str]] = {}
+        # Pods bound and not yet listed, oldest first (insertion order is ``since`` order).
+        self._pods: dict[str, BoundPod] = {}
+        self._bound: dict[str, set[str]] = {}  # node -> UIDs in _pods
+        # node -> its latest report's ledger; a node absent here has not reported, None: no ledger.
+        self._ledgers: dict[str, Ledger | None] = {}
+
+    # ---- the extender's own binds
 
     def reserve(self, reservation: Reservation) -> None:
-        previous = self._held.get(reservation.uid)
+        previous = self._plans.get(reservation.uid)
         if previous is not None and previous.node != reservation.node:
             self._unindex(previous.uid, previous.node)
-        self._held[reservation.uid] = reservation
-        self._by_node.setdefault(reservation.node, set()).add(reservation.uid)
+        self._plans[reservation.uid] = reservation
+        self._plans_by_node.setdefault(reservation.node, set()).add(reservation.uid)
 
     def release(self, uid: str) -> Reservation | None:
-        reservation = self._held.pop(uid, None)
+        """Drop a plan without an outcome (its Binding failed: nothing was bound)."""
+        reservation = self._plans.pop(uid, None)
         if reservation is not None:
             self._unindex(uid, reservation.node)
         return reservation
 
     def get(self, uid: str) -> Reservation | None:
-        return self._held.get(uid)
+        return self._plans.get(uid)
 
-    def uids(self) -> list[str]:
-        return list(self._held.keys())
+    # ---- the pod watch
 
-    def on_node(self, node: str, exclude: str | None = None) -> frozenset[int]:
-        """Devices reserved on ``node`` (less those of pod ``exclude``)."""
+    def pod_bound(self, uid: str, node: str, namespace: str, name: str, gpus: int) -> None:
+        """A GPU pod is bound to ``node`` (seen by the pod watch, whoever bound it)."""
+        if gpus <= 0 or not uid:
+            return
+        if node in self._ledgers:
+            ledger = self._ledgers[node]
+            if ledger is None:
+                return  # no ledger to end a count hold: the report will show the devices
+            if ledger.lists(namespace, name, uid):
+                return  # its devices are already in the report
+        current = self._pods.get(uid)
+        if current is not None and current.node == node:
+            return
+        self._bind(BoundPod(uid, node, namespace, name, gpus, self._timer()))
+
+    def pod_gone(self, uid: str, why: str) -> bool:
+        """The pod was deleted or finished: whatever it held is free again."""
+        plan = self.release(uid)
+        pod = self._unbind(uid)
+        who = plan or pod
+        if who is None:
+            return False
+        self._outcome("released", who.namespace, who.name, who.node, plan=plan, why=why)
+        return True
+
+    def known_uids(self) -> set[str]:
+        return set(self._plans.keys()) | set(self._pods)
+
+    # ---- reports
+
+    def observe_report(self, node: str, free: frozenset[int], ledger: Ledger | None = None) -> None:
+        """A new report for ``node`` (its free devices and ledger): end every hold whose pod it
+        lists. Without a ledger, the accounting from before it."""
+        self._ledgers[node] = ledger
+        if ledger is None:
+            for plan in self._live_plans(node):
+                if not plan.devices & free:  # before the ledger: the plan shows taken
+                    self.release(plan.uid)
+                    self._outcome("confirmed", plan.namespace, plan.name, node, plan=plan)
+            for uid in list(self._bound.get(node, ())):
+                self._unbind(uid)
+            return
+        for plan in self._live_plans(node):
+            if ledger.lists(plan.namespace, plan.name, plan.uid):
+                got = ledger.devices_of(plan.namespace, plan.name) or frozenset()
+                self.release(plan.uid)
+                self._unbind(plan.uid)
+                self._outcome("confirmed" if got == plan.devices else "deviated",
+                              plan.namespace, plan.name, node, plan=plan, got=got)
+            elif not plan.devices <= free:
+                # Another pod got some of the planned devices; this pod will get others.
+                self.release(plan.uid)
+                if plan.uid not in self._pods:  # the pod watch has not seen it bound yet
+                    self._bind(BoundPod(plan.uid, node, plan.namespace, plan.name, len(plan.devices),
+                                        self._timer()))
+                log.info("plan overtaken: held by count until the pod is reported", extra={
+                    "pod": f"{plan.namespace}/{plan.name}", "node": node, "plan": sorted(plan.devices),
+                    "taken": sorted(plan.devices - free)})
+        for uid in list(self._bound.get(node, ())):
+            pod = self._pods[uid]
+            if ledger.lists(pod.namespace, pod.name, pod.uid):
+                self._unbind(uid)
+
+    def node_gone(self, node: str) -> None:
+        for plan in self._live_plans(node):
+            self.release(plan.uid)
+        for uid in list(self._bound.get(node, ())):
+            self._unbind(uid)
+        self._ledgers.pop(node, None)
+
+    # ---- readers
+
+    def hold(self, node: str, exclude: str | None = None) -> Hold:
+        """What ``node`` owes now (to every pod but ``exclude``)."""
+        self._expire()
+        return self._hold(node, exclude)
+
+    def _hold(self, node: str, exclude: str | None = None) -> Hold:
         devices: set[int] = set()
-        for reservation in self._live(node):
-            if reservation.uid != exclude:
-                devices |= reservation.devices
-        return frozenset(devices)
+        planned: set[str] = set()
+        for plan in self._live_plans(node):
+            planned.add(plan.uid)
+            if plan.uid != exclude:
+                devices |= plan.devices
+        count = sum(self._pods[uid].gpus for uid in self._bound.get(node, ())
+                    if uid != exclude and uid not in planned)
+        return Hold(frozenset(devices), count) if devices or count else NO_HOLD
 
-    def by_node(self) -> dict[str, frozenset[int]]:
-        """Every node with a live reservation and the devices reserved there."""
+    def by_node(self) -> dict[str, Hold]:
+        """Every node that owes something now, and what."""
+        self._expire()
         out = {}
-        for node in list(self._by_node):
-            devices = self.on_node(node)
-            if devices:
-                out[node] = devices
+        for node in set(self._plans_by_node) | set(self._bound):
+            hold = self._hold(node)
+            if hold:
+                out[node] = hold
         return out
 
-    def observe_report(self, node: str, free: Iterable[int]) -> list[Reservation]:
-        """A new report for ``node``: release reservations whose devices it shows all taken."""
-        free_now = frozenset(free)
-        released = []
-        for reservation in self._live(node):
-            if not reservation.devices & free_now:
-                self.release(reservation.uid)
-                released.append(reservation)
-        return released
+    def on_node(self, node: str, exclude: str | None = None) -> frozenset[int]:
+        """Devices planned on ``node`` (less those of pod ``exclude``)."""
+        return self.hold(node, exclude).devices
 
-    def node_gone(self, node: str) -> list[Reservation]:
-        return [r for r in self._live(node) if self.release(r.uid)]
+    def uids(self) -> list[str]:
+        return list(self._plans.keys())
 
     def __len__(self) -> int:
-        self._held.expire()
-        return len(self._held)
+        self._expire()
+        return len(self._plans) + sum(1 for uid in self._pods if uid not in self._plans)
 
-    def _live(self, node: str) -> list[Reservation]:
-        uids = self._by_node.get(node)
+    # ---- internals
+
+    def _expire(self) -> None:
+        for uid, plan in self._plans.expire():
+            self._unindex(uid, plan.node)
+            self._outcome("expired", plan.namespace, plan.name, plan.node, plan=plan)
+        if not self._pods:
+            return
+        deadline = self._timer() - self.ttl
+        while self._pods:
+            pod = next(iter(self._pods.values()))
+            if pod.since >= deadline:
+                break
+            self._unbind(pod.uid)
+            self._outcome("expired", pod.namespace, pod.name, pod.node)
+
+    def _live_plans(self, node: str) -> list[Reservation]:
+        uids = self._plans_by_node.get(node)
         if not uids:
             return []
         live = []
         for uid in list(uids):
-            reservation = self._held.get(uid)  # None once the TTL ran out
-            if reservation is None or reservation.node != node:
+            plan = self._plans.get(uid)  # None once the TTL ran out
+            if plan is None or plan.node != node:
                 uids.discard(uid)
             else:
-                live.append(reservation)
+                live.append(plan)
         if not uids:
-            del self._by_node[node]
+            del self._plans_by_node[node]
         return live
 
     def _unindex(self, uid: str, node: str) -> None:
-        uids = self._by_node.get(node)
+        uids = self._plans_by_node.get(node)
         if uids is not None:
             uids.discard(uid)
             if not uids:
-                del self._by_node[node]
+                del self._plans_by_node[node]
+
+    def _bind(self, pod: BoundPod) -> None:
+        self._unbind(pod.uid)
+        self._pods[pod.uid] = pod
+        self._bound.setdefault(pod.node, set()).add(pod.uid)
+
+    def _unbind(self, uid: str) -> BoundPod | None:
+        pod = self._pods.pop(uid, None)
+        if pod is not None:
+            uids = self._bound[pod.node]
+            uids.discard(uid)
+            if not uids:
+                del self._bound[pod.node]
+        return pod
+
+    def _outcome(self, outcome: str, namespace: str, name: str, node: str | None,
+                 plan: Reservation | None = None, got: Iterable[int] | None = None, why: str = "") -> None:
+        self._on_outcome(outcome)
+        extra = {"outcome": outcome, "pod": f"{namespace}/{name}", "node": node}
+        if plan is not None:
+            extra["plan"] = sorted(plan.devices)
+        if got is not None:
+            extra["got"] = sorted(got)
+        if why:
+            extra["why"] = why
+        log.info("reservation ended", extra=extra)

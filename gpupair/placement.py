@@ -62,6 +62,25 @@ def fit(state: NodeState, k: int) -> Fit:
     return Fit(False, True, f"need {k} GPUs {_spread_phrase(needed)}; free: {free_summary(state)}")
 
 
+def worst_case_take(state: NodeState, count: int) -> NodeState:
+    """The free devices left after ``count`` unknown ones are taken, taken as badly as possible.
+
+    Pods bound to a node but not yet in its report hold GPUs nobody has named. Each is taken
+    from a NUMA node with the most free devices (water-filling): the result is majorised by
+    every other way of taking ``count``, so the free count of the best m NUMA nodes, for
+    every m, is as low as it can get. A pod that fits what is left here (``fit`` looks at
+    exactly those sums) fits whatever the holders really took.
+    """
+    if count <= 0:
+        return state
+    groups = {numa: list(members) for numa, members in state.free_by_numa().items()}
+    taken = []
+    for _ in range(min(count, len(state.free))):
+        numa = max(groups, key=lambda n: (len(groups[n]), -n))
+        taken.append(groups[numa].pop())
+    return state.take(taken)
+
+
 def chosen_numa_nodes(state: NodeState, chosen: tuple[int, ...]) -> set[int]:
     return {state.layout.numa_of(i) for i in chosen}
 

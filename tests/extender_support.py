@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 from extender.app import Extender, assemble, build_app
 from extender.decisions import Decider, Unreported
 from extender.list_watch import ListWatch
-from gpupair.report import encode_annotations
+from gpupair.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout
 from tests.real_k8s import REAL_K8S
 
@@ -36,9 +36,13 @@ def recorded_bytes(name: str) -> bytes:
 
 
 def report_annotations(free: set[int] | frozenset[int], *, node: str = "n", generation: int = 1,
-                       reported_at: datetime = NOW) -> dict[str, str]:
-    """The annotations the reporter writes for a seed-shaped node with ``free`` devices."""
-    return encode_annotations(seed_layout(f"GPU-{node}"), frozenset(free), generation, reported_at)
+                       reported_at: datetime = NOW,
+                       ledger: dict[tuple[str, str], set[int]] | None = None) -> dict[str, str]:
+    """The annotations the reporter writes for a seed-shaped node with ``free`` devices; with
+    ``ledger`` ((namespace, name) -> devices) the allocation ledger too, as reporters since the
+    ledger write it (without: a reporter from before it)."""
+    holders = None if ledger is None else [PodHolding(ns, name, frozenset(d)) for (ns, name), d in ledger.items()]
+    return encode_annotations(seed_layout(f"GPU-{node}"), frozenset(free), generation, reported_at, holders=holders)
 
 
 def node_object(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:

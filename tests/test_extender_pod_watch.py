@@ -1,10 +1,11 @@
-"""Reservations driven by the pod watch (kube-apiserver double): pods bound without the
-extender's bind verb, pods that finish, pods deleted while the watch was down; and Nodes
-mode, where the request's own reports release reservations."""
+"""Holds driven by the pod watch and ended by the ledger (kube-apiserver double): pods bound
+without the extender's bind verb, pods bound before a restart, pods that finish, pods deleted
+while the watch was down, nodes whose reporter predates the ledger; and Nodes mode, where the
+request's own reports end holds."""
 
 from __future__ import annotations
 
-from extender.reservations import Reservation
+from extender.reservations import Hold, Reservation
 from tests.extender_support import (
     args_body,
     eventually,
@@ -17,45 +18,70 @@ from tests.extender_support import (
 )
 from tests.kube_double import make_node, make_pod, running_kube_double
 
-ONE_PAIR = {0, 1, 4}
+ONE_PAIR = {0, 1, 4}  # GPU0+1 the only same-NUMA pair; 2, 3, 5, 6, 7 held by others
+OTHERS = {("infra", "a"): {2}, ("infra", "b"): {3}, ("infra", "c"): {5, 6, 7}}
+
+
+def node_a(free=ONE_PAIR, ledger=OTHERS, generation=1):
+    return make_node("gpu-node-a", annotations=report_annotations(free, node="a", ledger=ledger, generation=generation))
 
 
 async def synced(k) -> None:
-    await eventually(lambda: k.extender.node_cache.ready and k.pod_watch.lists >= 1)
+    await eventually(lambda: k.extender.ready())
 
 
-async def test_pod_bound_by_another_binder_reserves_its_plan_and_releases_when_it_finishes():
+async def test_pod_bound_by_another_binder_holds_its_count_until_the_ledger_lists_it():
     async with running_kube_double() as double:
-        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(ONE_PAIR, node="a")))
+        double.store.create("nodes", node_a())
         async with kube_extender(double) as k:
             await synced(k)
             created = double.store.create("pods", make_pod("trainer", "ml", gpus=2), "ml")
             uid = created["metadata"]["uid"]
             # Bound by the default binder (kube-scheduler without the bind verb).
             double.store.patch("pods", "trainer", {"spec": {"nodeName": "gpu-node-a"}}, "ml")
-            await eventually(lambda: k.extender.reservations.get(uid) is not None, what="reservation")
-            held = k.extender.reservations.get(uid)
+            await eventually(lambda: k.extender.reservations.hold("gpu-node-a") == Hold(count=2), what="hold")
             _, refused = await k.client.post("filter", args_body(pod_object(2, uid="next"), names=["gpu-node-a"]))
-            double.store.patch("pods", "trainer", {"status": {"phase": "Succeeded"}}, "ml")
-            await eventually(lambda: k.extender.reservations.get(uid) is None, what="release on finish")
-    assert held.node == "gpu-node-a" and held.devices == {0, 1}
-    assert refused["NodeNames"] == []
+            # The plugin gave it GPU0 and GPU4 (a SYS pair: not the extender's business here);
+            # the next report lists it, and GPU1 is all that is free.
+            double.store.patch("nodes", "gpu-node-a", node_a(
+                free={1}, ledger={**OTHERS, ("ml", "trainer"): {0, 4}}, generation=2))
+            await eventually(lambda: not k.extender.reservations.hold("gpu-node-a"), what="hold ended by the report")
+            _, one = await k.client.post("filter", args_body(pod_object(1, uid="one"), names=["gpu-node-a"]))
+    assert refused["NodeNames"] == [] and "2 GPUs reserved" in refused["FailedNodes"]["gpu-node-a"]
+    assert one["NodeNames"] == ["gpu-node-a"]
 
 
-async def test_pods_already_bound_at_the_first_list_reserve_nothing():
+async def test_pods_bound_before_a_restart_are_held_unless_the_ledger_lists_them():
     async with running_kube_double() as double:
-        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(ONE_PAIR, node="a")))
-        double.store.create("pods", make_pod("old", "ml", gpus=2, node_name="gpu-node-a"), "ml")
+        double.store.create("nodes", node_a(ledger={**OTHERS}))
+        double.store.create("pods", make_pod("running", "infra", gpus=1, node_name="gpu-node-a"), "infra")
+        double.store.create("pods", make_pod("b", "infra", gpus=1, node_name="gpu-node-a"), "infra")
+        fresh = double.store.create("pods", make_pod("fresh", "ml", gpus=1, node_name="gpu-node-a"), "ml")
         async with kube_extender(double) as k:
             await synced(k)
+            # infra/b is in the ledger; infra/running is not (it holds no GPU yet), nor ml/fresh.
+            assert k.extender.reservations.hold("gpu-node-a") == Hold(count=2)
+            double.store.delete("pods", "fresh", "ml")
+            await eventually(lambda: k.extender.reservations.hold("gpu-node-a") == Hold(count=1))
+    assert fresh["metadata"]["uid"]
+
+
+async def test_a_node_whose_reporter_predates_the_ledger_holds_nothing_for_pods_bound_elsewhere():
+    async with running_kube_double() as double:
+        double.store.create("nodes", node_a(ledger=None))
+        async with kube_extender(double) as k:
+            await synced(k)
+            double.store.create("pods", make_pod("pinned", "ml", gpus=2, node_name="gpu-node-a"), "ml")
             double.store.bookmark_all()
             await eventually(lambda: k.pod_watch.resource_version == str(double.store.rv))
-            assert len(k.extender.reservations) == 0
+            _, answer = await k.client.post("filter", args_body(pod_object(2, uid="next"), names=["gpu-node-a"]))
+    assert len(k.extender.reservations) == 0
+    assert answer["NodeNames"] == ["gpu-node-a"]
 
 
 async def test_pods_asking_no_gpu_are_ignored():
     async with running_kube_double() as double:
-        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(ONE_PAIR, node="a")))
+        double.store.create("nodes", node_a())
         async with kube_extender(double) as k:
             await synced(k)
             double.store.create("pods", make_pod("web", "ml", gpus=0), "ml")
@@ -67,7 +93,7 @@ async def test_pods_asking_no_gpu_are_ignored():
 
 async def test_deletion_missed_while_the_watch_was_down_is_caught_by_the_relist():
     async with running_kube_double() as double:
-        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(ONE_PAIR, node="a")))
+        double.store.create("nodes", node_a())
         created = double.store.create("pods", make_pod("p", "ml", gpus=2), "ml")
         uid = created["metadata"]["uid"]
         async with kube_extender(double) as k:
@@ -80,12 +106,19 @@ async def test_deletion_missed_while_the_watch_was_down_is_caught_by_the_relist(
             await double.start()
             await eventually(lambda: k.pod_watch.lists == 2, what="pod relist")
             assert k.extender.reservations.get(uid) is None
+            assert not k.extender.reservations.hold("gpu-node-a")
+    released = k.extender.metrics.registry.get_sample_value(
+        "gpupair_extender_reservation_outcomes_total", {"outcome": "released"})
+    assert released == 1
 
 
-async def test_nodes_mode_requests_release_reservations_their_reports_show_taken():
+async def test_nodes_mode_requests_end_holds_their_reports_list():
     extender = make_extender()
-    extender.reservations.reserve(Reservation("a", "gpu-node-a", frozenset({0, 1})))
-    taken = node_object("gpu-node-a", report_annotations({4}, node="a", generation=2))
+    extender.reservations.reserve(Reservation("a", "gpu-node-a", frozenset({0, 1}), "ml", "p"))
+    listed = node_object("gpu-node-a", report_annotations({4}, node="a", generation=2, ledger={("ml", "p"): {2, 3}}))
     async with serving(extender) as client:
-        await client.post("filter", args_body(pod_object(1), nodes=[taken]))
+        await client.post("filter", args_body(pod_object(1), nodes=[listed]))
     assert len(extender.reservations) == 0
+    assert extender.metrics.registry.get_sample_value(
+        "gpupair_extender_reservation_outcomes_total", {"outcome": "deviated"}) == 1
+    assert extender.metrics.registry.get_sample_value("gpupair_extender_plan_follow_ratio") == 0.0
