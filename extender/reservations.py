@@ -226,6 +226,16 @@ class Reservations:
     def uids(self) -> list[str]:
         return list(self._plans.keys())
 
+    def plans(self) -> list[Reservation]:
+        """Live plans, every node."""
+        self._expire()
+        return list(self._plans.values())
+
+    def counted(self) -> list[BoundPod]:
+        """Pods held by count (bound, not yet listed, no live plan), every node."""
+        self._expire()
+        return [pod for uid, pod in self._pods.items() if uid not in self._plans]
+
     def __len__(self) -> int:
         self._expire()
         return len(self._plans) + sum(1 for uid in self._pods if uid not in self._plans)

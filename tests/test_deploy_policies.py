@@ -124,8 +124,9 @@ def set_annotation(key, value):
 @pytest.mark.parametrize("change", [
     set_annotation("gpupair.io/free", "new"),
     set_annotation("gpupair.io/layout", "{}"),
+    set_annotation("gpupair.io/allocations", '{"v":1,"pods":[]}'),
     lambda o: o["metadata"]["annotations"].pop("gpupair.io/free"),
-], ids=["change-own", "add-own", "remove-own"])
+], ids=["change-own", "add-own", "add-ledger", "remove-own"])
 def test_reporter_may_write_gpupair_annotations_on_its_node(objs, change):
     policy = find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-nodes")
     assert admit(policy, node_update(change)) == (True, [])

@@ -112,3 +112,18 @@ def test_numa_groups_are_inferred_from_sys_links_when_the_box_reports_none():
     assert list(layout.numa_nodes.values()) == [(0, 1, 2, 3), (4, 5, 6, 7)]
     fit = placement.fit(NodeState(layout, frozenset({3, 4})), 2)
     assert fit.reason == "need 2 GPUs on one NUMA node; free: NUMA?0=1 NUMA?1=1"
+
+
+@given(free=st.sets(st.integers(0, 7)), held=st.integers(0, 8), k=st.integers(1, 8))
+@settings(max_examples=300, deadline=None)
+def test_worst_case_take_is_no_better_than_any_real_take(free, held, k):
+    """A pod that fits after the worst-case take fits whatever ``held`` devices were really
+    taken, and the worst case is itself one of the real takes."""
+    from itertools import combinations
+
+    state = NodeState(seed_layout(), frozenset(free))
+    worst = placement.worst_case_take(state, held)
+    assert worst.free <= state.free and len(state.free - worst.free) == min(held, len(free))
+    if placement.fit(worst, k).feasible:
+        for taken in combinations(sorted(free), min(held, len(free))):
+            assert placement.fit(state.take(taken), k).feasible

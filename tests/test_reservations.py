@@ -1,0 +1,114 @@
+"""Reservations alone: how each kind of hold starts and ends."""
+
+from __future__ import annotations
+
+from extender.reservations import Hold, Reservation, Reservations
+from gpupair.report import Ledger
+
+ALL = frozenset(range(8))
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ledger(**pods: set[int]) -> Ledger:
+    return Ledger({("ml", name): frozenset(d) for name, d in pods.items()}, {})
+
+
+def store(outcomes=None, ttl=120.0):
+    timer = Timer()
+    res = Reservations(ttl=ttl, timer=timer, on_outcome=(outcomes.append if outcomes is not None else lambda o: None))
+    return res, timer
+
+
+def test_a_plan_ends_confirmed_when_listed_with_its_devices_and_deviated_with_others():
+    outcomes = []
+    res, _ = store(outcomes)
+    res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))
+    res.reserve(Reservation("u2", "n", frozenset({4, 5}), "ml", "b"))
+    assert res.hold("n") == Hold(frozenset({0, 1, 4, 5}))
+    res.observe_report("n", ALL - {0, 1, 6, 7}, ledger(a={0, 1}, b={6, 7}))
+    assert not res.hold("n") and outcomes == ["confirmed", "deviated"]
+
+
+def test_a_plan_overtaken_by_another_pod_is_held_by_count_until_listed():
+    res, _ = store()
+    res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))
+    res.observe_report("n", ALL - {1}, ledger(pinned={1}))  # GPU1 went to a pod bound elsewhere
+    assert res.hold("n") == Hold(count=2)
+    res.observe_report("n", ALL - {1, 2, 3}, ledger(pinned={1}, a={2, 3}))
+    assert not res.hold("n")
+
+
+def test_pods_bound_elsewhere_hold_a_count_and_the_pod_itself_is_excluded():
+    res, _ = store()
+    res.observe_report("n", ALL, ledger())
+    res.pod_bound("u1", "n", "ml", "a", 2)
+    res.pod_bound("u2", "n", "ml", "b", 1)
+    res.pod_bound("u2", "n", "ml", "b", 1)  # watch events repeat
+    assert res.hold("n") == Hold(count=3)
+    assert res.hold("n", exclude="u1") == Hold(count=1)
+    assert res.by_node() == {"n": Hold(count=3)}
+
+
+def test_a_pod_the_ledger_already_lists_holds_nothing():
+    res, _ = store()
+    res.observe_report("n", ALL - {3}, ledger(a={3}))
+    res.pod_bound("u1", "n", "ml", "a", 1)
+    assert not res.hold("n") and len(res) == 0
+
+
+def test_a_uid_mismatch_is_a_different_pod():
+    res, _ = store()
+    res.observe_report("n", ALL - {3}, Ledger({("ml", "a"): frozenset({3})}, {("ml", "a"): "old-uid"}))
+    res.pod_bound("new-uid", "n", "ml", "a", 1)
+    assert res.hold("n") == Hold(count=1)
+
+
+def test_ttl_expires_holds_of_pods_that_never_show_up():
+    outcomes = []
+    res, timer = store(outcomes, ttl=10.0)
+    res.observe_report("n", ALL, ledger())
+    res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))
+    res.pod_bound("u2", "n", "ml", "b", 1)
+    timer.now = 11.0
+    assert not res.hold("n") and sorted(outcomes) == ["expired", "expired"]
+
+
+def test_delete_releases_plans_and_counts():
+    outcomes = []
+    res, _ = store(outcomes)
+    res.observe_report("n", ALL, ledger())
+    res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))
+    res.pod_bound("u1", "n", "ml", "a", 2)
+    res.pod_bound("u2", "n", "ml", "b", 1)
+    assert res.pod_gone("u1", "deleted") and res.pod_gone("u2", "finished")
+    assert not res.pod_gone("u3", "deleted")
+    assert not res.hold("n") and outcomes == ["released", "released"]
+
+
+def test_without_a_ledger_plans_end_when_shown_taken_and_others_are_not_held():
+    outcomes = []
+    res, _ = store(outcomes)
+    res.pod_bound("u2", "n", "ml", "b", 1)  # before the node's first report: held
+    assert res.hold("n") == Hold(count=1)
+    res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))
+    res.observe_report("n", ALL - {7}, None)  # a reporter older than the ledger
+    assert res.hold("n") == Hold(frozenset({0, 1}))
+    res.pod_bound("u3", "n", "ml", "c", 1)
+    res.observe_report("n", ALL - {0, 1, 7}, None)
+    assert not res.hold("n") and outcomes == ["confirmed"]
+
+
+def test_node_gone_drops_everything_there():
+    res, _ = store()
+    res.observe_report("n", ALL, ledger())
+    res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))
+    res.pod_bound("u2", "n", "ml", "b", 1)
+    res.node_gone("n")
+    assert not res.by_node() and len(res) == 0
