@@ -47,6 +47,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "nodes": ("Node", "v1", False),
     "pods": ("Pod", "v1", True),
     "events": ("Event", "v1", True),
+    "leases": ("Lease", "coordination.k8s.io/v1", True),
 }
 # Field selectors each resource accepts (others answer 400, like the apiserver).
 FIELD_LABELS: dict[str, set[str]] = {
@@ -61,6 +62,7 @@ FIELD_LABELS: dict[str, set[str]] = {
         "involvedObject.namespace", "involvedObject.uid", "reason", "type",
         "regarding.kind", "regarding.name", "regarding.namespace",
     },
+    "leases": {"metadata.name", "metadata.namespace"},
 }
 REASONS = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -552,6 +554,10 @@ class KubeDouble:
         r.add_post("/api/v1/namespaces/{namespace}/pods/{name}/binding", self._binding)
         r.add_get("/api/v1/namespaces/{namespace}/pods/{name}/log", self._log)
         r.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
+        leases = "/apis/coordination.k8s.io/v1"
+        r.add_get(leases + "/{resource:leases}", self._collection)
+        r.add_route("*", leases + "/namespaces/{namespace}/{resource:leases}", self._collection)
+        r.add_route("*", leases + "/namespaces/{namespace}/{resource:leases}/{name}", self._item)
 
     async def _version(self, request: web.Request) -> web.Response:
         return web.json_response({"major": "1", "minor": "36", "gitVersion": "v1.36.2"})
@@ -710,6 +716,8 @@ class KubeDouble:
             return web.json_response(obj)
         if request.method == "PATCH":
             return web.json_response(await self._patch(request, resource, namespace, name))
+        if request.method == "PUT":
+            return web.json_response(await self._replace(request, resource, namespace, name))
         if request.method == "DELETE":
             gone = self.store.delete(resource, name, namespace)
             if resource == "pods":  # the pod registry returns the deleted object
@@ -748,6 +756,24 @@ class KubeDouble:
             raise conflict(resource, name, "the object has been modified; please apply your changes "
                                            "to the latest version and try again")
         return self.store.update(resource, name, namespace, new)
+
+    async def _replace(self, request: web.Request, resource: str, namespace: str, name: str) -> dict:
+        """PUT: a whole object; with metadata.resourceVersion set it must be the current one
+        (optimistic concurrency, as leader election and Lease renewals rely on)."""
+        old = self.store.get(resource, name, namespace)
+        if old is None:
+            raise not_found(resource, name)
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body of the request was in an unknown format")
+        meta = body.get("metadata") or {}
+        if meta.get("name") not in (None, name):
+            raise ApiError(400, "the name of the object does not match the name on the URL")
+        wanted_rv = meta.get("resourceVersion")
+        if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
+            raise conflict(resource, name, "the object has been modified; please apply your changes "
+                                           "to the latest version and try again")
+        return self.store.update(resource, name, namespace, body)
 
     # ---- subresources
 

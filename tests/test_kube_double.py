@@ -400,3 +400,25 @@ async def test_json_patch_and_strategic_merge_of_keyed_lists():
         types = [r.content_type for r in double.requests_to("/api/v1/namespaces/ns/pods/p1", "PATCH")]
         assert types == ["application/strategic-merge-patch+json", "application/json-patch+json",
                          "application/json-patch+json"]
+
+
+async def test_leases_create_get_list_and_replace_with_optimistic_concurrency():
+    import datetime
+
+    async with running_kube_double() as double, kube_client_for(double) as api:
+        coord = k8s.CoordinationV1Api(api)
+        body = {"metadata": {"name": "gpu-1", "namespace": "gpupair-system"},
+                "spec": {"holderIdentity": "gpu-1", "leaseDurationSeconds": 40}}
+        created = await coord.create_namespaced_lease("gpupair-system", body)
+        got = await coord.read_namespaced_lease("gpu-1", "gpupair-system")
+        got.spec.renew_time = datetime.datetime(2026, 11, 30, 8, 0, 0, 123456, tzinfo=datetime.timezone.utc)
+        renewed = await coord.replace_namespaced_lease("gpu-1", "gpupair-system", got)
+        stale = created  # an old resourceVersion: someone else renewed since
+        stale.spec.holder_identity = "intruder"
+        with pytest.raises(ApiException) as caught:
+            await coord.replace_namespaced_lease("gpu-1", "gpupair-system", stale)
+        listed = await coord.list_namespaced_lease("gpupair-system")
+    assert caught.value.status == 409
+    assert renewed.spec.renew_time == got.spec.renew_time
+    assert [item.metadata.name for item in listed.items] == ["gpu-1"]
+    assert double.store.get("leases", "gpu-1", "gpupair-system")["spec"]["holderIdentity"] == "gpu-1"
