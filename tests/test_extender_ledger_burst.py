@@ -134,3 +134,32 @@ async def test_restart_mid_burst_rebuilds_holds_from_pods_and_ledger():
     assert len(before_restart) == 2 and holds == {node: Hold(count=2) for node in before_restart}
     assert sorted(placed.values()) == NODES
     assert all(kubelets[node].worst_link("ml", pod) != "SYS" for pod, node in placed.items())
+
+
+async def test_two_replicas_the_standby_holds_what_the_active_one_bound():
+    """The Service's ClientIP affinity sends the one active kube-scheduler to one replica; the
+    other keeps its watches warm. When the scheduler's calls move to it (the first replica
+    died), it already holds, by count, every pod the first bound that no report lists yet."""
+    rng = random.Random(11)
+    async with running_kube_double() as double, kube_client_for(double) as api:
+        kubelets = await start_cluster(double, api)
+        await pin(double, kubelets, report=True)
+        pods = burst(double)
+        placed = {}
+        async with kube_extender(double) as standby:
+            async with kube_extender(double) as active:
+                await eventually(lambda: active.extender.ready() and standby.extender.ready())
+                for pod in pods[:3]:
+                    placed[pod["metadata"]["name"]] = await schedule(active.client, pod, NODES, rng)
+                first = set(placed.values())
+                await eventually(lambda: standby.extender.reservations.by_node() == {n: Hold(count=2) for n in first},
+                                 what="the standby's holds")
+            # The active replica is gone; the scheduler's calls now reach the standby.
+            for pod in pods[3:]:
+                node = await schedule(standby.client, pod, NODES, rng)
+                if node is not None:
+                    placed[pod["metadata"]["name"]] = node
+            await admit_and_report(double, kubelets, placed)
+            await eventually(lambda: not standby.extender.reservations.by_node(), what="holds ended by the ledger")
+    assert len(first) == 3 and sorted(placed.values()) == NODES
+    assert all(kubelets[node].worst_link("ml", pod) != "SYS" for pod, node in placed.items())
