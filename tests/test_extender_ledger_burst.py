@@ -43,6 +43,14 @@ def burst(double, count: int = 8) -> list[dict]:
             for i in range(count)]
 
 
+async def schedule_all(client, pods, rng, placed: dict[str, str]) -> None:
+    """Schedule ``pods`` back to back; record where each placed one went."""
+    for pod in pods:
+        node = await schedule(client, pod, NODES, rng)
+        if node is not None:
+            placed[pod["metadata"]["name"]] = node
+
+
 async def admit_and_report(double, kubelets, placed: dict[str, str]) -> None:
     for pod, node in placed.items():
         kubelets[node].admit("ml", pod, 2)
@@ -67,10 +75,7 @@ async def test_burst_after_pinned_pods_places_four_of_four_one_per_node(pinned_r
             else:
                 assert k.extender.reservations.by_node() == {n: Hold(count=4) for n in NODES}
             placed = {}
-            for pod in burst(double):
-                node = await schedule(k.client, pod, NODES, rng)
-                if node is not None:
-                    placed[pod["metadata"]["name"]] = node
+            await schedule_all(k.client, burst(double), rng, placed)
             if not pinned_reported:
                 for kubelet in kubelets.values():
                     await kubelet.report()
@@ -117,18 +122,13 @@ async def test_restart_mid_burst_rebuilds_holds_from_pods_and_ledger():
         placed = {}
         async with kube_extender(double) as k:
             await eventually(k.extender.ready)
-            for pod in pods[:2]:
-                node = await schedule(k.client, pod, NODES, rng)
-                placed[pod["metadata"]["name"]] = node
+            await schedule_all(k.client, pods[:2], rng, placed)
         # The extender restarts before the two bound pods reach any report.
         async with kube_extender(double) as k:
             await eventually(k.extender.ready)
             holds = k.extender.reservations.by_node()
             before_restart = set(placed.values())
-            for pod in pods[2:]:
-                node = await schedule(k.client, pod, NODES, rng)
-                if node is not None:
-                    placed[pod["metadata"]["name"]] = node
+            await schedule_all(k.client, pods[2:], rng, placed)
             await admit_and_report(double, kubelets, placed)
             await eventually(lambda: not k.extender.reservations.by_node(), what="holds ended by the ledger")
     assert len(before_restart) == 2 and holds == {node: Hold(count=2) for node in before_restart}
@@ -149,16 +149,12 @@ async def test_two_replicas_the_standby_holds_what_the_active_one_bound():
         async with kube_extender(double) as standby:
             async with kube_extender(double) as active:
                 await eventually(lambda: active.extender.ready() and standby.extender.ready())
-                for pod in pods[:3]:
-                    placed[pod["metadata"]["name"]] = await schedule(active.client, pod, NODES, rng)
+                await schedule_all(active.client, pods[:3], rng, placed)
                 first = set(placed.values())
                 await eventually(lambda: standby.extender.reservations.by_node() == {n: Hold(count=2) for n in first},
                                  what="the standby's holds")
             # The active replica is gone; the scheduler's calls now reach the standby.
-            for pod in pods[3:]:
-                node = await schedule(standby.client, pod, NODES, rng)
-                if node is not None:
-                    placed[pod["metadata"]["name"]] = node
+            await schedule_all(standby.client, pods[3:], rng, placed)
             await admit_and_report(double, kubelets, placed)
             await eventually(lambda: not standby.extender.reservations.by_node(), what="holds ended by the ledger")
     assert len(first) == 3 and sorted(placed.values()) == NODES
