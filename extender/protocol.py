@@ -19,6 +19,8 @@ from typing_extensions import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from gpupair import json_body
+
 MAX_EXTENDER_PRIORITY = 10  # MaxExtenderPriority in types.go
 
 
@@ -163,9 +165,9 @@ def _explain(exc: ValidationError) -> str:
 
 
 def _parse(model: type[_GoStruct], body: bytes | str) -> Any:
-    """orjson, then Go's key folding, then the model. orjson refuses what Go's decoder refuses
-    (NaN, Infinity, invalid UTF-8) and decodes a 5,000-name body in well under half the
-    stdlib's time; python-mode validation of the parsed dict beats pydantic's own JSON mode on
+    """gpupair.json_body, then Go's key folding, then the model. Its orjson refuses what Go's
+    decoder refuses (NaN, Infinity, invalid UTF-8) and decodes a 5,000-name body in well under
+    half the stdlib's time; python-mode validation of the parsed dict beats pydantic's own JSON mode on
     Nodes-mode bodies (megabytes of Node objects kept as dicts), and the folding needs the
     parsed keys anyway."""
     return _validate(model, _decode(model, body))
@@ -173,9 +175,9 @@ def _parse(model: type[_GoStruct], body: bytes | str) -> Any:
 
 def _decode(model: type[_GoStruct], body: bytes | str) -> Any:
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"malformed {model.__name__}: body is not JSON: {exc}") from None
+        return json_body.decode(body)
+    except json_body.JSONBodyError as exc:
+        raise ProtocolError(f"malformed {model.__name__}: {exc}") from None
 
 
 def _validate(model: type[_GoStruct], data: Any) -> Any:

@@ -19,8 +19,9 @@ verification of itself, and the facts come from the kubelet and the reporter.
 
 Wire: the answer is JSON. 200: ``kind: Verification`` with ``pod``, ``node``, ``deviceIds``,
 ``verdict``, ``annotations`` and ``tsvRow`` (the seed's TSV row). Errors: ``kind: Status`` with
-``code``, ``reason`` and ``message``; 401/403 for a caller that is not proven, 503 (with
-Retry-After) while something needed is not there yet, 429 when too many calls are in flight.
+``code``, ``reason`` and ``message``; 400 for a body that is neither empty nor a JSON object,
+401/403 for a caller that is not proven, 503 (with Retry-After) while something needed is not
+there yet, 429 when too many calls are in flight.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
-from gpupair import verdict
+from gpupair import json_body, verdict
 from gpupair.kube import create_event, patch_annotations
 from gpupair.layout import NodeLayout
 from reporter.allocations import PodNotFoundError, PodResourcesError, map_device_ids
@@ -49,12 +50,29 @@ COMPONENT = "gpupair-reporter"
 FAIL_REASON = "GPUPlacementFailed"
 PHASE = "Running"  # the sidecar runs, so the pod does: the seed's phase column
 ROUND = "-"  # the seed numbered rounds of test pods; a live pod has none
-_REASONS = {401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 500: "InternalError",
-            503: "ServiceUnavailable"}
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests",
+            500: "InternalError", 503: "ServiceUnavailable"}
 
 
 class PodDeviceSource(Protocol):
     async def pod_devices(self, namespace: str, name: str, resource_name: str = ...) -> list[str]: ...
+
+
+async def read_body(request: web.Request) -> None:
+    """The token is the whole request, yet the body must be empty or a JSON object (the sidecar
+    sends ``{}``): a caller sending anything else gets a clear 400 before any TokenReview."""
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise Refused(400, f"body too large: {exc.text}") from None
+    if not body.strip():
+        return
+    try:
+        value = json_body.decode(body)
+    except json_body.JSONBodyError as exc:
+        raise Refused(400, str(exc)) from None
+    if not isinstance(value, dict):
+        raise Refused(400, f"body must be empty or a JSON object, got {type(value).__name__}")
 
 
 def status_body(code: int, message: str) -> dict[str, Any]:
@@ -97,6 +115,10 @@ class VerifyService:
         )
 
     async def handle(self, request: web.Request) -> web.Response:
+        try:
+            await read_body(request)
+        except Refused as refusal:
+            return self._refuse(refusal, request)
         if self._slots.locked():
             return self._refuse(Refused(429, "too many verifications in flight; retry", retry_after=1), request)
         async with self._slots:

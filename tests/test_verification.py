@@ -229,6 +229,27 @@ async def test_missing_or_malformed_authorization_is_refused(world):
     assert world.double.requests_to("/apis/authentication.k8s.io/v1/tokenreviews") == []
 
 
+@pytest.mark.parametrize("body, words", [
+    (b"[]", "JSON object, got list"),
+    (b"not json", "not JSON"),
+    (b"[" * 200 + b"]" * 200, "nested deeper"),
+    (b'{"a": "\xff"}', "not JSON"),
+    (b"{" + b" " * (1024 * 1024) + b"}", "too large"),
+])
+async def test_a_body_that_is_not_a_json_object_is_refused_before_any_review(world, body, words):
+    _, token = world.add_pod("body", (1, 2))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(world.url, data=body, headers={"Authorization": f"Bearer {token}"}) as response:
+            status, answer = response.status, await response.json()
+    assert status == 400 and answer["kind"] == "Status" and answer["reason"] == "BadRequest", answer
+    assert words in answer["message"]
+    assert world.double.requests_to("/apis/authentication.k8s.io/v1/tokenreviews") == []
+    for empty in (b"", b" \n"):  # the body carries nothing: empty is as good as {}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(world.url, data=empty, headers={"Authorization": f"Bearer {token}"}) as response:
+                assert response.status == 200, await response.text()
+
+
 async def test_token_for_another_audience_is_refused(world):
     # The pod's default API token (audience: the apiserver) must not work here.
     _, token = world.add_pod("wrong-aud", (1, 2), audiences=("https://kubernetes.default.svc.cluster.local",))

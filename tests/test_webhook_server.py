@@ -222,7 +222,16 @@ def test_unreadable_pod_is_allowed_with_a_warning(server, ca):
 def test_malformed_reviews_get_400_with_a_reason(server, ca, body, reason):
     status, answer = post(server, ca, body)
     assert status == 400
-    assert reason in json.loads(answer)["error"]
+    assert_refusal(json.loads(answer), reason)
+
+
+def assert_refusal(answer: dict, reason: str = "") -> None:
+    """The AdmissionReview a malformed body gets: not allowed, a metav1.Status 400 saying why."""
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["allowed"] is False and response["uid"] == ""
+    assert response["status"]["code"] == 400 and response["status"]["reason"] == "BadRequest"
+    assert reason in response["status"]["message"] and response["status"]["message"]
 
 
 def test_health_and_metrics(server, ca):
@@ -290,7 +299,7 @@ def test_random_bodies_never_get_a_5xx(server, ca, body):
             patch = json.loads(base64.b64decode(decoded["response"]["patch"]))
             jsonpatch.apply_patch(json.loads(body)["request"]["object"], patch)  # applies cleanly
     else:
-        assert decoded["error"]
+        assert_refusal(decoded)
 
 
 # --- certificate rotation -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpupair import verdict
+from gpupair import json_body, verdict
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.report import PREFIX
 from webhook import sidecar
@@ -107,9 +107,9 @@ class ReviewError(ValueError):
 
 def parse_review(body: bytes | str) -> AdmissionRequest:
     try:
-        raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReviewError(f"body is not JSON: {exc}") from None
+        raw = json_body.decode(body)
+    except json_body.JSONBodyError as exc:
+        raise ReviewError(str(exc)) from None
     if not isinstance(raw, dict):
         raise ReviewError(f"body must be a JSON object, got {type(raw).__name__}")
     try:
@@ -121,6 +121,15 @@ def parse_review(body: bytes | str) -> AdmissionRequest:
     if review.request is None:
         raise ReviewError(f"{KIND} has no request")
     return review.request
+
+
+def refusal_review(message: str) -> dict[str, Any]:
+    """The answer to a body that is not a review: an AdmissionReview whose response carries a
+    metav1.Status 400, as Kubernetes' own webhook libraries answer one (controller-runtime's
+    admission.Errored). No uid could be read, so the apiserver counts it as a failed call and
+    applies failurePolicy (Ignore, as deployed): the pod is never blocked by it."""
+    status = {"metadata": {}, "status": "Failure", "message": message, "reason": "BadRequest", "code": 400}
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "", "allowed": False, "status": status}}
 
 
 def response_review(uid: str, patch: list[dict[str, Any]], warnings: list[str] = ()) -> dict[str, Any]:
@@ -178,7 +187,8 @@ def _names(spec: Mapping[str, Any], key: str) -> set[str]:
     items = spec.get(key) or []
     if not isinstance(items, list):
         raise PodRequestError(f"spec.{key}: must be a list")
-    return {item.get("name") for item in items if isinstance(item, Mapping)}
+    # A name that is not a string (a list, say) cannot be ours; it must not crash the set either.
+    return {item["name"] for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str)}
 
 
 def _annotation_ops(meta: Mapping[str, Any] | None) -> list[dict[str, Any]]:

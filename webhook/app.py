@@ -1,10 +1,11 @@
 """The webhook's HTTP side: POST /mutate, health and metrics.
 
-It never denies a pod. A body that is not an AdmissionReview gets HTTP 400 with the reason
-(the apiserver then applies failurePolicy, which gpupair deploys as Ignore); anything else is
-allowed, with a patch when the pod should carry the verifier. An unexpected error while
-planning is logged and answered as an allowed review without a patch: the webhook's own
-trouble must not stop workloads, and must not look like a server failure either.
+It never denies a pod. A body that is not an AdmissionReview gets HTTP 400 and an
+AdmissionReview whose response holds a Status 400 with the reason (the apiserver then applies
+failurePolicy, which gpupair deploys as Ignore); anything else is allowed, with a patch when the
+pod should carry the verifier. An unexpected error while planning is logged and answered as an
+allowed review without a patch: the webhook's own trouble must not stop workloads, and must not
+look like a server failure either.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from webhook.admission import (
     ReviewError,
     admit,
     parse_review,
+    refusal_review,
     response_review,
 )
 
@@ -65,7 +67,7 @@ def create_app(options: InjectOptions, registry: CollectorRegistry | None = None
 def _bad_request(reason: str, metrics: Metrics) -> web.Response:
     metrics.reviews.labels("malformed").inc()
     log.warning("malformed admission review", extra={"reason": reason})
-    return web.json_response({"error": reason}, status=400)
+    return web.json_response(refusal_review(reason), status=400)
 
 
 async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics) -> web.Response:
