@@ -9,12 +9,16 @@ import os
 import socket
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
+import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
+from yarl import URL
 
 MERGE_PATCH = "application/merge-patch+json"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
@@ -48,7 +52,32 @@ async def api_client(kubeconfig: str | None = None, context: str | None = None) 
                 f"(${IN_CLUSTER_HOST_ENV} unset) or create {DEFAULT_KUBECONFIG}")
     except k8s_config.ConfigException as exc:
         raise KubeConfigError(f"cannot load Kubernetes configuration ({path or 'in-cluster'}): {exc}") from exc
-    return k8s.ApiClient(configuration=configuration)
+    api = k8s.ApiClient(configuration=configuration)
+    read_environment_once(api)
+    return api
+
+
+def read_environment_once(api: k8s.ApiClient) -> None:
+    """Resolve the API server's proxy from the environment now, not before every request.
+
+    kubernetes-asyncio opens its aiohttp session with ``trust_env=True``, so aiohttp looks up
+    ~/.netrc and the *_PROXY variables in a worker thread before each request: two thread
+    hand-offs per API call, each waiting for the event loop's GIL (bench/extender.py --burst,
+    under py-spy). The environment does not change while the process runs: the proxy it names
+    for the API server (HTTPS_PROXY, NO_PROXY, as client-go reads them) is set once on the
+    client, and the session stops consulting the environment; .netrc, which client-go never
+    reads, is no longer a source of API credentials."""
+    rest = api.rest_client
+    if not rest.proxy:
+        with suppress(LookupError):
+            proxy, proxy_auth = get_env_proxy_for_url(URL(api.configuration.host))
+            rest.proxy = str(proxy)
+            if proxy_auth is not None:
+                rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": proxy_auth.encode()}
+    session = rest.pool_manager
+    # Same connector (pool size, TLS context) and read buffer as kubernetes-asyncio's own session.
+    rest.pool_manager = aiohttp.ClientSession(connector=session.connector, trust_env=False, read_bufsize=2**21)
+    session.detach()
 
 
 def annotation_patch(annotations: Mapping[str, str | None]) -> dict[str, Any]:

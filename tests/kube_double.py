@@ -460,6 +460,9 @@ class KubeDouble:
         self.requests: list[RecordedRequest] = []
         self.tokens: dict[str, TokenIdentity] = {}
         self.faults: list[Fault] = []
+        # Seconds a Binding takes before it is checked and applied: a real apiserver's admission
+        # and etcd write take a few milliseconds (bench/extender.py --burst uses this).
+        self.binding_delay = 0.0
         self._runner: web.AppRunner | None = None
         self._streams: set[asyncio.BaseTransport] = set()  # open watch connections
 
@@ -780,6 +783,8 @@ class KubeDouble:
     async def _binding(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         binding = await self._json_body(request)
+        if self.binding_delay:
+            await asyncio.sleep(self.binding_delay)  # before the check-and-set, which stays atomic
         meta = binding.get("metadata") or {}
         if meta.get("name") != name:
             raise ApiError(400, "the name of the object does not match the name on the URL")

@@ -66,6 +66,25 @@ async def test_api_client_in_cluster(tmp_path, monkeypatch):
         assert api.configuration.api_key["BearerToken"] == "Bearer sa-token"
 
 
+async def test_api_client_takes_its_proxy_from_the_environment_once(tmp_path, monkeypatch):
+    """HTTP_PROXY/NO_PROXY are read when the client is made (as client-go does), not per request:
+    its session no longer consults the environment, so a later change is not seen."""
+    async with running_kube_double() as proxy:  # a plain-HTTP proxy gets absolute-form requests
+        proxy.store.create("nodes", make_node("via-proxy"))
+        for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        path = write_kubeconfig(tmp_path / "config", "http://apiserver.invalid:6443", "t", "gpu")
+        async with await kube.api_client(path) as api:
+            monkeypatch.setenv("NO_PROXY", "apiserver.invalid")  # too late: read once already
+            nodes = await k8s.CoreV1Api(api).list_node()
+            assert api.rest_client.pool_manager.trust_env is False
+        assert [n.metadata.name for n in nodes.items] == ["via-proxy"]
+        assert proxy.requests[-1].path == "/api/v1/nodes"
+        async with await kube.api_client(path) as api:  # NO_PROXY set before: direct
+            assert not api.rest_client.proxy
+
+
 async def test_api_client_without_any_config_says_what_it_tried(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

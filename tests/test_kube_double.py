@@ -255,6 +255,28 @@ async def test_binding_sets_node_and_condition_and_refuses_a_second():
                 assert resp.status == 404
 
 
+async def test_a_delayed_binding_is_still_checked_and_applied_once():
+    """With binding_delay two concurrent Bindings of one pod both wait, then exactly one wins."""
+    async with running_kube_double() as double:
+        double.binding_delay = 0.02
+        double.store.create("pods", make_pod("p1"), "ns")
+        url = double.url + "/api/v1/namespaces/ns/pods/p1/binding"
+
+        async def bind(node: str) -> int:
+            body = {"metadata": {"name": "p1"}, "target": {"kind": "Node", "name": node}}
+            async with session.post(url, json=body) as resp:
+                return resp.status
+
+        async with aiohttp.ClientSession() as session:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            statuses = sorted(await asyncio.gather(bind("gpu-a"), bind("gpu-b")))
+            waited = loop.time() - started
+    assert statuses == [201, 409]
+    assert waited >= 0.02
+    assert double.store.pod("ns", "p1")["spec"]["nodeName"] in ("gpu-a", "gpu-b")
+
+
 async def test_pod_log_get_and_delete():
     async with running_kube_double() as double:
         double.store.create("pods", make_pod("gpu-probe", containers=["probe", "sidecar"]), "audit")
