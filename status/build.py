@@ -130,23 +130,24 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
               options: Options, layout: NodeLayout | None = None) -> NodeView:
     name = str(meta(node).get("name") or "")
-    empty = Reserved(pods=[], devices=[], unplaced=0)
+    empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     try:
         decoded = codec.decode_annotations(annotations(node), layout=layout)
     except codec.ReportError as exc:
         return NodeView(name=name, state="missing" if exc.kind == "missing" else "invalid", reason=exc.reason,
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
-                        reserved=empty)
+                        reserved=empty, ledgerProblem="")
     live = freshness.classify([freshness.Heartbeat("report", decoded.reported_at)], now, options.stale_after)
     assert live is not None  # a decoded report always has its own heartbeat
-    held = reservation(bound, decoded.reported_at, decoded.state.free)
+    held = reservation(bound, decoded)
     numa = _numa_views(decoded, held)
     return NodeView(
         name=name, state=live.state, reason=live.reason, heartbeatSource=live.source,
         heartbeatAt=decoded.reported_at, ageSeconds=round(live.age, 3), generation=decoded.generation,
         gpus=decoded.layout.size, numa=numa, largestFree=_largest(numa),
-        reserved=Reserved(pods=held.pods, devices=sorted(held.devices), unplaced=held.unplaced),
+        reserved=Reserved(basis=held.basis, pods=held.pods, devices=sorted(held.devices), unplaced=held.unplaced),
+        ledgerProblem=decoded.ledger_problem,
     )
 
 

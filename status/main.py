@@ -23,7 +23,7 @@ CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: a redraw in place
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--output", "text", "text, wide (adds generation, heartbeat source and reserving pods) "
+    add_flag(parser, "--output", "text", "text, wide (adds generation, heartbeat source, reservations and their pods) "
                                          "or json (docs/status.schema.json)", choices=OUTPUTS)
     parser.add_argument("-o", dest="output", choices=OUTPUTS, default=argparse.SUPPRESS, help="same as --output")
     add_flag(parser, "--selector", "", "label selector for the nodes shown, e.g. pool=a100")

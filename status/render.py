@@ -8,7 +8,7 @@ from datetime import datetime
 from status.view import NodeView, StatusView
 
 GLYPHS = {"free": "□", "taken": "■", "reserved": "◩", "unhealthy": "✕"}
-LEGEND = "legend: □ free  ■ taken  ◩ reserved (bound, not yet reported)  ✕ unhealthy"
+LEGEND = "legend: □ free  ■ taken  ◩ reserved (bound, not yet in the report)  ✕ unhealthy"
 
 
 def age(seconds: float | None) -> str:
@@ -48,6 +48,8 @@ def _note(node: NodeView, wide: bool) -> str:
     parts = [node.reason] if node.reason else []
     if node.reserved.unplaced:
         parts.append(f"+{node.reserved.unplaced} reserved on devices not yet known")
+    if node.ledgerProblem:
+        parts.append(f"ledger not used: {node.ledgerProblem}")
     if wide and node.reserved.pods:
         parts.append("reserved by " + ", ".join(node.reserved.pods))
     return "; ".join(parts)
@@ -67,13 +69,14 @@ def render_text(view: StatusView, wide: bool = False) -> str:
     now = view.generatedAt
     header = ["NODE", "STATE", "AGE", "FREE", "MAP", "LARGEST"]
     if wide:
-        header += ["GEN", "SOURCE"]
+        header += ["GEN", "SOURCE", "RESERVED FROM"]
     header.append("NOTE")
     rows = []
     for node in view.nodes:
         row = [node.name, node.state, age(node.ageSeconds), _free(node), free_map(node), _largest(node)]
         if wide:
-            row += ["-" if node.generation is None else str(node.generation), node.heartbeatSource or "-"]
+            row += ["-" if node.generation is None else str(node.generation), node.heartbeatSource or "-",
+                    node.reserved.basis or "-"]
         row.append(_note(node, wide))
         rows.append(row)
     lines = table(header, rows) if rows else ["no GPU nodes (none has nvidia.com/gpu allocatable or a gpupair report)"]

@@ -1,27 +1,33 @@
 """GPUs held by pods bound to a node that its report cannot show yet. Pure.
 
-A free report is a scan of the kubelet at ``reportedAt``; a GPU pod bound after that instant is
-certainly not in it, so its GPUs count as reserved. This is a lower bound, said so honestly: a
-pod bound just before the scan may not have been admitted by the kubelet yet either, and only a
-per-pod allocation ledger tied to the report's generation can tell those apart. Where the
-extender left a plan (``gpupair.io/planned``) naming devices the report still shows free, those
-devices are drawn as reserved; otherwise only the count is known ("unplaced").
+With the node's allocation ledger (``gpupair.io/allocations``, same generation as the free
+report) the answer is exact: a GPU pod bound to the node, not terminal, that the ledger does not
+list holds GPUs the report still counts as free. Without a usable ledger (an older reporter, or
+one the codec rejected) only a lower bound is honest: a pod bound after the report's
+``reportedAt`` is certainly not in it (both at one-second precision, so the same second does not
+count); a pod bound just before the scan may not have been admitted by the kubelet yet either.
+
+Where the extender left a plan (``gpupair.io/planned``) naming devices the report still shows
+free, those devices are drawn as reserved; otherwise only the count is known ("unplaced").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.report import NodeReport
 from gpupair.verdict import PLANNED_KEY, parse_set
-from status.objects import annotations, is_terminal, pod_key, scheduled_at
+from status.objects import annotations, is_terminal, meta, pod_key, scheduled_at
+
+Basis = Literal["ledger", "binding-time"]
 
 
 @dataclass
 class Reservation:
+    basis: Basis
     pods: list[str] = field(default_factory=list)
     devices: set[int] = field(default_factory=set)
     unplaced: int = 0
@@ -44,13 +50,20 @@ def bound_gpu_pods(pods: Iterable[Mapping[str, Any]], resource: str = DEFAULT_RE
     return by_node
 
 
-def reservation(bound: Iterable[tuple[Mapping[str, Any], int]], reported_at: datetime,
-                free: frozenset[int]) -> Reservation:
-    """What the pods bound to one node after ``reported_at`` hold, against the report's free set."""
-    result = Reservation()
+def _unreported(pod: Mapping[str, Any], report: NodeReport) -> bool:
+    namespace, name = pod_key(pod)
+    if report.ledger is not None:
+        return not report.ledger.lists(namespace, name, str(meta(pod).get("uid") or ""))
+    bound_at = scheduled_at(pod)
+    return bound_at is not None and bound_at > report.reported_at
+
+
+def reservation(bound: Iterable[tuple[Mapping[str, Any], int]], report: NodeReport) -> Reservation:
+    """What the pods bound to one node hold that its report does not show yet."""
+    result = Reservation(basis="ledger" if report.ledger is not None else "binding-time")
+    free = report.state.free
     for pod, gpus in sorted(bound, key=lambda item: pod_key(item[0])):
-        bound_at = scheduled_at(pod)
-        if bound_at is None or bound_at <= reported_at:
+        if not _unreported(pod, report):
             continue
         namespace, name = pod_key(pod)
         result.pods.append(f"{namespace}/{name}")

@@ -36,7 +36,11 @@ class CloseSet(_View):
 
 
 class Reserved(_View):
-    pods: list[str] = Field(description="namespace/name of GPU pods bound after the report was scanned")
+    basis: Literal["ledger", "binding-time"] | None = Field(
+        description="ledger: bound GPU pods the node's allocation ledger does not list (exact); binding-time: "
+                    "without a usable ledger, pods bound after the report's reportedAt (a lower bound); "
+                    "null: no usable report")
+    pods: list[str] = Field(description="namespace/name of the bound GPU pods the report does not show yet")
     devices: list[int] = Field(description="devices those pods' plans (gpupair.io/planned) name, free in the report")
     unplaced: int = Field(description="GPUs those pods hold whose devices nothing names yet")
 
@@ -54,6 +58,8 @@ class NodeView(_View):
     numa: list[NumaView] = Field(description="the last decoded report's devices by NUMA node (also when stale)")
     largestFree: CloseSet | None
     reserved: Reserved
+    ledgerProblem: str = Field(description="why the node's allocation ledger was there but not used; empty "
+                                           "when it was used or absent")
 
 
 class FragmentationRow(_View):

@@ -19,10 +19,11 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def report(node: str, free: set[int], age: float, unhealthy: set[int] = frozenset(), generation: int = 7
-           ) -> dict[str, str]:
+def report(node: str, free: set[int], age: float, unhealthy: set[int] = frozenset(), generation: int = 7,
+           holders: list[codec.PodHolding] | None = None) -> dict[str, str]:
+    """A node's annotations as its reporter writes them; with ``holders`` the allocation ledger too."""
     return codec.encode_annotations(seed_layout(f"GPU-{node}"), frozenset(free), generation,
-                                    NOW - timedelta(seconds=age), frozenset(unhealthy))
+                                    NOW - timedelta(seconds=age), frozenset(unhealthy), holders)
 
 
 def bind(store: Store, name: str, node: str, gpus: int, bound_ago: float, planned: str | None = None) -> None:
@@ -51,13 +52,23 @@ def small_fleet(store: Store) -> None:
     stale, corrupt, missing; a CPU node that is not shown; pending pods; FAIL verdicts."""
     store.create("nodes", make_node("gpu-a", annotations=report("gpu-a", {2, 3, 4, 5, 6, 7}, 12)))
     store.create("nodes", make_node("gpu-b", annotations=report("gpu-b", {1, 2, 4}, 30, unhealthy={7})))
-    store.create("nodes", make_node("gpu-c", annotations=report("gpu-c", {0, 1, 2, 3, 4, 5}, 20)))
+    # gpu-c's ledger is of another generation than its free report: not used, said so
+    with_ledger = report("gpu-c", {0, 1, 2, 3, 4, 5}, 20)
+    with_ledger[codec.ALLOCATIONS_KEY] = codec.encode_allocations(with_ledger[codec.TOPOLOGY_KEY], [], 6)
+    store.create("nodes", make_node("gpu-c", annotations=with_ledger))
     store.create("nodes", make_node("gpu-d", annotations=report("gpu-d", {0, 1, 2, 3, 4, 5, 6, 7}, 540)))
     corrupt = report("gpu-e", {0, 1}, 5)
     corrupt[codec.FREE_KEY] = corrupt[codec.FREE_KEY].replace('"free":[0,1]', '"free":[0,9]')
     store.create("nodes", make_node("gpu-e", annotations=corrupt))
     store.create("nodes", make_node("gpu-f"))
     store.create("nodes", make_node("cpu-1", gpus=0))
+    # gpu-g: a reporter with the allocation ledger: running-1 is in it; admitting was bound an
+    # hour ago, before the scan, yet is not in it (the kubelet has not admitted it): reserved
+    # all the same, which binding times alone could not tell
+    store.create("nodes", make_node("gpu-g", annotations=report(
+        "gpu-g", {2, 3, 4, 5, 6, 7}, 8, holders=[codec.PodHolding(NS, "running-1", frozenset({0, 1}))])))
+    bind(store, "running-1", "gpu-g", 2, bound_ago=7200)
+    bind(store, "admitting", "gpu-g", 2, bound_ago=3600, planned="GPU4+GPU5")
 
     # gpu-b: a pod the extender planned on GPU1+GPU2, bound after the report; one bound before it
     bind(store, "train-planned", "gpu-b", 2, bound_ago=4, planned="GPU1+GPU2")

@@ -73,14 +73,16 @@ async def test_text_names_each_case_on_its_node(fleet, tmp_path):
     # What the golden file must keep saying, spelled out so a regenerated golden cannot lose it.
     _, out, _ = await status(fleet, tmp_path)
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("gpu-", "cpu-"))}
-    assert set(lines) == {"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"}  # no CPU node
+    assert set(lines) == {"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f", "gpu-g"}  # no CPU node
     assert "NUMA0 ■■□□  NUMA1 □□□□" in lines["gpu-a"] and "4 NUMA1" in lines["gpu-a"]
     assert "NUMA0 ■◩◩■  NUMA1 □■■✕" in lines["gpu-b"]  # planned set reserved, GPU7 unhealthy
     assert "+2 reserved on devices not yet known" in lines["gpu-c"]
+    assert "ledger not used: gpupair.io/allocations is of generation 6, gpupair.io/free of 7" in lines["gpu-c"]
+    assert "NUMA0 ■■□□  NUMA1 ◩◩□□" in lines["gpu-g"]  # bound before the scan, not in the ledger
     assert " stale " in lines["gpu-d"] and "540s old" in lines["gpu-d"]
     assert " invalid " in lines["gpu-e"] and "out of range 0..7: [9]" in lines["gpu-e"]
     assert " missing " in lines["gpu-f"] and "gpupair.io/topology missing" in lines["gpu-f"]
-    assert "1 GPU: 3  2 GPU: 2  4 GPU: 1  8 GPU: 0" in out
+    assert "1 GPU: 4  2 GPU: 3  4 GPU: 1  8 GPU: 0" in out
     assert "ml/train-4gpu  4     45s" in out and "2 need 4 GPUs on one NUMA node" in out
     assert "ml/train-8gpu  8     -           (no FailedScheduling event seen)" in out
     assert out.index("ml/train-k2x8p") < out.index("ml/gone-pod")  # newest FAIL first
@@ -118,7 +120,7 @@ async def test_pods_forbidden_leaves_the_nodes_and_says_so(fleet, tmp_path):
     fleet.fail_next("/api/v1/pods", 403, message="pods is forbidden", reason="Forbidden")
     code, out, _ = await status(fleet, tmp_path, "-o", "json")
     view = StatusView.model_validate_json(out)
-    assert code == 0 and len(view.nodes) == 6 and view.summary.pending == []
+    assert code == 0 and len(view.nodes) == 7 and view.summary.pending == []
     assert [(u.resource, u.reason) for u in view.unseen] == [("pods", "cannot list pods: HTTP 403: pods is forbidden")]
     fleet.fail_next("/api/v1/pods", 403, message="pods is forbidden", reason="Forbidden")
     code, out, _ = await status(fleet, tmp_path)
@@ -198,11 +200,14 @@ async def test_json_output_validates_against_the_schema(fleet, tmp_path):
     for text in outputs:
         document = json.loads(text)
         validator.validate(document)
-        assert document["schemaVersion"] == 1 and len(document["nodes"]) == 6
+        assert document["schemaVersion"] == 1 and len(document["nodes"]) == 7
     assert [u["resource"] for u in json.loads(outputs[0])["unseen"]] == ["events"]
     full = json.loads(outputs[1])
     by_name = {n["name"]: n for n in full["nodes"]}
-    assert by_name["gpu-b"]["reserved"] == {"pods": ["ml/train-planned"], "devices": [1, 2], "unplaced": 0}
+    assert by_name["gpu-b"]["reserved"] == {"basis": "binding-time", "pods": ["ml/train-planned"], "devices": [1, 2],
+                                            "unplaced": 0}
+    assert by_name["gpu-g"]["reserved"] == {"basis": "ledger", "pods": ["ml/admitting"], "devices": [4, 5],
+                                            "unplaced": 0}
     assert by_name["gpu-e"]["state"] == "invalid" and by_name["gpu-e"]["numa"] == []
     assert [f["source"] for f in full["summary"]["failVerdicts"]] == ["pod", "event"]
     with pytest.raises(jsonschema.ValidationError):
