@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.service import serve, setup_logging
     from webhook.admission import InjectOptions
     from webhook.app import create_app
+    from webhook.cert_expiry import CertificateExpiry
     from webhook.sidecar import SidecarOptions
     from webhook.tls import ReloadingTLS
 
@@ -47,5 +48,9 @@ def run(args: argparse.Namespace) -> int:
         tls = ReloadingTLS(args.tls_cert, args.tls_key)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"cannot load TLS certificate {args.tls_cert} / key {args.tls_key}: {exc}") from None
-    asyncio.run(serve(create_app(options), args.host, args.port, ssl_context=tls.context))
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    registry.register(CertificateExpiry(args.tls_cert))  # what the monitoring component alerts on
+    asyncio.run(serve(create_app(options, registry), args.host, args.port, ssl_context=tls.context))
     return 0
