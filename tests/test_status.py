@@ -69,6 +69,11 @@ async def test_text_outputs_show_every_case(fleet, tmp_path, output, golden):
     matches_golden(golden, out)
 
 
+def test_the_readme_screenshot_is_the_golden_output():
+    readme = (REPO / "README.md").read_text()
+    assert "$ gpupair status --now 2026-01-01T12:00:00Z\n" + (GOLDEN / "fleet.txt").read_text() + "```" in readme
+
+
 async def test_text_names_each_case_on_its_node(fleet, tmp_path):
     # What the golden file must keep saying, spelled out so a regenerated golden cannot lose it.
     _, out, _ = await status(fleet, tmp_path)
