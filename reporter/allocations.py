@@ -27,7 +27,7 @@ import grpc.aio
 from gpupair.layout import NodeLayout, NodeState
 from reporter.podresources import api_pb2, api_pb2_grpc
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.reporter.allocations")
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 NVIDIA_GPU = "nvidia.com/gpu"

@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.reporter.checkpoint_watch")
 
 DEFAULT_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 

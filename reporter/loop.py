@@ -25,7 +25,7 @@ from reporter.publisher import Outcome, Publisher
 from reporter.scan import AllocationSource, ScanResult, compute
 from reporter.topology_source import LayoutSource
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.reporter.loop")
 
 
 class ReporterLoop:

@@ -31,7 +31,7 @@ from typing import Any
 from gpupair import links
 from gpupair.layout import NO_NUMA, Device, NodeLayout, normalize_pci, sysfs_pci
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.reporter.nvml_discovery")
 
 # nvidia-ml-py spells NVML_P2P_CAPS_INDEX_READ as "0," (a tuple), which ctypes cannot pass;
 # the value in nvml.h is 0.

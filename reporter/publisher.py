@@ -28,7 +28,7 @@ from typing import Any
 
 from reporter.scan import ScanResult
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.reporter.publisher")
 
 Write = Callable[[Mapping[str, str]], Awaitable[Any]]
 

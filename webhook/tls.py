@@ -15,7 +15,7 @@ import os
 import ssl
 import threading
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.webhook.tls")
 
 FileStamp = tuple[tuple[int, int, int, int], ...]
 
