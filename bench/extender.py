@@ -274,8 +274,8 @@ def _serve_double(port: int, count: int, binding_delay: float, churn: float) -> 
             while owed >= 1:
                 heartbeat(names[done % len(names)])
                 done, owed = done + 1, owed - 1
-            if now - compacted > 5:  # keep the double's history and request log small
-                store.compact()
+            if now - compacted > 5:  # bound the double's memory; watches resume within a minute
+                store.compact(keep=int(churn * 60) + 1000)
                 double.requests.clear()
                 compacted = time.monotonic()
 

@@ -352,11 +352,12 @@ class Store:
         self._commit(resource, "DELETED", gone, old)
         return copy.deepcopy(self.history[-1].obj)
 
-    def compact(self) -> int:
-        """Forget history up to now: older resourceVersions answer 410 from here on."""
-        self.oldest_rv = self.rv
-        self.history.clear()
-        return self.rv
+    def compact(self, keep: int = 0) -> int:
+        """Forget history up to now, or all but the newest ``keep`` changes (as etcd compacts
+        behind a window): older resourceVersions answer 410 from here on."""
+        del self.history[:max(0, len(self.history) - keep)]
+        self.oldest_rv = self.history[0].rv - 1 if self.history else self.rv
+        return self.oldest_rv
 
     def set_log(self, namespace: str, pod: str, text: str, container: str | None = None) -> None:
         self.logs[(namespace, pod, container)] = text

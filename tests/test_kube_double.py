@@ -113,6 +113,20 @@ async def test_watch_from_compacted_resource_version_gets_410_error_event():
             assert listed.value.status == 410
 
 
+async def test_compaction_that_keeps_a_window_still_resumes_inside_it():
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-a"))
+        too_old = double.store.rv
+        double.store.patch("nodes", "gpu-a", {"metadata": {"labels": {"a": "1"}}})
+        inside = double.store.rv
+        double.store.patch("nodes", "gpu-a", {"metadata": {"labels": {"a": "2"}}})
+        double.store.compact(keep=1)
+        [modified] = await raw_watch_lines(double.url + f"/api/v1/nodes?watch=1&resourceVersion={inside}", 1)
+        assert modified["type"] == "MODIFIED" and modified["object"]["metadata"]["labels"]["a"] == "2"
+        [error] = await raw_watch_lines(double.url + f"/api/v1/nodes?watch=1&resourceVersion={too_old}", 1)
+        assert error["type"] == "ERROR" and error["object"]["code"] == 410
+
+
 async def test_watch_server_timeout_ends_stream():
     async with running_kube_double() as double:
         async with kube_client_for(double) as api:
