@@ -434,6 +434,7 @@ async def _run_burst(args) -> dict:
                         results[pattern][via] += await getattr(burst, pattern)(via, pods)
             results["cycles"] = burst.cycles
             results["errors"] = burst.errors
+            results["clients"] = await _client_overhead(burst, scratch / "kubeconfig", round_, args.client_binds)
             results["load"].append(os.getloadavg()[0])
     finally:
         _stop(extender, profiled=bool(args.profile))
@@ -442,6 +443,65 @@ async def _run_burst(args) -> dict:
     results["extender_log_tail"] = log_path.read_text(errors="replace").splitlines()[-5:]
     shutil.rmtree(scratch, ignore_errors=True)
     return results
+
+
+async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: int) -> dict[str, list[float]]:
+    """The API-call path alone, in this process: ``count`` Bindings one at a time by the plain
+    client, through gpupair.kube.bind_pod on the client `gpupair extender` makes, and through
+    the same call on kubernetes-asyncio's own session (the environment consulted in a worker
+    thread before each request, as before issue 10); each on an idle event loop and on one kept
+    busy in 1 ms slices, as filter and prioritize keep the extender's."""
+    from kubernetes_asyncio import client as k8s
+
+    from gpupair import kube
+
+    api = await kube.api_client(str(kubeconfig))
+    stock = k8s.ApiClient(configuration=api.configuration)
+    clients = {"plain aiohttp": None, "gpupair.kube": api, "kubernetes-asyncio stock": stock}
+    times: dict[str, list[float]] = {}
+    stop = asyncio.Event()
+
+    async def keep_loop_busy() -> None:
+        while not stop.is_set():
+            until = time.perf_counter() + 0.001
+            while time.perf_counter() < until:
+                pass
+            await asyncio.sleep(0)
+
+    loop = asyncio.get_running_loop()
+    run_in_executor, handoffs = loop.run_in_executor, {"n": 0}
+
+    def counted(*args, **kwargs):  # asyncio.to_thread goes through here too
+        handoffs["n"] += 1
+        return run_in_executor(*args, **kwargs)
+
+    loop.run_in_executor = counted
+    try:
+        for busy in (False, True):
+            spinner = asyncio.create_task(keep_loop_busy()) if busy else None
+            for label, client in clients.items():
+                key = f"{label}, {'busy' if busy else 'idle'} loop"
+                times[key] = []
+                pods = await burst.create_pods(round_, count)
+                round_ += 1
+                handoffs["n"] = 0
+                for index, pod in enumerate(pods):
+                    meta, node = pod["metadata"], burst.names[index % len(burst.names)]
+                    if client is None:
+                        times[key].append(await burst.bind("direct", pod, node))
+                        continue
+                    t0 = time.perf_counter()
+                    await kube.bind_pod(client, meta["namespace"], meta["name"], node, meta["uid"])
+                    times[key].append((time.perf_counter() - t0) * 1e3)
+                times[f"{label} thread hand-offs"] = [handoffs["n"] / count]
+            if spinner is not None:
+                stop.set()
+                await spinner
+    finally:
+        loop.run_in_executor = run_in_executor
+        await api.close()
+        await stock.close()
+    return times
 
 
 def _stop(process, profiled: bool) -> None:
@@ -474,6 +534,17 @@ def _print_burst(args, results: dict) -> None:
                 line += f"{r50:>11.2f}{r99:>6.2f}  " + " ".join(
                     f"{label}:{'yes' if ok else 'NO'}" for label, ok in zip(("p50<=10ms", "p99<=50ms", "ratio<=1.5"), met))
             print(line)
+    print(f"API client alone, one Binding at a time, {args.binding_delay:g} ms in the double:")
+    for label, ms in results["clients"].items():
+        if label.endswith("hand-offs"):
+            continue
+        plain = results["clients"]["plain aiohttp" + label[label.index(","):]]
+        print(f"  {label:<37}{len(ms):>5}  p50 {_percentile(ms, 0.5):6.2f} ms  p99 {_percentile(ms, 0.99):6.2f} ms"
+              f"  x plain p50 {_percentile(ms, 0.5) / _percentile(plain, 0.5):.2f}"
+              f" p99 {_percentile(ms, 0.99) / _percentile(plain, 0.99):.2f}")
+    print("  worker-thread hand-offs per Binding: " + ", ".join(
+        f"{label.removesuffix(' thread hand-offs')} {value[0]:g}" for label, value in results["clients"].items()
+        if label.endswith("hand-offs")))
     for verb, ms in results["cycles"].items():
         print(f"{verb} during the bursts ({args.offered} names): p50 {_percentile(ms, 0.5):.2f} ms, "
               f"p99 {_percentile(ms, 0.99):.2f} ms, n {len(ms)}")
@@ -501,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="ms the API double takes per Binding (default %(default)s)")
     burst.add_argument("--churn", type=float, default=167.0,
                        help="Node heartbeats per second (5,000 nodes every 30 s: %(default)s)")
+    burst.add_argument("--client-binds", type=int, default=200,
+                       help="Bindings one at a time per API client compared (default %(default)s)")
     burst.add_argument("--patterns", type=lambda s: s.split(","), default=["paced", "wave"],
                        help="paced, wave or both (default %(default)s)")
     burst.add_argument("--profile", help="run the extender under py-spy and write its raw profile here")
