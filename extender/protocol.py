@@ -20,6 +20,7 @@ from typing_extensions import TypedDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from gpupair import json_body
+from gpupair.wire import explain
 
 MAX_EXTENDER_PRIORITY = 10  # MaxExtenderPriority in types.go
 
@@ -156,14 +157,6 @@ class PrioritizeError(BaseModel):
     Error: str
 
 
-def _explain(exc: ValidationError) -> str:
-    first = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"]) or "body"
-    message = first["msg"].removeprefix("Value error, ")
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {message}{more}"
-
-
 def _parse(model: type[_GoStruct], body: bytes | str) -> Any:
     """gpupair.json_body, then Go's key folding, then the model. Its orjson refuses what Go's
     decoder refuses (NaN, Infinity, invalid UTF-8) and decodes a 5,000-name body in well under
@@ -184,7 +177,7 @@ def _validate(model: type[_GoStruct], data: Any) -> Any:
     try:
         return model.model_validate(_fold_case(model, data))
     except ValidationError as exc:
-        raise ProtocolError(f"malformed {model.__name__}: {_explain(exc)}") from None
+        raise ProtocolError(f"malformed {model.__name__}: {explain(exc)}") from None
 
 
 def parse_args(body: bytes | str) -> ExtenderArgs:

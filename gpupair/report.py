@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpupair import links
 from gpupair.layout import Device, NodeLayout, NodeState
+from gpupair.wire import explain
 
 PREFIX = "gpupair.io/"
 TOPOLOGY_KEY = PREFIX + "topology"
@@ -252,9 +253,7 @@ def _load(key: str, raw: str, model: type[BaseModel]) -> BaseModel:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise ReportError(f"{key} rejected at {where}: {first['msg']}") from None
+        raise ReportError(f"{key} rejected at {explain(exc)}") from None
 
 
 def decode_layout(topology_json: str) -> NodeLayout:

@@ -17,6 +17,8 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpupair.wire import UserInfo, explain
+
 API_VERSION = "authentication.k8s.io/v1"
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
@@ -28,13 +30,6 @@ MAX_TOKEN_BYTES = 16 * 1024
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-
-
-class UserInfo(_Wire):
-    username: str = ""
-    uid: str = ""
-    groups: list[str] = Field(default_factory=list)
-    extra: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class TokenReviewStatus(_Wire):
@@ -100,7 +95,7 @@ async def review_token(api: k8s.ApiClient, token: str, audience: str, timeout: f
     try:
         return TokenReview.model_validate(data).status
     except ValidationError as exc:
-        raise ValueError(f"the apiserver's TokenReview answer does not parse: {exc.errors()[0]['msg']}") from None
+        raise ValueError(f"the apiserver's TokenReview answer does not parse: {explain(exc)}") from None
 
 
 def _claim(extra: dict[str, list[str]], key: str) -> str | None:

@@ -152,16 +152,13 @@ class Publisher:
 
 
 def describe_error(error: BaseException) -> str:
-    """A one-line reason, with the API server's status and message where there is one."""
+    """``kube.describe_error``'s line, with what to check where the status points at the reporter."""
+    from gpupair import kube
+
+    text = kube.describe_error(error)
     status = getattr(error, "status", None)
-    if isinstance(status, int) and status:
-        reason = getattr(error, "reason", "") or ""
-        text = f"HTTP {status} {reason}".strip()
-        if status == 404:
-            text += ": the node does not exist (is --node-name right?)"
-        elif status in (401, 403):
-            text += ": the reporter may not patch this node (RBAC: patch on nodes)"
-        return text
-    if isinstance(error, asyncio.TimeoutError):
-        return "the API server did not answer in time"
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if status == 404:
+        text += " (the node does not exist: is --node-name right?)"
+    elif status in (401, 403):
+        text += " (the reporter may not patch this node: RBAC needs patch on nodes)"
+    return text

@@ -173,7 +173,7 @@ async def test_a_hung_write_times_out_and_backs_off(layout, clock):
 
     pub = Publisher(hang, timeout=0.05, clock=clock, wall=clock.wall, rng=lambda: 1.0)
     assert await pub.publish(compute(layout, Allocations())) is Outcome.ERROR
-    assert pub.last_error == "the API server did not answer in time"
+    assert pub.last_error == "timed out waiting for the API server"
 
 
 async def test_generation_only_grows(api, layout, clock, double):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpupair import json_body, verdict
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.report import PREFIX
+from gpupair.wire import UserInfo, explain
 from webhook import sidecar
 
 API_VERSION = "admission.k8s.io/v1"
@@ -57,13 +58,6 @@ class GroupVersionResource(_Wire):
     group: str
     version: str
     resource: str
-
-
-class UserInfo(_Wire):
-    username: str = ""
-    uid: str = ""
-    groups: list[str] = Field(default_factory=list)
-    extra: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class AdmissionRequest(_Wire):
@@ -115,9 +109,7 @@ def parse_review(body: bytes | str) -> AdmissionRequest:
     try:
         review = AdmissionReview.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise ReviewError(f"not an {API_VERSION} {KIND}: {where}: {first['msg']}") from None
+        raise ReviewError(f"not an {API_VERSION} {KIND}: {explain(exc)}") from None
     if review.request is None:
         raise ReviewError(f"{KIND} has no request")
     return review.request
