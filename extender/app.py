@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from extender.bind import Binder, RequestMemo
+from extender.bind import Binder
 from extender.decision_tables import DecisionTables
 from extender.decisions import Decider
 from extender.evaluation import Evaluator
@@ -32,6 +32,7 @@ from extender.filter import filter_nodes
 from extender.metrics import ExtenderMetrics
 from extender.node_cache import NodeCache
 from extender.node_reports import ReportDecoder
+from extender.pod_requests import PodRequests
 from extender.pod_watch import PodWatch
 from extender.prioritize import prioritize_nodes
 from extender.protocol import (
@@ -45,7 +46,7 @@ from extender.protocol import (
     parse_binding,
 )
 from extender.reservations import DEFAULT_TTL, Reservations
-from gpupair.pod_request import PodRequestError, gpu_request
+from gpupair.pod_request import PodRequestError
 from gpupair.service import add_health_routes
 
 log = logging.getLogger("gpupair.extender")
@@ -61,7 +62,7 @@ class Extender:
 
     evaluator: Evaluator
     reservations: Reservations
-    memo: RequestMemo
+    requests: PodRequests
     binder: Binder
     metrics: ExtenderMetrics
     resource: str
@@ -111,12 +112,10 @@ def assemble(
         metrics.watch_node_cache(cache.items, clock)
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock)
-    memo = RequestMemo()
-    pods = PodWatch(reservations, resource) if api is not None else None
-    binder = Binder(api, evaluator, reservations, memo, resource=resource,
-                    annotate_plan=annotate_plan, timeout=api_timeout,
-                    known_request=pods.gpus_of if pods is not None else (lambda uid: None))
-    return Extender(evaluator, reservations, memo, binder, metrics, resource, cache, pods)
+    requests = PodRequests(resource)
+    pods = PodWatch(reservations, requests) if api is not None else None
+    binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
+    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods)
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
@@ -149,10 +148,10 @@ class _Handlers:
     def _args(self, body: bytes) -> tuple[ExtenderArgs, int]:
         args = parse_args(body)
         try:
-            gpus = gpu_request(args.Pod, self.x.resource)  # type: ignore[arg-type]
+            gpus = self.x.requests.of(args.Pod)
         except PodRequestError as exc:
             raise ProtocolError(f"Pod: {exc}") from None
-        self.x.memo.remember(args.Pod, gpus)
+        self.x.requests.remember(args.Pod, gpus)
         return args, gpus
 
     def _done(self, verb: str, outcome: str, started: float) -> None:

@@ -9,45 +9,23 @@ elsewhere). A Binding that fails rolls its reservation back and leaves an Event 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cachetools import TTLCache
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.client.rest import RESTResponse
 
 from extender.evaluation import Evaluator
+from extender.pod_requests import PodRequests
 from extender.protocol import ExtenderBindingArgs
 from extender.reservations import Reservation, Reservations
 from gpupair import kube
-from gpupair.pod_request import PodRequestError, gpu_request
 from gpupair.verdict import PLANNED_KEY, format_set
 
 log = logging.getLogger("gpupair.extender.bind")
 
 COMPONENT = "gpupair-extender"
 EVENT_REASON = "FailedBinding"
-
-
-class RequestMemo:
-    """GPUs each pod asked for, remembered from its filter/prioritize call (bind's body carries
-    only names). Short-lived: a pod is bound within seconds of being filtered."""
-
-    def __init__(self, ttl: float = 600.0, maxsize: int = 100_000):
-        self._gpus: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)
-
-    def remember(self, pod: Any, gpus: int) -> None:
-        meta = pod.get("metadata") if isinstance(pod, dict) else None
-        uid = meta.get("uid") if isinstance(meta, dict) else None
-        if isinstance(uid, str) and uid:
-            self._gpus[uid] = gpus
-
-    def get(self, uid: str) -> int | None:
-        return self._gpus.get(uid) if uid else None
 
 
 @dataclass
@@ -63,21 +41,17 @@ class Binder:
         api: k8s.ApiClient | None,
         evaluator: Evaluator,
         reservations: Reservations,
-        memo: RequestMemo,
+        requests: PodRequests,
         *,
-        resource: str,
         annotate_plan: bool = False,
         timeout: float = 5.0,
-        known_request: Callable[[str], int | None] = lambda uid: None,
     ):
         self.api = api
         self.evaluator = evaluator
         self.reservations = reservations
-        self.memo = memo
-        self.resource = resource
+        self.requests = requests
         self.annotate_plan = annotate_plan
         self.timeout = timeout
-        self.known_request = known_request  # the pod watch's view, for pods filtered elsewhere
         self._background: set[asyncio.Task] = set()
 
     async def bind(self, args: ExtenderBindingArgs) -> BindOutcome:
@@ -87,12 +61,11 @@ class Binder:
         if self.api is None:
             return BindOutcome("gpupair extender has no Kubernetes API access: cannot create the Binding", "failed")
         key = args.PodUID or f"{args.PodNamespace}/{args.PodName}"
-        gpus = self.memo.get(args.PodUID)
-        if gpus is None and args.PodUID:
-            gpus = self.known_request(args.PodUID)
+        gpus = self.requests.known(args.PodUID)
         if gpus is None:  # filtered by another replica before a restart, and not yet watched
             try:
-                gpus = await self._fetch_request(args)
+                gpus = await self.requests.fetch(self.api, args.PodNamespace, args.PodName, args.PodUID,
+                                                 self.timeout)
             except Exception as exc:  # noqa: BLE001 - any API failure becomes the protocol's Error
                 message = f"cannot read pod {args.PodNamespace}/{args.PodName} to plan its GPUs: {kube.describe_error(exc)}"
                 self._event(pod_ref, message)
@@ -126,24 +99,6 @@ class Binder:
         log.info("bound", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,
                                  "gpus": gpus, "plan": format_set(plan) if plan else ""})
         return BindOutcome("", "bound", plan)
-
-    async def _fetch_request(self, args: ExtenderBindingArgs) -> int:
-        assert self.api is not None
-        response = await asyncio.wait_for(
-            k8s.CoreV1Api(self.api).read_namespaced_pod(args.PodName, args.PodNamespace, _preload_content=False),
-            self.timeout,
-        )
-        data = await response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=RESTResponse(response, data))
-        pod = json.loads(data)
-        uid = (pod.get("metadata") or {}).get("uid")
-        if args.PodUID and uid != args.PodUID:
-            raise ValueError(f"pod has UID {uid}, the scheduler bound UID {args.PodUID}")
-        try:
-            return gpu_request(pod, self.resource)
-        except PodRequestError as exc:
-            raise ValueError(str(exc)) from None
 
     def _event(self, pod_ref: dict[str, Any], message: str) -> None:
         """Record a Warning Event on the pod without holding up the answer to the scheduler."""

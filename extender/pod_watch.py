@@ -6,7 +6,7 @@
   same for every bound pod, so a restarted extender or a second replica rebuilds the holds from
   the pods plus the ledgers; pods the ledgers already list cost nothing.
 - A pod deleted, or finished (Succeeded/Failed: its devices are free again), ends its hold.
-- Unbound GPU pods are remembered with their request: bind's body names a pod, not its request.
+- Unbound GPU pods' requests go to ``PodRequests``: bind's body names a pod, not its request.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from extender.pod_requests import PodRequests
 from extender.reservations import Reservations
-from gpupair.pod_request import PodRequestError, gpu_request
+from gpupair.pod_request import PodRequestError
 
 log = logging.getLogger("gpupair.extender.pods")
 
@@ -23,15 +24,10 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 class PodWatch:
-    def __init__(self, reservations: Reservations, resource: str):
+    def __init__(self, reservations: Reservations, requests: PodRequests):
         self.reservations = reservations
-        self.resource = resource
-        self._unbound: dict[str, int] = {}  # GPU pods seen without a node -> GPUs asked
+        self.requests = requests
         self.listed = False
-
-    def gpus_of(self, uid: str) -> int | None:
-        """GPUs asked by a pod seen unbound (bind's body names the pod but not its request)."""
-        return self._unbound.get(uid)
 
     # ---- WatchHandler
 
@@ -52,7 +48,7 @@ class PodWatch:
         # Holds of pods deleted while the watch was down.
         for uid in self.reservations.known_uids() - present:
             self.reservations.pod_gone(uid, "deleted")
-        self._unbound = unbound
+        self.requests.replace_unbound(unbound)
         if not self.listed:
             log.info("pod watch ready", extra={"holds": len(self.reservations)})
         self.listed = True
@@ -62,15 +58,15 @@ class PodWatch:
         if not uid:
             return
         if event_type == "DELETED" or phase in TERMINAL:
-            self._unbound.pop(uid, None)
+            self.requests.bound_or_gone(uid)
             self.reservations.pod_gone(uid, "deleted" if event_type == "DELETED" else "finished")
             return
         if gpus <= 0:
             return
         if not node:
-            self._unbound[uid] = gpus
+            self.requests.unbound(uid, gpus)
         else:
-            self._unbound.pop(uid, None)
+            self.requests.bound_or_gone(uid)
             self._bound(uid, pod, node, gpus)
 
     # ---- internals
@@ -80,7 +76,7 @@ class PodWatch:
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
         try:
-            gpus = gpu_request(pod, self.resource)
+            gpus = self.requests.of(pod)
         except PodRequestError:
             gpus = 0
         return (str(meta.get("uid") or ""), str(spec.get("nodeName") or ""), str(status.get("phase") or ""), gpus)

@@ -1,0 +1,80 @@
+"""How many GPUs each pod asked for: the one place in the extender that knows.
+
+Bind's body names a pod (namespace, name, UID) but not its request, so the count comes from
+wherever the extender saw the pod first:
+
+- the pod in a filter or prioritize body (short-lived: a pod is bound within seconds);
+- the pod watch, for GPU pods seen unbound (filtered before a restart, or by another replica);
+- failing both, a GET of the pod from the API server.
+
+The count itself is always ``gpupair.pod_request.gpu_request`` of the Pod object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from cachetools import TTLCache
+
+from gpupair.pod_request import PodRequestError, gpu_request
+
+
+class PodRequests:
+    def __init__(self, resource: str, ttl: float = 600.0, maxsize: int = 100_000):
+        self.resource = resource
+        self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> GPUs, from request bodies
+        self._unbound: dict[str, int] = {}  # uid -> GPUs, GPU pods the pod watch sees unbound
+
+    def of(self, pod: Any) -> int:
+        """GPUs ``pod`` asks for (its effective request); PodRequestError if it cannot tell."""
+        return gpu_request(pod, self.resource)
+
+    def remember(self, pod: Any, gpus: int) -> None:
+        """A pod seen in a filter or prioritize body."""
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if isinstance(uid, str) and uid:
+            self._filtered[uid] = gpus
+
+    # ---- the pod watch
+
+    def unbound(self, uid: str, gpus: int) -> None:
+        self._unbound[uid] = gpus
+
+    def bound_or_gone(self, uid: str) -> None:
+        self._unbound.pop(uid, None)
+
+    def replace_unbound(self, unbound: dict[str, int]) -> None:
+        """A relist: exactly these GPU pods are unbound now."""
+        self._unbound = dict(unbound)
+
+    # ---- bind
+
+    def known(self, uid: str) -> int | None:
+        if not uid:
+            return None
+        gpus = self._filtered.get(uid)
+        return gpus if gpus is not None else self._unbound.get(uid)
+
+    async def fetch(self, api: Any, namespace: str, name: str, uid: str, timeout: float) -> int:
+        """Read the pod from the API server; raise (ApiException, ValueError, TimeoutError)
+        when it cannot be read, is another pod than ``uid``, or its request is unreadable."""
+        from kubernetes_asyncio import client as k8s
+        from kubernetes_asyncio.client.exceptions import ApiException
+        from kubernetes_asyncio.client.rest import RESTResponse
+
+        response = await asyncio.wait_for(
+            k8s.CoreV1Api(api).read_namespaced_pod(name, namespace, _preload_content=False), timeout)
+        data = await response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=RESTResponse(response, data))
+        pod = json.loads(data)
+        found = (pod.get("metadata") or {}).get("uid")
+        if uid and found != uid:
+            raise ValueError(f"pod has UID {found}, the scheduler bound UID {uid}")
+        try:
+            return self.of(pod)
+        except PodRequestError as exc:
+            raise ValueError(str(exc)) from None
