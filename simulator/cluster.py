@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpupair import placement
 from gpupair.layout import NodeLayout, NodeState
 from gpupair.policies import Policy
+from gpupair.report import Ledger
 from simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
 
 # The nodes of the recorded real placements (tests/fixtures/real-k8s): 32 CPU, 256Gi each.
 DEFAULT_NODE_MILLI_CPU = 32_000
 DEFAULT_NODE_MEMORY = 256 * 1024**3
+NAMESPACE = "sim"  # every simulated pod's namespace; its name is its UID too
 
 
 class Bound(dict[str, PodRequest]):
@@ -52,11 +55,12 @@ class SimNode:
     allocated: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pod -> devices
     bound: Bound = field(default_factory=Bound)  # pod -> its requests, once scheduled
     reported_free: frozenset[int] = frozenset()
+    reported_ledger: Ledger = Ledger({}, {})  # which pod held which devices at the last report
     _usage: tuple[int, NodeUsage | None] = field(default=(-1, None), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.bound = Bound(self.bound)
-        self.reported_free = self.actual_free()
+        self.report()
 
     def actual_free(self) -> frozenset[int]:
         taken = {i for devices in self.allocated.values() for i in devices}
@@ -74,13 +78,22 @@ class SimNode:
         return NodeState(self.layout, self.reported_free)
 
     def report(self) -> None:
-        """The reporter's next scan reaches the scheduler side."""
+        """The reporter's next scan reaches the scheduler side, with its allocation ledger."""
         self.reported_free = self.actual_free()
+        keys = {pod: (NAMESPACE, pod) for pod in self.allocated}
+        self.reported_ledger = Ledger({keys[pod]: frozenset(d) for pod, d in self.allocated.items()},
+                                      {key: pod for pod, key in keys.items()})
+
+    def close_set_free(self, request: PodRequest) -> bool:
+        """The pod fits here now, really: cpu and memory, and GPUs within the fewest NUMA nodes."""
+        return self.usage().fits(request) and (
+            request.gpus <= 0 or placement.fit(NodeState(self.layout, self.actual_free()), request.gpus).feasible)
 
 
 @dataclass
 class Cluster:
     nodes: dict[str, SimNode]
+    now: float = 0.0  # simulated seconds, the extender's clock (hold TTLs)
 
     @classmethod
     def of(
@@ -96,7 +109,8 @@ class Cluster:
         self.nodes[node].bound[pod] = request
 
     def allocate(self, pod: str, node: str, policy: Policy) -> tuple[int, ...] | None:
-        """Kubelet admits the pod: the device plugin picks from the really free devices."""
+        """Kubelet admits the pod: the device plugin (a policy, or a ``DevicePlugin`` that may
+        deviate from it) picks from the really free devices."""
         sim = self.nodes[node]
         chosen = policy.pick(sim.layout, sim.actual_free(), sim.bound[pod].gpus)
         if chosen is not None:
@@ -107,6 +121,11 @@ class Cluster:
         sim = self.nodes[node]
         sim.allocated.pop(pod, None)
         sim.bound.pop(pod, None)
+
+    def close_set_free(self, request: PodRequest) -> bool:
+        """Some node could really take the pod now, its GPUs within the fewest NUMA nodes: a pod
+        left pending then waits for no reason but the scheduler's picture."""
+        return any(sim.close_set_free(request) for sim in self.nodes.values())
 
     def report_all(self) -> None:
         for sim in self.nodes.values():

@@ -15,7 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--seed", 1, "random seed; the same seed gives the same results")
     add_flag(parser, "--configs", "kube+naive,kube+aligned,gpupair+aligned",
              "comma-separated SCHEDULER+PLUGIN pairs (schedulers: kube = kube-scheduler alone, gpupair = "
-             "with gpupair's extender; plugins: naive, aligned)")
+             "with gpupair's extender, its holds reconciled with each node's allocation ledger, gpupair-legacy = "
+             "the extender's accounting before the ledger, as a baseline: guessed sets held until shown taken "
+             "or --reservation-ttl; plugins: naive, aligned)")
     add_flag(parser, "--scheduler-profile", "default,gpu-binpack,gpu-spread",
              "comma-separated kube-scheduler profiles to run every configuration under: default (the default "
              "profile: cpu and memory scored, GPUs not), gpu-binpack (NodeResourcesFit MostAllocated with "
@@ -25,6 +27,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--memory-per-gpu", 0.0, "memory (GiB) every pod requests per GPU (0: no memory request)")
     add_flag(parser, "--node-cpu", 32.0, "allocatable CPU cores per node")
     add_flag(parser, "--node-memory", 256.0, "allocatable memory (GiB) per node")
+    add_flag(parser, "--plugin-deviation", 0.0,
+             "chance (0-1) that the simulated device plugin grants another set than its policy picks (and the "
+             "extender planned): another valid set of the node's free GPUs, as tight (as few NUMA nodes) as the "
+             "policy's; models a plugin whose policy or tie-breaking differs from --policy")
+    add_flag(parser, "--pinned-share", 0.0,
+             "share (0-1) of pods created with spec.nodeName already set (DaemonSets, pinned pods, other "
+             "schedulers): seed: of the background 1-GPU pods; fleet: of all arrivals, put on a node they fit by "
+             "count. The extender sees them only through its pod watch")
+    add_flag(parser, "--reservation-ttl", 120.0,
+             "seconds of simulated time after which a hold nothing ended expires, as the extender's flag "
+             "(fleet: 60 s per step); what bounds gpupair-legacy's wrong guesses")
     add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
     add_flag(parser, "--topology", "", "node shape from a real `nvidia-smi topo -m` output or gpupair topology JSON "
              "(default: the field report's 8-GPU node)")
@@ -36,7 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--steps", 400, "fleet scenario: time steps")
     add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step")
     add_flag(parser, "--output", "gpupair-simulate.tsv",
-             "seed scenario: TSV path; one file per configuration, named <stem>.<configuration>.tsv")
+             "TSV path: the summary table as <stem>.summary.tsv; seed scenario: also one file per "
+             "configuration, named <stem>.<configuration>.tsv")
     add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here")
     add_flag(parser, "--plot", "", "draw the comparison into this PNG file")
     add_flag(parser, "--progress", True, "show a progress bar on stderr when it is a terminal")
@@ -50,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator import output
     from simulator.configs import parse_configs
     from simulator.fleet import FleetScenario, run_fleet
+    from simulator.interference import Interference
     from simulator.seed_scenario import SeedScenario, run_seed_scenario
     from simulator.shapes import layout_from_file, seed_layout
 
@@ -57,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         configs = parse_configs(args.configs, args.scheduler_profile)
         layout = layout_from_file(args.topology) if args.topology else seed_layout()
         resources = _resources(args)
+        resources["interference"] = Interference(args.plugin_deviation, args.pinned_share, args.reservation_ttl)
     except (ValueError, OSError, TopoParseError, ReportError) as exc:
         print(f"gpupair simulate: {exc}", file=sys.stderr)
         return 2
@@ -78,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
         results = [run_seed_scenario(c, layout, scenario, args.seed, bar.update) for c in configs]
         bar.close()
         written = output.write_tsv(Path(args.output), results)
+        summary = output.write_summary(Path(args.output), output.seed_table(results))
         print(f"{scenario.nodes} nodes x {layout.size} GPUs; {scenario.runs} runs x {scenario.rounds} rounds x "
               f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; "
               f"{_describe(resources)}; seed {args.seed}")
         print(output.seed_summary(results))
-        print("TSV: " + ", ".join(str(p) for p in written))
+        print(f"TSV: {summary}, " + ", ".join(str(p) for p in written))
         if args.verdicts:
             output.write_verdicts(Path(args.verdicts), results)
             print(f"verdict annotations: {args.verdicts}")
@@ -100,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
           f"{scenario.arrivals_per_step} arrivals/step, pod sizes "
           + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes) + f"; {_describe(resources)}; seed {args.seed}")
     print(output.fleet_summary(fleet))
+    print(f"TSV: {output.write_summary(Path(args.output), output.fleet_table(fleet))}")
     if args.plot:
         output.plot_fleet(Path(args.plot), fleet)
         print(f"plot: {args.plot}")
@@ -129,7 +147,9 @@ def _describe(resources: dict) -> str:
     per_gpu = resources["per_gpu"]
     asks = (f"pods request {per_gpu.milli_cpu / 1000:g} CPU and {per_gpu.memory / GIB:g}Gi per GPU"
             if per_gpu.milli_cpu or per_gpu.memory else "pods request no CPU or memory")
-    return f"nodes {resources['node_milli_cpu'] / 1000:g} CPU, {resources['node_memory'] / GIB:g}Gi; {asks}"
+    described = f"nodes {resources['node_milli_cpu'] / 1000:g} CPU, {resources['node_memory'] / GIB:g}Gi; {asks}"
+    interference = resources["interference"].describe()
+    return f"{described}; {interference}" if interference else described
 
 
 def _replay(args: argparse.Namespace, configs: list, layout) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from extender.reservations import DEFAULT_TTL
 from gpupair.policies import Policy, policy_named
 from simulator.kube_scoring import PROFILES, Profile
 from simulator.schedulers import SCHEDULERS, Scheduler
@@ -14,7 +15,7 @@ SCHEDULER_ALIASES = {"default": "kube"}
 
 @dataclass(frozen=True)
 class Config:
-    scheduler: str  # "kube" (kube-scheduler alone) | "gpupair" (with the extender)
+    scheduler: str  # "kube" (kube-scheduler alone) | "gpupair" (with the extender) | "gpupair-legacy"
     plugin: str  # "naive" | "aligned"
     profile: str = "default"  # a key of kube_scoring.PROFILES
 
@@ -31,8 +32,8 @@ class Config:
     def scheduler_profile(self) -> Profile:
         return PROFILES[self.profile]
 
-    def new_scheduler(self) -> Scheduler:
-        return SCHEDULERS[self.scheduler](self.scheduler_profile)
+    def new_scheduler(self, reservation_ttl: float = DEFAULT_TTL) -> Scheduler:
+        return SCHEDULERS[self.scheduler](self.scheduler_profile, reservation_ttl)
 
     @property
     def policy(self) -> Policy:

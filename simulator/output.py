@@ -35,6 +35,16 @@ def write_verdicts(path: Path, results: Sequence[ConfigResult]) -> None:
                 out.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
+def write_summary(path: Path, table: tuple[Sequence[str], Sequence[Sequence[object]]]) -> Path:
+    """The summary table as TSV: ``<stem>.summary.tsv``."""
+    header, rows = table
+    target = path.with_name(f"{path.stem}.summary{path.suffix or '.tsv'}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["\t".join(header)] + ["\t".join(str(c) for c in row) for row in rows]
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -43,16 +53,23 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def seed_summary(results: Sequence[ConfigResult]) -> str:
+NO_REASON = "pending for no reason"  # left pending while some node really had a close set free
+
+
+def seed_table(results: Sequence[ConfigResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
     rows = []
     for r in results:
         granted = len(r.granted)
         rate = f"{100 * r.pass_count / granted:.1f}%" if granted else "-"
-        rows.append((*split_name(r.config), granted, r.sys_count, rate, r.pending))
-    return _table(("profile", "configuration", "samples", "SYS", "PASS rate", "pending"), rows)
+        rows.append((*split_name(r.config), granted, r.sys_count, rate, r.pending, r.pending_no_reason))
+    return ("profile", "configuration", "samples", "SYS", "PASS rate", "pending", NO_REASON), rows
 
 
-def fleet_summary(results: Sequence[FleetResult]) -> str:
+def seed_summary(results: Sequence[ConfigResult]) -> str:
+    return _table(*seed_table(results))
+
+
+def fleet_table(results: Sequence[FleetResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
     rows = [
         (
             *split_name(r.config),
@@ -61,6 +78,7 @@ def fleet_summary(results: Sequence[FleetResult]) -> str:
             r.sys_grants,
             r.avoidable_sys,
             len(r.fragmentation_pending),
+            len(r.no_reason_pending),
             r.still_pending,
             f"{r.mean_wait:.2f}",
         )
@@ -74,10 +92,15 @@ def fleet_summary(results: Sequence[FleetResult]) -> str:
         "SYS grants",
         "avoidable SYS",
         "pending (fragmentation)",
+        NO_REASON,
         "pending at end",
         "mean wait (steps)",
     )
-    return _table(header, rows)
+    return header, rows
+
+
+def fleet_summary(results: Sequence[FleetResult]) -> str:
+    return _table(*fleet_table(results))
 
 
 def plot_seed(path: Path, results: Sequence[ConfigResult]) -> None:
@@ -86,11 +109,13 @@ def plot_seed(path: Path, results: Sequence[ConfigResult]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 1, figsize=(_width(results), 8))
+    fig, axes = plt.subplots(3, 1, figsize=(_width(results), 11))
     _bars(axes[0], [r.config for r in results], [r.sys_count for r in results], "SYS grants")
     rates = [100 * r.pass_count / len(r.granted) if r.granted else 0 for r in results]
     _bars(axes[1], [r.config for r in results], rates, "PASS rate (%)")
     axes[1].set_ylim(0, 100)
+    _bars(axes[2], [r.config for r in results], [r.pending_no_reason for r in results],
+          "pods pending for no reason (a close set was free)")
     _finish(fig, axes, path)
 
 
@@ -101,11 +126,13 @@ def plot_fleet(path: Path, results: Sequence[FleetResult]) -> None:
     import matplotlib.pyplot as plt
 
     names = [r.config for r in results]
-    fig, axes = plt.subplots(3, 1, figsize=(_width(results), 11))
+    fig, axes = plt.subplots(4, 1, figsize=(_width(results), 14))
     _bars(axes[0], names, [100 * r.utilisation for r in results], "GPU utilisation (%)")
     axes[0].set_ylim(0, 100)
     _bars(axes[1], names, [r.avoidable_sys for r in results], "avoidable SYS grants")
     _bars(axes[2], names, [len(r.fragmentation_pending) for r in results], "pods pending (fragmentation)")
+    _bars(axes[3], names, [len(r.no_reason_pending) for r in results],
+          "pods pending for no reason (a close set was free)")
     _finish(fig, axes, path)
 
 

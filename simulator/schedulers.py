@@ -14,21 +14,29 @@ kube-scheduler v1.36 (pkg/scheduler/schedule_one.go):
   ``rand.Int()``, a uniform draw among the tied nodes. When only one node passes, it is chosen
   without scoring.
 
-With gpupair the extender's own reservation store holds the plan of every pod bound since the
-node's last report (simulated time never expires it; reports and deletions release it).
+With gpupair the extender's own ``Reservations`` holds what each node owes to pods bound since
+its last report, on the cluster's simulated clock:
+
+- ``gpupair``: reports carry the allocation ledger. A plan (the extender's own bind) ends when a
+  report lists its pod, whatever devices it got; pods bound by others (pinned by ``nodeName``,
+  seen by the pod watch) hold their GPU count, decided worst-case, until listed.
+- ``gpupair-legacy``: the accounting from before the ledger, as a baseline (the extender before
+  commit c2caa39, its reservations and pod watch). Reports carry no ledger; a plan ends only when
+  a report shows all its devices taken, or at its TTL; a pod bound by others is reserved the set
+  the extender predicts the plugin will pick, ended the same way.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from extender.decisions import Decider, NodeDecision, NodeView
 from extender.protocol import MAX_EXTENDER_PRIORITY
-from extender.reservations import Reservation, Reservations
-from simulator.cluster import Cluster
+from extender.reservations import DEFAULT_TTL, Reservation, Reservations
+from simulator.cluster import NAMESPACE, Cluster
 from simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
 
 EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README
@@ -39,6 +47,9 @@ class Scheduler(Protocol):
 
     def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random) -> str | None: ...
 
+    def pinned(self, pod: str, request: PodRequest, node: str, cluster: Cluster) -> None:
+        """A pod created bound to ``node`` (``spec.nodeName``): only the pod watch sees it."""
+
     def forget(self, pod: str) -> None:
         """The pod is gone (finished or deleted)."""
 
@@ -46,30 +57,48 @@ class Scheduler(Protocol):
         """New node reports arrived."""
 
 
-@dataclass
 class GpupairExtender:
-    """gpupair's extender as kube-scheduler calls it: filter and prioritize, then bind."""
+    """gpupair's extender as kube-scheduler calls it: filter and prioritize, then bind; its pod
+    watch; the nodes' reports, with their ledgers (``ledger=False``: the accounting before it)."""
 
-    decider: Decider = field(default_factory=Decider)
-    reservations: Reservations = field(default_factory=lambda: Reservations(timer=lambda: 0.0))
+    def __init__(self, decider: Decider | None = None, ledger: bool = True, ttl: float = DEFAULT_TTL):
+        self.decider = decider or Decider()
+        self.ledger = ledger
+        self.now = 0.0
+        self.reservations = Reservations(ttl=ttl, timer=lambda: self.now)
 
     def decide(self, gpus: int, cluster: Cluster, names: list[str]) -> dict[str, NodeDecision]:
-        views = [
-            NodeView(name, cluster.nodes[name].reported_state(), reserved=self.reservations.on_node(name))
-            for name in names
-        ]
-        return {view.name: self.decider.decide(gpus, view) for view in views}
+        self.now = cluster.now
+        return {name: self._decide(gpus, cluster, name) for name in names}
 
-    def bind(self, pod: str, node: str, decision: NodeDecision) -> None:
+    def _decide(self, gpus: int, cluster: Cluster, name: str, exclude: str | None = None) -> NodeDecision:
+        hold = self.reservations.hold(name, exclude)
+        view = NodeView(name, cluster.nodes[name].reported_state(), reserved=hold.devices, held=hold.count)
+        return self.decider.decide(gpus, view)
+
+    def bind(self, pod: str, node: str, decision: NodeDecision, gpus: int) -> None:
         if decision.plan:
-            self.reservations.reserve(Reservation(pod, node, frozenset(decision.plan)))
+            self.reservations.reserve(Reservation(pod, node, frozenset(decision.plan), NAMESPACE, pod))
+        if self.ledger:  # the pod watch sees the Binding too
+            self.reservations.pod_bound(pod, node, NAMESPACE, pod, gpus)
+
+    def pinned(self, pod: str, gpus: int, node: str, cluster: Cluster) -> None:
+        self.now = cluster.now
+        if self.ledger:
+            self.reservations.pod_bound(pod, node, NAMESPACE, pod, gpus)
+            return
+        # Before the ledger the pod watch reserved the set it predicted the plugin would pick.
+        plan = self._decide(gpus, cluster, node, exclude=pod).plan
+        if plan:
+            self.reservations.reserve(Reservation(pod, node, frozenset(plan), NAMESPACE, pod))
 
     def forget(self, pod: str) -> None:
-        self.reservations.release(pod)
+        self.reservations.pod_gone(pod, "deleted")
 
     def reported(self, cluster: Cluster) -> None:
+        self.now = cluster.now
         for name, sim in cluster.nodes.items():
-            self.reservations.observe_report(name, sim.reported_free)
+            self.reservations.observe_report(name, sim.reported_free, sim.reported_ledger if self.ledger else None)
 
 
 def select_host(scores: dict[str, int], rng: random.Random | None) -> str:
@@ -86,7 +115,9 @@ class KubeScheduler:
 
     @property
     def name(self) -> str:
-        return "kube" if self.extender is None else "gpupair"
+        if self.extender is None:
+            return "kube"
+        return "gpupair" if self.extender.ledger else "gpupair-legacy"
 
     def scores(self, request: PodRequest, usages: dict[str, NodeUsage]) -> dict[str, int]:
         """Each node's total from the profile's score plugins, in node order."""
@@ -112,8 +143,12 @@ class KubeScheduler:
                 scores = {name: score + decisions[name].score * scale for name, score in scores.items()}
             chosen = select_host(scores, rng if extender is not None else None)
         if extender is not None:
-            extender.bind(pod, chosen, decisions[chosen])
+            extender.bind(pod, chosen, decisions[chosen], request.gpus)
         return chosen
+
+    def pinned(self, pod: str, request: PodRequest, node: str, cluster: Cluster) -> None:
+        if self.extender is not None and request.gpus > 0:
+            self.extender.pinned(pod, request.gpus, node, cluster)
 
     def forget(self, pod: str) -> None:
         if self.extender is not None:
@@ -124,7 +159,8 @@ class KubeScheduler:
             self.extender.reported(cluster)
 
 
-SCHEDULERS: dict[str, Callable[[Profile], KubeScheduler]] = {
-    "kube": KubeScheduler,
-    "gpupair": lambda profile: KubeScheduler(profile, GpupairExtender()),
+SCHEDULERS: dict[str, Callable[..., KubeScheduler]] = {
+    "kube": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile),
+    "gpupair": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ttl=ttl)),
+    "gpupair-legacy": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ledger=False, ttl=ttl)),
 }

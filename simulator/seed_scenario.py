@@ -1,10 +1,13 @@
 """The field report's verification, replayed: rounds of pods created together on seed-like nodes.
 
 Before each round, other tenants' 1-GPU pods hold a random few GPUs on every node (background
-load, drawn anew each round since other tenants come and go too). Each round creates its pods together; the scheduler places them one after another on the reports it
-has (which do not show the round's earlier pods yet), then kubelet admits them in bind order and
-the device plugin picks their GPUs. Each pod gives one TSV row, as the seed's script wrote.
-"""
+load, drawn anew each round since other tenants come and go too). With a pinned share, some of
+them are created with ``spec.nodeName`` set instead: kubelet admits them at once, the device
+plugin picks their GPU, and the extender learns of them only through its pod watch, then through
+the nodes' next reports. Each round then creates its pods together; the scheduler places them one
+after another on the reports it has (which do not show the round's earlier pods yet), kubelet
+admits each as it is bound and the device plugin picks its GPUs. Each pod gives one TSV row, as
+the seed's script wrote."""
 
 from __future__ import annotations
 
@@ -16,7 +19,11 @@ from gpupair.layout import NodeLayout
 from gpupair.verdict import Verdict, classify
 from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
+from simulator.interference import Interference
 from simulator.kube_scoring import PerGpu
+from simulator.schedulers import Scheduler
+
+SECONDS_PER_ROUND = 60.0  # the extender's clock; a hold never outlives its round here anyway
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,7 @@ class SeedScenario:
     per_gpu: PerGpu = PerGpu()  # every pod's cpu/memory requests, test and background alike
     node_milli_cpu: int = DEFAULT_NODE_MILLI_CPU
     node_memory: int = DEFAULT_NODE_MEMORY
+    interference: Interference = Interference()
 
 
 @dataclass(frozen=True)
@@ -42,11 +50,13 @@ class Sample:
     phase: str  # Succeeded, or Pending when no node would take it
     node: str | None
     verdict: Verdict | None
+    close_set_free: bool = False  # pending while some node really had a close set free
 
     def tsv_row(self) -> str:
         round_label = f"{self.round:02d}"
         if self.verdict is None:
-            return "\t".join((round_label, self.pod, self.phase, "-", "-", "-", "-", "PENDING"))
+            result = "PENDING-CLOSE-SET-FREE" if self.close_set_free else "PENDING"
+            return "\t".join((round_label, self.pod, self.phase, "-", "-", "-", "-", result))
         return self.verdict.tsv_row(round_label, self.pod, self.phase)
 
 
@@ -71,19 +81,34 @@ class ConfigResult:
     def pending(self) -> int:
         return sum(1 for s in self.samples if s.verdict is None)
 
+    @property
+    def pending_no_reason(self) -> int:
+        """Pods left pending while some node really had a close set free for them."""
+        return sum(1 for s in self.samples if s.verdict is None and s.close_set_free)
 
-def _background(cluster: Cluster, scenario: SeedScenario, rng: random.Random) -> None:
+
+def _background(cluster: Cluster, scenario: SeedScenario, scheduler: Scheduler, rng: random.Random,
+                pins: random.Random) -> list[tuple[str, str]]:
+    """Other tenants' pods for this round: placed and reported, less those to be created pinned
+    (returned as pod, node; the ``pins`` draws leave ``rng``'s load the same at any share)."""
+    pinned = []
     for sim in cluster.nodes.values():
         for pod in [p for p in sim.bound if p.startswith("background-")]:
             cluster.remove(pod, sim.name)
+            scheduler.forget(pod)
         # Leave room for at least one test pod on small nodes.
         room = max(0, sim.layout.size - scenario.gpus_per_pod)
         count = min(rng.randint(scenario.background_min, scenario.background_max), room)
         for n, device in enumerate(sorted(rng.sample(range(sim.layout.size), count))):
             pod = f"background-{sim.name}-{n}"
+            if scenario.interference.pinned_share and pins.random() < scenario.interference.pinned_share:
+                pinned.append((pod, sim.name))
+                continue
             sim.bound[pod] = scenario.per_gpu.request(1)
             sim.allocated[pod] = (device,)
     cluster.report_all()
+    scheduler.reported(cluster)
+    return pinned
 
 
 def run_seed_scenario(
@@ -94,28 +119,38 @@ def run_seed_scenario(
     progress: Callable[[], None] = lambda: None,
 ) -> ConfigResult:
     result = ConfigResult(config.name)
+    interference = scenario.interference
     for run in range(1, scenario.runs + 1):
         # Same seed per run across configurations: every configuration faces the same load.
         rng = random.Random(f"{seed}/{run}")
         ties = random.Random(f"{seed}/{run}/ties")  # apart, so tie-breaking never shifts the load
+        pins = random.Random(f"{seed}/{run}/pinned")
+        plugin = interference.plugin(config.policy, random.Random(f"{seed}/{run}/plugin"))
         cluster = Cluster.of({f"gpu-node-{i + 1}": layout for i in range(scenario.nodes)},
                              scenario.node_milli_cpu, scenario.node_memory)
-        scheduler = config.new_scheduler()
+        scheduler = config.new_scheduler(interference.reservation_ttl)
         for round_number in range(1, scenario.rounds + 1):
-            _background(cluster, scenario, rng)
-            scheduler.reported(cluster)
+            cluster.now = round_number * SECONDS_PER_ROUND
+            pinned = _background(cluster, scenario, scheduler, rng, pins)
+            if pinned:
+                for pod, node in pinned:  # bound by their creator; kubelet admits them at once
+                    cluster.bind(pod, scenario.per_gpu.request(1), node)
+                    cluster.allocate(pod, node, plugin)
+                    scheduler.pinned(pod, scenario.per_gpu.request(1), node, cluster)
+                cluster.report_all()  # the reporters rescan before the round's pods arrive
+                scheduler.reported(cluster)
             pods = [f"test-r{run}-{round_number:02d}-{n}" for n in range(1, scenario.pods_per_round + 1)]
             placed: list[tuple[str, str]] = []
             request = scenario.per_gpu.request(scenario.gpus_per_pod)
             for pod in pods:
                 node = scheduler.schedule(pod, request, cluster, ties)
                 if node is None:
-                    result.samples.append(Sample(config.name, run, round_number, pod, "Pending", None, None))
+                    result.samples.append(Sample(config.name, run, round_number, pod, "Pending", None, None,
+                                                 cluster.close_set_free(request)))
                     continue
                 cluster.bind(pod, request, node)
                 placed.append((pod, node))
-            for pod, node in placed:
-                granted = cluster.allocate(pod, node, config.policy)
+                granted = cluster.allocate(pod, node, plugin)
                 verdict = classify(layout, granted) if granted else None
                 phase = "Succeeded" if granted else "Failed"
                 result.samples.append(Sample(config.name, run, round_number, pod, phase, node, verdict))

@@ -112,7 +112,8 @@ def test_seed_command_with_cpu_requests_one_profile_and_a_plot(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "pods request 3 CPU and 16Gi per GPU" in done.stdout
     assert sorted(p.name for p in tmp_path.glob("out.*.tsv")) == [
-        "out.gpu-binpack.gpupair+aligned.tsv", "out.gpu-binpack.kube+aligned.tsv", "out.gpu-binpack.kube+naive.tsv"]
+        "out.gpu-binpack.gpupair+aligned.tsv", "out.gpu-binpack.kube+aligned.tsv", "out.gpu-binpack.kube+naive.tsv",
+        "out.summary.tsv"]
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
