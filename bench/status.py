@@ -1,8 +1,8 @@
 """Benchmark `gpupair status` on a 5,000-node fleet served by the API double, in one run.
 
 The double (tests/kube_double.py, a real HTTP server) runs in its own process with
-tests/status_fleet.large_fleet: seed-shaped 8-GPU nodes with their reports, four GPU pods per
-node, some pending. The client side then times, several rounds each:
+tests/status_fleet.large_fleet: seed-shaped 8-GPU nodes with their reports and allocation
+ledgers, the GPU pods those list, some pending. The client side then times, several rounds each:
 
 - baseline: one list of the nodes, read and JSON-decoded (what any tool pays to look at them);
 - status: the command's own path: the three lists (nodes, pods, Warning Events) together,
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,8 +57,8 @@ async def measure(url: str, rounds: int) -> dict[str, list[float]]:
 
     from status.build import LayoutCache, Options, build
     from status.fetch import list_cluster
+    from status.main import paused_gc
     from status.render import render_text
-    from datetime import datetime, timezone
 
     config = type.__call__(k8s.Configuration)
     config.host = url
@@ -71,14 +72,15 @@ async def measure(url: str, rounds: int) -> dict[str, list[float]]:
             times["baseline"].append(time.perf_counter() - started)
 
             started = time.perf_counter()
-            listing = await list_cluster(api, timeout=120)
-            listed = time.perf_counter()
-            view = build(listing, datetime.now(timezone.utc), Options(), LayoutCache())
-            built = time.perf_counter()
-            text = render_text(view)
-            rendered = time.perf_counter()
-            view.model_dump_json()
-            dumped = time.perf_counter()
+            with paused_gc():  # as the command does
+                listing = await list_cluster(api, timeout=120)
+                listed = time.perf_counter()
+                view = build(listing, datetime.now(timezone.utc), Options(), LayoutCache())
+                built = time.perf_counter()
+                text = render_text(view)
+                rendered = time.perf_counter()
+                view.model_dump_json()
+                dumped = time.perf_counter()
             times["list"].append(listed - started)
             times["build"].append(built - listed)
             times["text"].append(rendered - built)
@@ -113,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     server = multiprocessing.Process(target=serve, args=(args.nodes, ready_send, stop_recv), daemon=True)
     server.start()
     url = ready_recv.recv()
-    print(f"python {sys.version.split()[0]}, {multiprocessing.cpu_count()} CPUs; {args.nodes} nodes, "
-          f"{args.nodes * 4} bound GPU pods, {args.nodes // 20} pending; fleet built in "
+    print(f"python {sys.version.split()[0]}, {multiprocessing.cpu_count()} CPUs; {args.nodes} nodes with "
+          f"reports and ledgers, their GPU pods, {args.nodes // 20} pending; fleet built in "
           f"{time.perf_counter() - started:.1f}s; median of {args.rounds} rounds", flush=True)
     try:
         times = asyncio.run(measure(url, args.rounds))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import signal
 import sys
 from datetime import datetime, timezone
@@ -87,7 +89,10 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
         async with api:
             while True:
                 try:
-                    listing = await list_cluster(api, args.selector, args.namespace, args.request_timeout)
+                    with paused_gc():
+                        listing = await list_cluster(api, args.selector, args.namespace, args.request_timeout)
+                        view = build(listing, fixed_now or datetime.now(timezone.utc), options, layouts)
+                        frame = _format(view, args.output)
                 except NodesNotVisible as exc:
                     if not args.watch:
                         print(f"gpupair status: {exc}", file=sys.stderr)
@@ -99,8 +104,7 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
                         return EXIT_ERROR
                     _show(out, f"gpupair status: {describe_error(exc)}\n", redraw)
                 else:
-                    view = build(listing, fixed_now or datetime.now(timezone.utc), options, layouts)
-                    _show(out, _format(view, args.output), redraw)
+                    _show(out, frame, redraw)
                 if not args.watch:
                     return EXIT_OK
                 try:
@@ -110,6 +114,20 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
                     pass
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def paused_gc():
+    """No cyclic garbage collection while a frame is listed, built and formatted: the lists of a large
+    cluster are hundreds of thousands of live objects that every collection would walk again
+    (a third of the time on 5,000 nodes) and that are freed by reference counting anyway."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _format(view, output: str) -> str:

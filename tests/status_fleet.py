@@ -105,18 +105,22 @@ def small_fleet(store: Store) -> None:
 
 
 def large_fleet(store: Store, nodes: int) -> None:
-    """``nodes`` seed-shaped nodes, varied free sets, 1 in 50 stale, 1 in 200 with no report;
-    a busy cluster's pods: four 2-GPU pods per node, and some pending."""
+    """``nodes`` seed-shaped nodes, varied free sets, 1 in 50 stale, 1 in 200 with no report; each
+    reported node's taken GPUs held by 2-GPU pods its allocation ledger lists (as reporters publish
+    it now), and one pod in 20 nodes pending."""
     for n in range(nodes):
         name = f"node-{n:05d}"
         if n % 200 == 199:
             store.create("nodes", make_node(name))
             continue
         free = {i for i in range(8) if (n >> (i % 5)) & 1 or i == n % 8}
+        taken = sorted(set(range(8)) - free)
+        holders = [codec.PodHolding(NS, f"job-{n:05d}-{p}", frozenset(taken[p:p + 2]))
+                   for p in range(0, len(taken), 2)]
         age = 900 if n % 50 == 49 else n % 40
-        store.create("nodes", make_node(name, annotations=report(name, free, age, generation=n)))
-        for p in range(4):
-            pod = make_pod(f"job-{n:05d}-{p}", NS, gpus=2, node_name=name)
+        store.create("nodes", make_node(name, annotations=report(name, free, age, generation=n, holders=holders)))
+        for holder in holders:
+            pod = make_pod(holder.name, NS, gpus=len(holder.devices), node_name=name)
             pod["status"] = {"phase": "Running", "conditions": [{
                 "type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(NOW - timedelta(hours=1))}]}
             store.create("pods", pod)

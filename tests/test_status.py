@@ -21,7 +21,7 @@ import pytest
 from gpupair import report as codec
 from status import freshness
 from status.build import Listing, Options, build
-from status.main import CLEAR, _show
+from status.main import CLEAR, _show, paused_gc
 from status.schema import schema, schema_text
 from status.view import StatusView
 from tests.kube_double import Store, make_node, running_kube_double
@@ -187,6 +187,23 @@ def test_watch_on_a_terminal_redraws_in_place():
     _show(screen, "frame 1\n", redraw=True)
     _show(screen, "frame 2\n", redraw=True)
     assert screen.getvalue() == f"{CLEAR}frame 1\n{CLEAR}frame 2\n"
+
+
+def test_paused_gc_restores_the_collector_as_it_was():
+    import gc
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), paused_gc():
+        assert not gc.isenabled()
+        raise RuntimeError("a failed list")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
 
 
 # ---- -o json and its documented schema
