@@ -29,6 +29,7 @@ from extender.decision_tables import DecisionTables
 from extender.decisions import Decider
 from extender.evaluation import Evaluator
 from extender.filter import filter_nodes
+from extender.heartbeats import Heartbeats
 from extender.metrics import ExtenderMetrics
 from extender.node_cache import NodeCache
 from extender.node_reports import ReportDecoder
@@ -68,12 +69,15 @@ class Extender:
     resource: str
     node_cache: NodeCache | None = None
     pod_watch: PodWatch | None = None
+    heartbeats: Heartbeats | None = None
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
-        ledgers, the pod watch the pods bound but not yet listed there."""
+        ledgers, the pod watch the pods bound but not yet listed there. Before the Leases are
+        listed, nodes whose reporters write annotations only on change would look stale."""
         nodes = self.node_cache is None or self.node_cache.ready
-        return nodes and (self.pod_watch is None or self.pod_watch.listed)
+        leases = self.heartbeats is None or self.heartbeats.listed
+        return nodes and leases and (self.pod_watch is None or self.pod_watch.listed)
 
 
 def assemble(
@@ -89,15 +93,27 @@ def assemble(
     clock: Callable[[], float] = time.time,
     reservation_timer: Callable[[], float] = time.monotonic,
     metrics: ExtenderMetrics | None = None,
+    heartbeats: bool = False,
 ) -> Extender:
+    """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
+    the caller runs on ``Extender.heartbeats``)."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
-    if node_cache:
-        holder: dict[str, DecisionTables] = {}
+    holder: dict[str, DecisionTables] = {}
+    beats: Heartbeats | None = None
+    alive: Callable[[str], float | None] = lambda name: None
+    if heartbeats:
+        def on_renewal(name: str) -> None:
+            if "tables" in holder:
+                holder["tables"].node_alive(name, clock())
 
+        beats = Heartbeats(on_renewal)
+        alive = beats.get
+        metrics.watch_heartbeats(lambda: len(beats))
+    if node_cache:
         def on_report(name: str, entry: Any) -> None:
             if entry.report is not None:
                 reservations.observe_report(name, entry.report.state.free, entry.report.ledger)
@@ -108,14 +124,14 @@ def assemble(
             holder["tables"].node_gone(name)
 
         cache = NodeCache(decoder, on_report=on_report, on_gone=on_gone)
-        tables = holder["tables"] = DecisionTables(decider, cache.items, cache.get)
-        metrics.watch_node_cache(cache.items, clock)
+        tables = holder["tables"] = DecisionTables(decider, cache.items, cache.get, alive)
+        metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
-    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock)
+    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive)
     requests = PodRequests(resource)
     pods = PodWatch(reservations, requests) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
-    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods)
+    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats)
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:

@@ -57,35 +57,59 @@ def host_priority_json(name: str, score: int) -> str:
 
 
 class DecisionTables:
+    """``alive(name)``: the node's last Lease renewal (epoch seconds) or None; see heartbeats.py."""
+
     def __init__(self, decider: Decider, entries: Callable[[], list[tuple[str, ReportEntry]]],
-                 lookup: Callable[[str], ReportEntry | None]):
+                 lookup: Callable[[str], ReportEntry | None],
+                 alive: Callable[[str], float | None] = lambda name: None):
         self._decider = decider
         self._entries = entries  # every (name, entry) cached now
         self._lookup = lookup
+        self._alive = alive
         self._tables: OrderedDict[int, Table] = OrderedDict()
-        self._stale_heap: list[tuple[float, int, str, ReportEntry]] = []
+        # When to look at a node's staleness next: at most one live heap record per node (the
+        # one _next_check names); a renewal moves no record, the check finds the later time.
+        self._stale_heap: list[tuple[float, int, str]] = []
+        self._next_check: dict[str, float] = {}
+        self._stale: set[str] = set()  # nodes the tables hold as stale
         self._order = itertools.count()
 
     def node_changed(self, name: str, entry: ReportEntry, now: float) -> None:
-        # Reporters write a heartbeat every few seconds whether or not requests come; expiring
-        # here too keeps the queue to reports not yet stale even when no request comes for hours.
+        # Expiring here too keeps the queue to reports not yet stale even when no request
+        # comes for hours.
         self._expire(now)
-        for table in self._tables.values():
-            table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now))
-        if entry.stale_at is not None:
-            heapq.heappush(self._stale_heap, (entry.stale_at, next(self._order), name, entry))
+        self._decide(name, entry, now)
+
+    def node_alive(self, name: str, now: float) -> None:
+        """The node's Lease was renewed (or went): only a node held stale needs deciding again;
+        for the others the scheduled check will find the later time."""
+        self._expire(now)
+        entry = self._lookup(name)
+        if entry is None:
+            return
+        if name in self._stale:
+            self._decide(name, entry, now)
+            return
+        stale_at = entry.stale_at_with(self._alive(name))
+        if stale_at is not None and now > stale_at:  # the Lease went and the report alone is old
+            self._decide(name, entry, now)
+        elif stale_at is not None:
+            self._schedule(name, stale_at)  # earlier than the check queued (a Lease gone)? move it
 
     def node_gone(self, name: str) -> None:
         for table in self._tables.values():
             table.drop(name)
+        self._stale.discard(name)
+        self._next_check.pop(name, None)
 
     def table(self, gpus: int, now: float) -> Table:
         self._expire(now)
         table = self._tables.get(gpus)
         if table is None:
             table = Table(gpus)
+            alive = self._alive
             for name, entry in self._entries():
-                table.set(name, entry.decide(self._decider, name, gpus, NO_HOLD, now))
+                table.set(name, entry.decide(self._decider, name, gpus, NO_HOLD, now, alive(name)))
             self._tables[gpus] = table
             if len(self._tables) > MAX_TABLES:
                 self._tables.popitem(last=False)
@@ -93,11 +117,38 @@ class DecisionTables:
             self._tables.move_to_end(gpus)
         return table
 
+    def _decide(self, name: str, entry: ReportEntry, now: float) -> None:
+        alive = self._alive(name)
+        for table in self._tables.values():
+            table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now, alive))
+        stale_at = entry.stale_at_with(alive)
+        if stale_at is not None and now > stale_at:
+            self._stale.add(name)
+        else:
+            self._stale.discard(name)
+            if stale_at is not None:
+                self._schedule(name, stale_at)
+
+    def _schedule(self, name: str, at: float) -> None:
+        current = self._next_check.get(name)
+        if current is not None and current <= at:
+            return  # the earlier check reschedules
+        self._next_check[name] = at
+        heapq.heappush(self._stale_heap, (at, next(self._order), name))
+
     def _expire(self, now: float) -> None:
-        """Re-decide nodes whose report has turned stale since the last request."""
+        """Re-decide nodes whose report has turned stale since the last look."""
         heap = self._stale_heap
         while heap and heap[0][0] < now:
-            _, _, name, entry = heapq.heappop(heap)
-            if self._lookup(name) is entry:  # else a newer report replaced it
-                for table in self._tables.values():
-                    table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now))
+            at, _, name = heapq.heappop(heap)
+            if self._next_check.get(name) != at:
+                continue  # superseded by an earlier check, or the node is gone
+            del self._next_check[name]
+            entry = self._lookup(name)
+            if entry is None:
+                continue
+            stale_at = entry.stale_at_with(self._alive(name))
+            if stale_at is not None and now <= stale_at and name not in self._stale:
+                self._schedule(name, stale_at)  # renewed since: look again then
+            else:
+                self._decide(name, entry, now)

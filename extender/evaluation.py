@@ -49,6 +49,7 @@ class Evaluator:
     tables: DecisionTables | None = None  # over node_cache
     clock: Callable[[], float] = time.time
     seen_limit: int = 16384
+    alive: Callable[[str], float | None] = lambda name: None  # a node's last Lease renewal
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
@@ -80,9 +81,9 @@ class Evaluator:
         """One decision per name (default: every offered name), in order."""
         now = self.clock()
         holds = self.reservations.by_node()
-        decider, entry_of, unknown = self.decider, offer.entry_of, offer.unknown
+        decider, entry_of, unknown, alive = self.decider, offer.entry_of, offer.unknown, self.alive
         return [
-            (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now)
+            (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name))
             for name in (offer.names if names is None else names)
         ]
 
@@ -128,7 +129,7 @@ class Evaluator:
     def decide_one(self, gpus: int, node: str, exclude_uid: str | None = None) -> NodeDecision:
         """The decision for one node now, counting the holds of other pods only."""
         hold = self.reservations.hold(node, exclude=exclude_uid)
-        return self.entry_for(node).decide(self.decider, node, gpus, hold, self.clock())
+        return self.entry_for(node).decide(self.decider, node, gpus, hold, self.clock(), self.alive(node))
 
     # ---- internals
 

@@ -8,6 +8,7 @@ import gc
 import logging
 import ssl
 
+from gpupair import leases
 from gpupair.pod_request import DEFAULT_RESOURCE
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
 
@@ -20,7 +21,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--kubeconfig", "", "kubeconfig file (empty: $KUBECONFIG, in-cluster, ~/.kube/config)")
     add_flag(parser, "--resource", DEFAULT_RESOURCE, "extended resource name of the GPUs")
     add_flag(parser, "--stale-after", 300.0,
-             "seconds after which a node's report counts as stale (0: never)")
+             "seconds after which a node's report counts as stale (0: never), from the newest of the "
+             "report's reportedAt and the node's Lease renewal")
+    add_flag(parser, "--heartbeat-namespace", leases.own_namespace(),
+             "namespace of the reporters' node Leases, watched for freshness (default: this pod's; "
+             "'' to judge freshness from the reports alone)")
     add_flag(parser, "--unreported", "fail",
              "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "
              "there with the reason, or 'pass' them unscored", choices=("fail", "pass"))
@@ -90,6 +95,7 @@ async def _main(args: argparse.Namespace) -> int:
         reservation_ttl=args.reservation_ttl,
         annotate_plan=args.annotate_plan,
         api_timeout=args.api_timeout,
+        heartbeats=bool(args.heartbeat_namespace),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts
@@ -97,6 +103,11 @@ async def _main(args: argparse.Namespace) -> int:
     if extender.node_cache is not None:
         watches.append(ListWatch("nodes", core.list_node, extender.node_cache,
                                  on_restart=lambda why: restarts.labels("nodes", why).inc()))
+    if extender.heartbeats is not None:
+        from extender.heartbeats import list_leases
+
+        watches.append(ListWatch("leases", list_leases(api, args.heartbeat_namespace), extender.heartbeats,
+                                 on_restart=lambda why: restarts.labels("leases", why).inc()))
     if extender.pod_watch is not None:
         watches.append(ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch,
                                  on_restart=lambda why: restarts.labels("pods", why).inc()))

@@ -30,8 +30,11 @@ class ExtenderMetrics:
             "gpupair_extender_watch_restarts", "List/watch restarts by resource and reason "
             "(gone: relisted after 410; error: backed off)", ["resource", "reason"], registry=r)
         self.report_age = Gauge(
-            "gpupair_extender_report_age_seconds", "Age of node reports in the node cache",
+            "gpupair_extender_report_age_seconds", "Age of node reports in the node cache, since the "
+            "newest of the report's reportedAt and the node's Lease renewal",
             ["stat"], registry=r)
+        self.leases = Gauge(
+            "gpupair_extender_node_leases", "Reporters' node Leases seen (liveness renewals)", registry=r)
         self.nodes = Gauge(
             "gpupair_extender_nodes", "Cached nodes by report state (ok, stale, missing, invalid)",
             ["state"], registry=r)
@@ -52,12 +55,15 @@ class ExtenderMetrics:
         self.plan_follow.set_function(self._plan_follow)
 
     def watch_node_cache(self, entries: Callable[[], Iterable[tuple[str, ReportEntry]]],
-                         clock: Callable[[], float] = time.time) -> None:
-        """Report ages and node states, computed when scraped."""
+                         clock: Callable[[], float] = time.time,
+                         alive: Callable[[str], float | None] = lambda name: None) -> None:
+        """Report ages (since the newest of reportedAt and the node's Lease renewal) and node
+        states, computed when scraped."""
 
         def ages() -> list[float]:
             now = clock()
-            return [now - e.report.reported_at.timestamp() for _, e in entries() if e.report is not None]
+            return [now - max(e.report.reported_at.timestamp(), alive(n) or 0.0)
+                    for n, e in entries() if e.report is not None]
 
         self.report_age.labels("max").set_function(lambda: max(ages(), default=0.0))
         self.report_age.labels("median").set_function(lambda: _median(ages()))
@@ -65,12 +71,15 @@ class ExtenderMetrics:
         def count(state: str) -> Callable[[], float]:
             def value() -> float:
                 now = clock()
-                return sum(1 for _, e in entries() if _state(e, now) == state)
+                return sum(1 for n, e in entries() if _state(e, now, alive(n)) == state)
 
             return value
 
         for state in ("ok", "stale", "missing", "invalid"):
             self.nodes.labels(state).set_function(count(state))
+
+    def watch_heartbeats(self, count: Callable[[], int]) -> None:
+        self.leases.set_function(lambda: float(count()))
 
     def watch_reservations(self, size: Callable[[], int]) -> None:
         self.reservations.set_function(lambda: float(size()))
@@ -84,10 +93,10 @@ class ExtenderMetrics:
         return confirmed / (confirmed + deviated) if confirmed + deviated else 1.0
 
 
-def _state(entry: ReportEntry, now: float) -> str:
+def _state(entry: ReportEntry, now: float, alive: float | None) -> str:
     if entry.report is None:
         return entry.kind if entry.kind in ("missing", "invalid") else "invalid"
-    return "stale" if entry.is_stale(now) else "ok"
+    return "stale" if entry.is_stale(now, alive) else "ok"
 
 
 def _median(values: list[float]) -> float:

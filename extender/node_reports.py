@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timezone
+from datetime import datetime, timezone
 
 from cachetools import LRUCache
 
@@ -29,45 +29,62 @@ MEMO_LIMIT = 64  # decisions kept per report; reservations make the key space op
 class ReportEntry:
     """One node report (or the reason it is unusable) and the decisions taken on it."""
 
-    __slots__ = ("report", "problem", "kind", "stale_at", "stale_problem", "_memo")
+    __slots__ = ("report", "problem", "kind", "stale_at", "stale_after", "stale_problem", "_memo")
 
     def __init__(self, report: NodeReport | None, problem: str = "", kind: str = "ok",
                  stale_after: float | None = None):
         self.report = report
         self.problem = problem
         self.kind = kind  # ok | missing | invalid
-        self.stale_at: float | None = None  # epoch seconds from which the report is stale
+        self.stale_after = stale_after
+        self.stale_at: float | None = None  # epoch seconds from which the report alone is stale
         self.stale_problem = ""
         if report is not None and stale_after is not None:
             self.stale_at = report.reported_at.timestamp() + stale_after
-            reported = report.reported_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             self.stale_problem = (
-                f"gpupair report from {reported} is older than {stale_after:.0f}s: "
+                f"gpupair report from {_utc(report.reported_at.timestamp())} is older than {stale_after:.0f}s: "
                 "is the gpupair reporter running on this node?"
             )
         self._memo: dict[tuple[int, Hold, bool], NodeDecision] = {}
 
-    def is_stale(self, now: float) -> bool:
-        return self.stale_at is not None and now > self.stale_at
+    def stale_at_with(self, alive: float | None) -> float | None:
+        """When the report turns stale given the node's last Lease renewal (epoch seconds, None
+        without a Lease): the newest sign of life counts."""
+        if self.stale_at is None or alive is None or self.stale_after is None:
+            return self.stale_at
+        return max(self.stale_at, alive + self.stale_after)
 
-    def view(self, name: str, hold: Hold = NO_HOLD, stale: bool = False) -> NodeView:
+    def is_stale(self, now: float, alive: float | None = None) -> bool:
+        stale_at = self.stale_at_with(alive)
+        return stale_at is not None and now > stale_at
+
+    def problem_when_stale(self, alive: float | None) -> str:
+        if alive is None or self.report is None or alive <= self.report.reported_at.timestamp():
+            return self.stale_problem
+        return (f"gpupair reporter last seen {_utc(alive)} (its Lease's renewTime; report from "
+                f"{_utc(self.report.reported_at.timestamp())}), older than {self.stale_after:.0f}s: "
+                "is the gpupair reporter running on this node?")
+
+    def view(self, name: str, hold: Hold = NO_HOLD, stale: bool = False, alive: float | None = None) -> NodeView:
         if self.report is None:
             return NodeView(name, None, self.problem, hold.devices, hold.count)
         if stale:
-            return NodeView(name, None, self.stale_problem, hold.devices, hold.count)
+            return NodeView(name, None, self.problem_when_stale(alive), hold.devices, hold.count)
         return NodeView(name, self.report.state, "", hold.devices, hold.count)
 
-    def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float) -> NodeDecision:
+    def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
+               alive: float | None = None) -> NodeDecision:
         """``decider.decide`` for this report, memoised; the decision's ``name`` is whichever
-        node first asked, so callers use only its verdict, reason, plan and score."""
-        stale = self.stale_at is not None and now > self.stale_at
+        node first asked, so callers use only its verdict, reason, plan and score. ``alive``:
+        the node's last Lease renewal, if it has a Lease."""
+        stale = self.is_stale(now, alive)
         if hold.devices and self.report is not None:
             # Planned devices the report already shows taken change nothing: one memo key.
             hold = Hold(hold.devices & self.report.state.free, hold.count)
         key = (gpus, hold, stale)
         decision = self._memo.get(key)
         if decision is None:
-            decision = decider.decide(gpus, self.view(name, hold, stale))
+            decision = decider.decide(gpus, self.view(name, hold, stale, alive))
             if hold and not decision.passes and decision.reason and self.report is not None and not stale:
                 taken = hold.gpus
                 decision = replace(decision, reason=(
@@ -77,6 +94,10 @@ class ReportEntry:
                 self._memo.clear()
             self._memo[key] = decision
         return decision
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ReportDecoder:

@@ -1,4 +1,4 @@
-"""The reporter's work loop: keep a layout, scan allocations, publish, repeat.
+"""The reporter's work loop: keep a layout, scan allocations, publish, renew the Lease, repeat.
 
 The layout is discovered once; a discovery that left something unknown (or failed outright)
 is retried every ``rediscover_after`` seconds, not every scan, so a broken GPU does not flood
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from gpupair import report
 from gpupair.layout import NodeLayout
 from reporter.allocations import PodResourcesError
+from reporter.heartbeat import LeaseKeeper, Renewal
 from reporter.metrics import ReporterMetrics
 from reporter.nvml_discovery import DiscoveryResult, NvmlUnavailable
 from reporter.publisher import Outcome, Publisher
@@ -40,12 +41,14 @@ class ReporterLoop:
         rediscover_after: float = 60.0,
         layout_file: str = "",
         clock: Callable[[], float] = time.monotonic,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         if scan_interval <= 0:
             raise ValueError(f"scan interval must be positive, got {scan_interval}")
         self.topology = topology
         self.allocations = allocations
         self.publisher = publisher
+        self.lease = lease
         self.metrics = metrics
         self.scan_interval = scan_interval
         self.rediscover_after = rediscover_after
@@ -56,6 +59,7 @@ class ReporterLoop:
         self._written_layout: str | None = None
         self.last_scan: ScanResult | None = None
         self.last_outcome: Outcome | None = None
+        self.last_renewal: Renewal | None = None
         self.scans = 0
         self.scanned = asyncio.Event()  # set after every scan; tests wait on it
 
@@ -125,10 +129,20 @@ class ReporterLoop:
             if self.publisher is not None:
                 self.last_outcome = await self.publisher.publish(scan)
                 self._count(self.last_outcome)
+                if self.lease is not None and self.last_outcome in PUBLISHED:
+                    await self._renew(self.lease)
             return scan
         finally:
             self.scans += 1
             self.scanned.set()
+
+    async def _renew(self, lease: LeaseKeeper) -> None:
+        """The report in the API is what this scan saw: say so on the Lease, if due."""
+        self.last_renewal = await lease.keep_alive()
+        if self.last_renewal in (Renewal.RENEWED, Renewal.CREATED, Renewal.ERROR):
+            self.metrics.lease_renewals.labels(outcome=self.last_renewal.value).inc()
+        if self.last_renewal in (Renewal.RENEWED, Renewal.CREATED):
+            self.metrics.last_renewal.set_to_current_time()
 
     def _count(self, outcome: Outcome) -> None:
         if outcome in (Outcome.UNCHANGED, Outcome.BACKOFF):
@@ -170,6 +184,10 @@ class ReporterLoop:
             log.warning("cannot write the layout file", extra={"path": self.layout_file, "error": str(error)})
             return
         self._written_layout = text
+
+
+# Outcomes after which the API holds this scan's report; a failed or postponed write is not.
+PUBLISHED = (Outcome.CHANGED, Outcome.HEARTBEAT, Outcome.UNCHANGED)
 
 
 async def _first_of(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:

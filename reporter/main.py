@@ -22,11 +22,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gpupair import leases
 from gpupair.layout import NodeLayout
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
 from reporter.allocations import DEFAULT_SOCKET, NVIDIA_GPU, PodResourcesClient
 from reporter.app import build_app
 from reporter.checkpoint_watch import DEFAULT_CHECKPOINT, CheckpointWatch
+from reporter.heartbeat import KubeLeases, LeaseKeeper
 from reporter.loop import ReporterLoop
 from reporter.metrics import ReporterMetrics
 from reporter.nvml_discovery import NvmlUnavailable
@@ -50,7 +52,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "this node's name, from the downward API (also env NODE_NAME)")
     add_flag(parser, "--resource-name", NVIDIA_GPU, "extended resource the device plugin advertises")
     add_flag(parser, "--scan-interval", 5.0, "seconds between scans")
-    add_flag(parser, "--heartbeat", 30.0, "write at least this often (seconds) even when nothing changed")
+    add_flag(parser, "--heartbeat", 30.0,
+             "seconds between liveness signals: renewals of this node's Lease (with --lease-namespace '': "
+             "re-writes of the unchanged annotations)")
+    add_flag(parser, "--lease-namespace", leases.own_namespace(),
+             "namespace of the node's liveness Lease (default: this pod's); '' for no Lease")
+    add_flag(parser, "--lease-duration", 120, "leaseDurationSeconds written on the Lease (for people and "
+             "tools reading it; the extender goes by its own --stale-after)")
+    add_flag(parser, "--annotation-refresh", 90.0,
+             "also re-write unchanged annotations this often (seconds) for extenders older than the Lease, "
+             "which judge freshness from the report alone; keep it below their --stale-after; "
+             "0 once every extender reads Leases (annotations are then written only on change)")
     add_flag(parser, "--pod-resources-socket", DEFAULT_SOCKET, "kubelet PodResources v1 Unix socket")
     add_flag(parser, "--checkpoint-file", DEFAULT_CHECKPOINT,
              "kubelet device checkpoint; a change triggers a rescan at once ('' to disable)")
@@ -76,9 +88,11 @@ class UsageError(ValueError):
 
 
 def check_args(args: argparse.Namespace) -> None:
-    for flag in ("scan_interval", "heartbeat", "checkpoint_poll"):
+    for flag in ("scan_interval", "heartbeat", "checkpoint_poll", "lease_duration"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be positive")
+    if args.annotation_refresh < 0:
+        raise UsageError("--annotation-refresh must be 0 (off) or positive")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
     if not args.dry_run and not args.node_name:
@@ -106,6 +120,20 @@ def node_writer(api: Any, node_name: str) -> Write:
         await kube.patch_annotations(api, "node", node_name, None, annotations)
 
     return write
+
+
+def publisher_for(args: argparse.Namespace, api: Any) -> Publisher:
+    """With a Lease, unchanged annotations are re-written only for old extenders (or never);
+    without one, re-writing them is the liveness signal, as before the Lease."""
+    refresh = args.heartbeat if not args.lease_namespace else (args.annotation_refresh or None)
+    return Publisher(node_writer(api, args.node_name), heartbeat=refresh)
+
+
+def lease_keeper(args: argparse.Namespace, api: Any) -> LeaseKeeper | None:
+    if not args.lease_namespace:
+        return None
+    return LeaseKeeper(KubeLeases(api), args.node_name, args.lease_namespace,
+                       interval=args.heartbeat, duration=args.lease_duration)
 
 
 # --- the verdict endpoint -----------------------------------------------------------------
@@ -152,9 +180,10 @@ async def run_once(args: argparse.Namespace) -> int:
         allocations = allocation_source(args, client)
         api = None if args.dry_run else await _api_client(args)
         try:
-            publisher = None if api is None else Publisher(node_writer(api, args.node_name), heartbeat=args.heartbeat)
+            publisher = None if api is None else publisher_for(args, api)
             loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
-                                layout_file="" if args.dry_run else args.layout_file)  # a dry run writes nothing
+                                layout_file="" if args.dry_run else args.layout_file,  # a dry run writes nothing
+                                lease=None if api is None else lease_keeper(args, api))
             discovery = await loop.refresh_topology()
             if discovery is None:
                 print("gpupair reporter: no GPU layout (see the log)", file=sys.stderr)
@@ -188,9 +217,9 @@ async def run_service(args: argparse.Namespace) -> int:
     client = PodResourcesClient(args.pod_resources_socket)
     try:
         allocations = allocation_source(args, client)
-        publisher = Publisher(node_writer(api, args.node_name), heartbeat=args.heartbeat)
+        publisher = publisher_for(args, api)
         loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
-                            layout_file=args.layout_file)
+                            layout_file=args.layout_file, lease=lease_keeper(args, api))
         if isinstance(allocations, StaticAllocations):
             discovery = await loop.refresh_topology()
             if discovery is not None:
@@ -202,7 +231,9 @@ async def run_service(args: argparse.Namespace) -> int:
             watch = CheckpointWatch(args.checkpoint_file)
             tasks.append(asyncio.create_task(watch.run(wake.set, stop, args.checkpoint_poll), name="checkpoint"))
         log.info("reporter started", extra={"node": args.node_name, "layout": topology.description,
-                                             "allocations": allocations.description})
+                                             "allocations": allocations.description,
+                                             "lease": f"{args.lease_namespace}/{args.node_name}" if args.lease_namespace else "",
+                                             "annotation_refresh_s": publisher.heartbeat})
         try:
             await serve(app, args.host, args.port)  # returns on SIGTERM/SIGINT
         finally:

@@ -22,7 +22,7 @@ class ReporterMetrics:
         )
         self.scans = Counter("scans", "Scans by result (ok, or what failed)", ["result"],
                              namespace=NAMESPACE, registry=r)
-        self.writes = Counter("writes", "Node annotation writes tried, by outcome (changed, heartbeat, error)",
+        self.writes = Counter("writes", "Node annotation writes tried, by outcome (changed, heartbeat: unchanged but refreshed, error)",
                               ["outcome"], namespace=NAMESPACE, registry=r)
         self.skipped = Counter("writes_skipped", "Scans that wrote nothing, by reason (unchanged, backoff)",
                                ["reason"], namespace=NAMESPACE, registry=r)
@@ -44,6 +44,10 @@ class ReporterMetrics:
                                 namespace=NAMESPACE, registry=r)
         self.last_write = Gauge("last_write_timestamp_seconds", "Unix time of the last successful write",
                                 namespace=NAMESPACE, registry=r)
+        self.lease_renewals = Counter("lease_renewals", "Node Lease renewals tried, by outcome (renewed, created, error)",
+                                      ["outcome"], namespace=NAMESPACE, registry=r)
+        self.last_renewal = Gauge("last_lease_renewal_timestamp_seconds",
+                                  "Unix time of the last successful Lease renewal", namespace=NAMESPACE, registry=r)
         self._numa_labels: set[str] = set()
 
     def count_nvml_errors(self, errors: Iterable[NvmlFailure]) -> None:

@@ -1,8 +1,10 @@
 """Deciding when to write the node's annotations, and writing them.
 
 A write happens when the report changed (topology, free or unhealthy devices, or which pod
-holds which devices) or when the
-last write is ``heartbeat`` seconds old, so readers can tell a live reporter from a dead one.
+holds which devices) or, with ``heartbeat`` set, when the last write is that many seconds old.
+Liveness is the node's Lease (reporter/heartbeat.py); ``heartbeat`` only keeps extenders older
+than the Lease (which judge freshness from the report's reportedAt) seeing a live report, or is
+the liveness signal itself where the reporter runs without a Lease. None: write only on change.
 After a failed write the publisher waits, exponentially longer up to ``backoff_cap`` with
 jitter, before it tries again whatever the scans say: a struggling API server gets no storm
 from every node at once.
@@ -61,7 +63,7 @@ class Publisher:
         self,
         write: Write,
         *,
-        heartbeat: float = 30.0,
+        heartbeat: float | None = 30.0,
         backoff_base: float = 1.0,
         backoff_cap: float = 60.0,
         timeout: float = 10.0,
@@ -69,8 +71,8 @@ class Publisher:
         wall: Callable[[], datetime] = utc_now,
         rng: Callable[[], float] = random.random,
     ) -> None:
-        if heartbeat <= 0:
-            raise ValueError(f"heartbeat must be positive, got {heartbeat}")
+        if heartbeat is not None and heartbeat <= 0:
+            raise ValueError(f"heartbeat must be positive or None, got {heartbeat}")
         if backoff_base <= 0 or backoff_cap < backoff_base:
             raise ValueError("need 0 < backoff_base <= backoff_cap")
         self._write = write
@@ -100,7 +102,7 @@ class Publisher:
         """What ``publish`` would do now, without doing it."""
         now = self._clock()
         changed = self._last_key != self.key(scan)
-        heartbeat = self.last is not None and now - self.last.at >= self.heartbeat
+        heartbeat = self.heartbeat is not None and self.last is not None and now - self.last.at >= self.heartbeat
         if not changed and not heartbeat:
             return Outcome.UNCHANGED
         if self.retry_at is not None and now < self.retry_at:
@@ -141,8 +143,7 @@ class Publisher:
 
     def _failed(self, error: BaseException) -> None:
         self.failures += 1
-        delay = min(self.backoff_cap, self.backoff_base * 2 ** (self.failures - 1))
-        delay *= 0.5 + 0.5 * self._rng()  # jitter: nodes that failed together retry apart
+        delay = backoff_delay(self.failures, self.backoff_base, self.backoff_cap, self._rng)
         self.retry_at = self._clock() + delay
         self.last_error = describe_error(error)
         log.warning(
@@ -151,14 +152,23 @@ class Publisher:
         )
 
 
-def describe_error(error: BaseException) -> str:
+def backoff_delay(failures: int, base: float, cap: float, rng: Callable[[], float]) -> float:
+    """Seconds to wait after ``failures`` failures in a row: doubling up to ``cap``, jittered
+    so that nodes which failed together retry apart."""
+    return min(cap, base * 2 ** (failures - 1)) * (0.5 + 0.5 * rng())
+
+
+def describe_error(error: BaseException, resource: str = "nodes") -> str:
     """``kube.describe_error``'s line, with what to check where the status points at the reporter."""
     from gpupair import kube
 
     text = kube.describe_error(error)
     status = getattr(error, "status", None)
-    if status == 404:
+    if status == 404 and resource == "nodes":
         text += " (the node does not exist: is --node-name right?)"
-    elif status in (401, 403):
+    elif status in (401, 403) and resource == "nodes":
         text += " (the reporter may not patch this node: RBAC needs patch on nodes)"
+    elif status in (401, 403):
+        text += (" (the reporter may not write its node's Lease: RBAC needs get, create, update on "
+                 "leases in --lease-namespace, and the gpupair-reporter-leases policy lets it write only its node's)")
     return text

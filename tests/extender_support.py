@@ -144,6 +144,7 @@ class KubeExtender:
     api: Any
     node_watch: ListWatch
     pod_watch: ListWatch
+    lease_watch: ListWatch | None = None
 
 
 @contextlib.asynccontextmanager
@@ -164,10 +165,18 @@ async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
         pods = ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch, timeout_seconds=30,
                          backoff_base=0.01, backoff_max=0.05,
                          on_restart=lambda why: restarts.labels("pods", why).inc())
-        tasks = [asyncio.create_task(nodes.run()), asyncio.create_task(pods.run())]
+        watches = [nodes, pods]
+        leases = None
+        if extender.heartbeats is not None:  # heartbeats=True: the reporters' Leases in gpupair-system
+            from extender.heartbeats import list_leases
+
+            leases = ListWatch("leases", list_leases(api, "gpupair-system"), extender.heartbeats,
+                               timeout_seconds=30, backoff_base=0.01, backoff_max=0.05)
+            watches.append(leases)
+        tasks = [asyncio.create_task(w.run()) for w in watches]
         try:
             async with serving(extender) as client:
-                yield KubeExtender(extender, client, double, api, nodes, pods)
+                yield KubeExtender(extender, client, double, api, nodes, pods, leases)
         finally:
             for task in tasks:
                 task.cancel()

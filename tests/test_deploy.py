@@ -208,12 +208,19 @@ def test_each_component_gets_exactly_what_it_needs():
         ("", "pods", "get", "*", "*"), ("", "pods", "patch", "*", "*"),
         ("authentication.k8s.io", "tokenreviews", "create", "*", "*"),
         ("events.k8s.io", "events", "create", "*", "*"),
+        # its node's Lease (which one: the gpupair-reporter-leases policy), in its namespace only
+        ("coordination.k8s.io", "leases", "get", "*", "gpupair-system"),
+        ("coordination.k8s.io", "leases", "create", "*", "gpupair-system"),
+        ("coordination.k8s.io", "leases", "update", "*", "gpupair-system"),
     }
     assert rules_of(objs, "gpupair-extender") == {
         ("", "nodes", "list", "*", "*"), ("", "nodes", "watch", "*", "*"),
         ("", "pods", "get", "*", "*"), ("", "pods", "list", "*", "*"), ("", "pods", "watch", "*", "*"),
         ("", "pods/binding", "create", "*", "*"),
         ("events.k8s.io", "events", "create", "*", "*"),
+        # the reporters' Leases, in their namespace only
+        ("coordination.k8s.io", "leases", "list", "*", "gpupair-system"),
+        ("coordination.k8s.io", "leases", "watch", "*", "gpupair-system"),
     }
     assert rules_of(objs, "gpupair-certs") == {
         ("", "secrets", "get", "gpupair-webhook-tls", "gpupair-system"),
@@ -286,7 +293,8 @@ def test_mutating_webhook_configuration(overlay):
 def test_reporter_admission_policies_are_bound_and_deny(overlay):
     objs = render(overlay)
     policies = {p["metadata"]["name"]: p for p in of_kind(objs, "ValidatingAdmissionPolicy")}
-    assert set(policies) == {"gpupair-reporter-nodes", "gpupair-reporter-pods", "gpupair-pod-verdicts"}
+    assert set(policies) == {"gpupair-reporter-nodes", "gpupair-reporter-pods", "gpupair-reporter-leases",
+                             "gpupair-pod-verdicts"}
     bindings = of_kind(objs, "ValidatingAdmissionPolicyBinding")
     assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] and "paramRef" not in b["spec"] for b in bindings)
@@ -300,6 +308,11 @@ def test_reporter_admission_policies_are_bound_and_deny(overlay):
         (condition,) = spec["matchConditions"]
         assert f"'{username}'" in condition["expression"]
         assert "authentication.kubernetes.io/node-name" in spec["variables"][0]["expression"]
+    leases = policies["gpupair-reporter-leases"]["spec"]
+    assert leases["failurePolicy"] == "Fail" and leases["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["leases"]}]
+    assert f"'{username}'" in leases["matchConditions"][0]["expression"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -16,7 +16,7 @@ import celpy
 import pytest
 import yaml
 
-from gpupair import verdict
+from gpupair import leases, verdict
 from tests.deploy_manifests import DEPLOY, OVERLAYS, find, needs_kubectl, render
 from webhook.admission import REPORTER_KEYS
 from tests.real_k8s import REAL_K8S
@@ -178,6 +178,76 @@ def test_other_users_are_not_this_policys_business(objs):
     request = node_update(lambda o: o["metadata"]["labels"].__setitem__("x", "y"),
                           user="system:node:gpu-1", node=None)
     assert admit(policy, request) == (True, [])
+
+
+# --------------------------------------------------------------------------- node Leases
+
+
+def lease(node_name: str = "gpu-1", *, previous: dict | None = None, uid: str = "n-1") -> dict:
+    """The Lease the reporter sends (gpupair.leases builds it), as admission sees it."""
+    body = leases.lease_body(node_name, "gpupair-system", 120, 1_764_543_321_123_456_789,
+                             previous=previous, node_uid=uid)
+    body["metadata"].setdefault("resourceVersion", "77")
+    return body
+
+
+def lease_request(operation: str, new: dict, old: dict | None = None, **kwargs) -> dict:
+    request = update_request("leases", old or new, new, **kwargs)
+    request["operation"] = operation
+    request["resource"] = {"group": "coordination.k8s.io", "version": "v1", "resource": "leases"}
+    if operation == "CREATE":
+        request["oldObject"] = None
+    return request
+
+
+@pytest.fixture(scope="module")
+def lease_policy(objs):
+    return find(objs, "ValidatingAdmissionPolicy", "gpupair-reporter-leases")
+
+
+def test_reporter_may_create_and_renew_its_nodes_lease(lease_policy):
+    created = lease()
+    assert created["spec"]["renewTime"] == "2025-11-30T22:55:21.123456Z"
+    assert admit(lease_policy, lease_request("CREATE", created)) == (True, [])
+    renewed = lease(previous=created)
+    assert admit(lease_policy, lease_request("UPDATE", renewed, created)) == (True, [])
+    no_owner = lease(uid="")
+    assert "ownerReferences" not in no_owner["metadata"]
+    assert admit(lease_policy, lease_request("CREATE", no_owner)) == (True, [])
+
+
+def _relabel(o):
+    o["metadata"]["labels"] = {"app.kubernetes.io/name": "gpupair-reporter"}
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+@pytest.mark.parametrize("change,why", [
+    (lambda o: o["metadata"].__setitem__("name", "gpu-2"), "on gpu-1 may not write Lease gpu-2"),
+    (lambda o: o["metadata"].__setitem__("name", "gpupair-extender"), "may not write Lease gpupair-extender"),
+    (lambda o: o["spec"].__setitem__("holderIdentity", "gpu-2"), "must hold its Lease as gpu-1"),
+    (lambda o: o["spec"].pop("holderIdentity"), "must hold its Lease as gpu-1"),
+    (_relabel, "must carry the label gpupair.io/heartbeat=node"),
+    (lambda o: o["metadata"]["ownerReferences"][0].__setitem__("name", "gpu-2"), "owned only by its own Node"),
+    (lambda o: o["metadata"]["ownerReferences"].append(
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": "d"}), "owned only by its own Node"),
+], ids=["other-node", "leader-lease", "other-holder", "no-holder", "unlabelled", "other-owner", "foreign-owner"])
+def test_reporter_may_write_no_other_lease(lease_policy, operation, change, why):
+    new = lease()
+    change(new)
+    allowed, messages = admit(lease_policy, lease_request(operation, new, lease()))
+    assert not allowed and any(why in m for m in messages), messages
+
+
+def test_a_lease_write_without_a_node_bound_token_is_refused(lease_policy):
+    allowed, messages = admit(lease_policy, lease_request("UPDATE", lease(), lease(), node=None))
+    assert not allowed and "node-bound service-account token" in messages[0]
+
+
+def test_other_lease_writers_are_not_this_policys_business(lease_policy):
+    # The extender's leader election, the kubelet's own node Lease: not the reporter's.
+    request = lease_request("UPDATE", lease("gpupair-extender"), lease("gpupair-extender"),
+                            user="system:serviceaccount:gpupair-system:gpupair-extender", node=None)
+    assert admit(lease_policy, request) == (True, [])
 
 
 # --------------------------------------------------------------------------- pods

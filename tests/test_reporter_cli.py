@@ -65,6 +65,7 @@ def test_dry_run_with_uuids_on_a_core_json_layout(tmp_path):
         (["--topology-file", SEED_TOPO, "--allocated", SEED_UUIDS[0], "--dry-run"], "use device indices"),
         (["--topology-file", SEED_TOPO, "--allocated", "0", "--once"], "--node-name"),
         (["--topology-file", SEED_TOPO, "--scan-interval", "0", "--dry-run"], "--scan-interval must be positive"),
+        (["--topology-file", SEED_TOPO, "--annotation-refresh", "-1", "--dry-run"], "--annotation-refresh must be 0"),
         (["--topology-file", SEED_TOPO, "--allocated", "0", "--once", "--node-name", "n", "--kubeconfig",
           "/nonexistent"], "cannot load Kubernetes configuration"),
     ],
@@ -95,11 +96,24 @@ async def test_once_writes_one_report_and_exits(tmp_path, capsys):
         assert len(double.requests_to(f"/api/v1/nodes/{NODE}", "PATCH")) == 1
         decoded = report.decode_annotations(double.store.node(NODE)["metadata"]["annotations"])
         assert decoded.state.free == {1, 2, 3, 5, 6, 7}
+        # the liveness Lease, in --lease-namespace (default: the pod's; here no pod: gpupair-system)
+        assert double.store.get("leases", NODE, "gpupair-system")["spec"]["holderIdentity"] == NODE
 
         args = parse("--topology-file", SEED_TOPO, "--once", "--node-name", "gpu-node-9", "--allocated", "",
                      "--kubeconfig", config)
         assert await run_once(args) == 1
         assert "HTTP 404" in capsys.readouterr().err
+
+
+async def test_without_a_lease_namespace_annotation_writes_are_the_heartbeat(tmp_path):
+    from reporter.main import lease_keeper, publisher_for
+
+    args = parse("--node-name", NODE, "--lease-namespace", "", "--heartbeat", "20", "--annotation-refresh", "0")
+    assert lease_keeper(args, None) is None and publisher_for(args, None).heartbeat == 20
+    args = parse("--node-name", NODE, "--lease-namespace", "ops", "--annotation-refresh", "0")
+    assert publisher_for(args, None).heartbeat is None
+    args = parse("--node-name", NODE, "--lease-namespace", "ops")
+    assert publisher_for(args, None).heartbeat == 90.0  # for extenders older than the Lease
 
 
 def free_port() -> int:
