@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from gpupair import leases
 from reporter.publisher import backoff_delay, describe_error
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpupair.reporter.heartbeat")
 
 
 class LeaseApi(Protocol):
