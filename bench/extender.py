@@ -12,7 +12,7 @@ the nodes that passed filter, as kube-scheduler sends it.
 
 ``--burst`` measures bind instead: the real `gpupair extender` process, watching a kube-apiserver
 double (tests/kube_double.py, own process) that holds the cluster's Nodes, answers each
-Binding after ``--binding-delay`` and streams Node heartbeats (``--churn`` a second) to the
+Binding after ``--binding-delay`` and streams Node report rewrites (``--churn`` a second) to the
 extender's watch. Rounds of ``--pods`` fresh pods go through kube-scheduler's pattern: filter
 and prioritize over ``--offered`` names, one pod at a time, each bind sent without waiting
 (``paced``); then the same again with every bind of the round sent at once while filter and
@@ -244,8 +244,9 @@ BIND_P50_MS, BIND_P99_MS, BIND_RATIO = 10.0, 50.0, 1.5  # issue 10's targets
 
 
 def _serve_double(port: int, count: int, binding_delay: float, churn: float) -> None:
-    """The API double with ``count`` reported nodes; rewrites ``churn`` reports a second, as
-    reporters' heartbeats do, each a Node MODIFIED event on every Node watch."""
+    """The API double with ``count`` reported nodes; rewrites ``churn`` reports a second (as
+    reporters did every 30 s before liveness moved to Leases: a pessimistic load), each a Node
+    MODIFIED event on every Node watch."""
     from gpupair.report import FREE_KEY
     from tests.kube_double import KubeDouble, Store
 
@@ -519,7 +520,7 @@ def _print_burst(args, results: dict) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {results['load'][0]:.2f} before, "
           f"{results['load'][1]:.2f} after")
     print(f"bind: {args.nodes} nodes, {args.rounds} rounds of {args.pods} pods per pattern and path, "
-          f"Binding answered after {args.binding_delay:g} ms, {args.churn:g} Node heartbeats/s streaming; "
+          f"Binding answered after {args.binding_delay:g} ms, {args.churn:g} Node report rewrites/s streaming; "
           f"filter/prioritize over {args.offered} names")
     print(f"{'pattern':<8}{'path':<10}{'n':>6}{'p50':>9}{'p99':>9}{'max':>9}{'ratio p50':>11}{'p99':>6}  targets")
     for pattern in args.patterns:
@@ -571,11 +572,12 @@ def main(argv: list[str] | None = None) -> int:
     burst.add_argument("--binding-delay", type=float, default=3.0,
                        help="ms the API double takes per Binding (default %(default)s)")
     burst.add_argument("--churn", type=float, default=167.0,
-                       help="Node heartbeats per second (5,000 nodes every 30 s: %(default)s)")
+                       help="Node report rewrites per second (5,000 nodes every 30 s, the pre-Lease "
+                            "heartbeat: %(default)s)")
     burst.add_argument("--client-binds", type=int, default=200,
                        help="Bindings one at a time per API client compared (default %(default)s)")
     burst.add_argument("--patterns", type=lambda s: s.split(","), default=["paced", "wave"],
-                       help="paced, wave or both (default %(default)s)")
+                       help="paced, wave or both, comma-separated (default paced,wave)")
     burst.add_argument("--profile", help="run the extender under py-spy and write its raw profile here")
     args = parser.parse_args(argv)
     if args.burst:
