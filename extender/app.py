@@ -47,6 +47,7 @@ from extender.protocol import (
     parse_binding,
 )
 from extender.reservations import DEFAULT_TTL, Reservations
+from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError
 from gpupair.service import add_health_routes
 
@@ -89,6 +90,7 @@ def assemble(
     node_cache: bool = True,
     reservation_ttl: float = DEFAULT_TTL,
     annotate_plan: bool = False,
+    default_intent: Intent = Intent.REQUIRED,
     api_timeout: float = 5.0,
     clock: Callable[[], float] = time.time,
     reservation_timer: Callable[[], float] = time.monotonic,
@@ -127,7 +129,8 @@ def assemble(
         tables = holder["tables"] = DecisionTables(decider, cache.items, cache.get, alive)
         metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
-    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive)
+    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive,
+                          default_intent=default_intent)
     requests = PodRequests(resource)
     pods = PodWatch(reservations, requests) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
@@ -161,14 +164,15 @@ class _Handlers:
         except web.HTTPRequestEntityTooLarge as exc:
             raise ProtocolError(f"body too large: {exc.text}") from None
 
-    def _args(self, body: bytes) -> tuple[ExtenderArgs, int]:
+    def _args(self, body: bytes) -> tuple[ExtenderArgs, int, Intent]:
         args = parse_args(body)
         try:
             gpus = self.x.requests.of(args.Pod)
         except PodRequestError as exc:
             raise ProtocolError(f"Pod: {exc}") from None
-        self.x.requests.remember(args.Pod, gpus)
-        return args, gpus
+        intent = self.x.evaluator.intent_of(args.Pod)
+        self.x.requests.remember(args.Pod, gpus, intent)
+        return args, gpus, intent
 
     def _done(self, verb: str, outcome: str, started: float) -> None:
         self.m.requests.labels(verb, outcome).inc()
@@ -177,8 +181,8 @@ class _Handlers:
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            args, gpus = self._args(await self._body(request))
-            answer = filter_nodes(self.x.evaluator, args, gpus)
+            args, gpus, intent = self._args(await self._body(request))
+            answer = filter_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             log.warning("bad filter request", extra={"error": str(exc)})
             self._done("filter", "bad_request", started)
@@ -191,8 +195,9 @@ class _Handlers:
         self.m.decisions.labels("filter", "fail").inc(answer.failed)
         self.m.decisions.labels("filter", "unresolvable").inc(answer.unresolvable)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("filter", extra={"pod": _pod_name(args.Pod), "gpus": gpus, "passed": answer.passed,
-                                       "failed": answer.failed, "unresolvable": answer.unresolvable})
+            log.debug("filter", extra={"pod": _pod_name(args.Pod), "gpus": gpus, "intent": intent.value,
+                                       "passed": answer.passed, "failed": answer.failed,
+                                       "unresolvable": answer.unresolvable})
         response = _json(filter_result_json(answer.result))
         self._done("filter", "ok", started)
         return response
@@ -201,8 +206,8 @@ class _Handlers:
         started = time.perf_counter()
         args: ExtenderArgs | None = None
         try:
-            args, gpus = self._args(await self._body(request))
-            body = prioritize_nodes(self.x.evaluator, args, gpus)
+            args, gpus, intent = self._args(await self._body(request))
+            body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             log.warning("bad prioritize request", extra={"error": str(exc)})
             self._done("prioritize", "bad_request", started)

@@ -72,7 +72,8 @@ class Binder:
                 return BindOutcome(message, "failed")
 
         # --- check and reserve: no await from here to the reservation
-        decision = self.evaluator.decide_one(gpus, args.Node, exclude_uid=key)
+        intent = self.requests.intent(args.PodUID) or self.evaluator.default_intent
+        decision = self.evaluator.decide_one(gpus, args.Node, exclude_uid=key, intent=intent)
         if not decision.passes:
             message = f"node {args.Node} can no longer take this pod: {decision.reason}"
             self._event(pod_ref, message)

@@ -1,10 +1,10 @@
-"""Every cached node's decision, per GPU count, kept current as reports change and age.
+"""Every cached node's decision, per GPU count and intent, kept current as reports change and age.
 
 In NodeNames mode a request names up to thousands of nodes, and even a memoised decision per
-node costs a few microseconds of Python. So for each GPU count asked, the decisions with
-nothing reserved are kept in a table (sets and dicts), updated when a node's report changes and
-when a report turns stale; a request then answers with set lookups and reworks only the few
-nodes holding reservations. Every value in a table is ``Decider.decide``'s own answer.
+node costs a few microseconds of Python. So for each (GPU count, placement intent) asked, the
+decisions with nothing reserved are kept in a table (sets and dicts), updated when a node's
+report changes and when a report turns stale; a request then answers with set lookups and
+reworks only the few nodes holding reservations. Every value in a table is ``Decider.decide``'s own answer.
 """
 
 from __future__ import annotations
@@ -18,17 +18,19 @@ from collections.abc import Callable
 from extender.decisions import Decider, NodeDecision
 from extender.node_reports import ReportEntry
 from extender.reservations import NO_HOLD
+from gpupair.intent import Intent
 
-MAX_TABLES = 16  # distinct GPU counts kept; pods ask few distinct counts
+MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct ones
 
 
 class Table:
-    """Decisions for one GPU count: who passes, who fails and why, and prioritize scores."""
+    """Decisions for one GPU count and intent: who passes, who fails and why, and scores."""
 
-    __slots__ = ("gpus", "passing", "failed", "unresolvable", "score_json")
+    __slots__ = ("gpus", "intent", "passing", "failed", "unresolvable", "score_json")
 
-    def __init__(self, gpus: int):
+    def __init__(self, gpus: int, intent: Intent = Intent.REQUIRED):
         self.gpus = gpus
+        self.intent = intent
         self.passing: set[str] = set()
         self.failed: dict[str, str] = {}
         self.unresolvable: dict[str, str] = {}
@@ -66,7 +68,7 @@ class DecisionTables:
         self._entries = entries  # every (name, entry) cached now
         self._lookup = lookup
         self._alive = alive
-        self._tables: OrderedDict[int, Table] = OrderedDict()
+        self._tables: OrderedDict[tuple[int, Intent], Table] = OrderedDict()
         # When to look at a node's staleness next: at most one live heap record per node (the
         # one _next_check names); a renewal moves no record, the check finds the later time.
         self._stale_heap: list[tuple[float, int, str]] = []
@@ -102,25 +104,26 @@ class DecisionTables:
         self._stale.discard(name)
         self._next_check.pop(name, None)
 
-    def table(self, gpus: int, now: float) -> Table:
+    def table(self, gpus: int, now: float, intent: Intent = Intent.REQUIRED) -> Table:
         self._expire(now)
-        table = self._tables.get(gpus)
+        key = (gpus, intent)
+        table = self._tables.get(key)
         if table is None:
-            table = Table(gpus)
+            table = Table(gpus, intent)
             alive = self._alive
             for name, entry in self._entries():
-                table.set(name, entry.decide(self._decider, name, gpus, NO_HOLD, now, alive(name)))
-            self._tables[gpus] = table
+                table.set(name, entry.decide(self._decider, name, gpus, NO_HOLD, now, alive(name), intent))
+            self._tables[key] = table
             if len(self._tables) > MAX_TABLES:
                 self._tables.popitem(last=False)
         else:
-            self._tables.move_to_end(gpus)
+            self._tables.move_to_end(key)
         return table
 
     def _decide(self, name: str, entry: ReportEntry, now: float) -> None:
         alive = self._alive(name)
         for table in self._tables.values():
-            table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now, alive))
+            table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now, alive, table.intent))
         stale_at = entry.stale_at_with(alive)
         if stale_at is not None and now > stale_at:
             self._stale.add(name)

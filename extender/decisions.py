@@ -2,7 +2,17 @@
 
 The HTTP verbs call these, and so does ``gpupair simulate``: the simulation runs the very logic
 the extender serves. Inputs are what the extender knows about each node (its decoded report, or
-why it has none, and the devices reserved for pods bound but not yet seen in a report).
+why it has none, and the devices reserved for pods bound but not yet seen in a report) and the
+pod's placement intent (gpupair/intent.py):
+
+- ``required``: a node passes only with a close set free (placement.fit); best fit scores;
+- ``preferred``: a node with a close set passes as under ``required``, scored at least 1; one
+  without passes too, with score 0, so it ranks below every node with one; a node without a
+  usable report passes unscored;
+- ``none``: topology plays no part: a node passes with enough GPUs free and scores 0.
+
+Under every intent a node with fewer free GPUs than asked (after reservations) fails, and one
+whose hardware has fewer GPUs than asked is unresolvable.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from gpupair import placement
+from gpupair.intent import Intent
 from gpupair.layout import NodeState
 from gpupair.policies import POLICIES, Policy
 
@@ -73,31 +84,42 @@ class Decider:
     policy: Policy = POLICIES["aligned"]
     unreported: Unreported = Unreported.FAIL
 
-    def decide(self, gpus: int, node: NodeView) -> NodeDecision:
-        """Whether a pod asking ``gpus`` may go to ``node``, and how well it would fit there."""
+    def decide(self, gpus: int, node: NodeView, intent: Intent = Intent.REQUIRED) -> NodeDecision:
+        """Whether a pod asking ``gpus`` under ``intent`` may go to ``node``, and how well it
+        would fit there."""
         if gpus <= 0:
             return NodeDecision(node.name, True)
         state = node.available()
         if state is None:
-            if gpus == 1 or self.unreported is Unreported.PASS:
+            if gpus == 1 or intent is not Intent.REQUIRED or self.unreported is Unreported.PASS:
                 return NodeDecision(node.name, True)
             return NodeDecision(node.name, False, reason=node.problem or "no gpupair report")
         fit = placement.fit(state, gpus)
         if not fit.feasible and not fit.resolvable:
             return NodeDecision(node.name, False, unresolvable=True, reason=fit.reason)
-        if gpus > 1 and not fit.feasible:
-            return NodeDecision(node.name, False, reason=fit.reason)
+        close = fit.feasible
+        if gpus > 1 and not close:
+            if intent is Intent.REQUIRED:
+                return NodeDecision(node.name, False, reason=fit.reason)
+            if len(state.free) < gpus:
+                return NodeDecision(node.name, False, reason=(
+                    f"need {gpus} GPUs ({intent.value} placement); free: {placement.free_summary(state)}"))
         plan = self.policy.pick(state.layout, state.free, gpus)
         if plan is None:
             # A 1-GPU pod with nothing free here: kube-scheduler's own fit check decides.
             return NodeDecision(node.name, True)
-        return NodeDecision(node.name, True, plan=plan, score=placement.score(state, plan))
+        if intent is Intent.NONE or not close:
+            return NodeDecision(node.name, True, plan=plan)
+        score = placement.score(state, plan)
+        if intent is Intent.PREFERRED:
+            score = max(score, 1)  # above every node without a close set (those score 0)
+        return NodeDecision(node.name, True, plan=plan, score=score)
 
-    def filter(self, gpus: int, nodes: list[NodeView]) -> FilterOutcome:
+    def filter(self, gpus: int, nodes: list[NodeView], intent: Intent = Intent.REQUIRED) -> FilterOutcome:
         outcome = FilterOutcome()
         for node in nodes:
-            outcome.add(node.name, self.decide(gpus, node))
+            outcome.add(node.name, self.decide(gpus, node, intent))
         return outcome
 
-    def prioritize(self, gpus: int, nodes: list[NodeView]) -> dict[str, int]:
-        return {node.name: self.decide(gpus, node).score for node in nodes}
+    def prioritize(self, gpus: int, nodes: list[NodeView], intent: Intent = Intent.REQUIRED) -> dict[str, int]:
+        return {node.name: self.decide(gpus, node, intent).score for node in nodes}

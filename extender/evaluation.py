@@ -9,6 +9,7 @@ holding reservations are decided afresh.
 
 from __future__ import annotations
 
+import logging
 import time
 from itertools import filterfalse
 from collections.abc import Callable, Mapping
@@ -22,6 +23,9 @@ from extender.decisions import Decider, FilterOutcome, NodeDecision
 from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
 from extender.reservations import NO_HOLD, Reservations
+from gpupair.intent import Intent, pod_intent
+
+log = logging.getLogger("gpupair.extender")
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
@@ -50,6 +54,7 @@ class Evaluator:
     clock: Callable[[], float] = time.time
     seen_limit: int = 16384
     alive: Callable[[str], float | None] = lambda name: None  # a node's last Lease renewal
+    default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
@@ -77,43 +82,55 @@ class Evaluator:
         names = [node["metadata"]["name"] for node in nodes]
         return Offer(names, entries.get, self.uncached, nodes=nodes)
 
-    def decisions(self, gpus: int, offer: Offer, names: list[str] | None = None) -> list[NodeDecision]:
+    def decisions(self, gpus: int, offer: Offer, names: list[str] | None = None,
+                  intent: Intent = Intent.REQUIRED) -> list[NodeDecision]:
         """One decision per name (default: every offered name), in order."""
         now = self.clock()
         holds = self.reservations.by_node()
         decider, entry_of, unknown, alive = self.decider, offer.entry_of, offer.unknown, self.alive
         return [
-            (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name))
+            (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name),
+                                               intent)
             for name in (offer.names if names is None else names)
         ]
 
-    def verdicts(self, gpus: int, offer: Offer) -> FilterOutcome:
+    def verdicts(self, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> FilterOutcome:
         if offer.cached:
-            return self._table_verdicts(gpus, offer)
+            return self._table_verdicts(gpus, offer, intent)
         out = FilterOutcome()
-        for name, decision in zip(offer.names, self.decisions(gpus, offer)):
+        for name, decision in zip(offer.names, self.decisions(gpus, offer, intent=intent)):
             out.add(name, decision)
         return out
 
-    def scores_json(self, gpus: int, offer: Offer) -> str:
+    def scores_json(self, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> str:
         """The HostPriorityList for the offered names, as JSON."""
         if offer.cached:
             assert self.tables is not None
             names = offer.names
-            fragments = self.tables.table(gpus, self.clock()).score_json
+            fragments = self.tables.table(gpus, self.clock(), intent).score_json
             # Nodes holding reservations, and names the cache does not know, are decided
             # afresh; their fragments go into a copy of the table's (a C-level dict copy).
             held = self._held(offer)
             if held:
-                fragments = self._with_fresh(gpus, offer, fragments, held)
+                fragments = self._with_fresh(gpus, offer, fragments, held, intent)
             try:
                 return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
             except KeyError:
                 unknown = set(filterfalse(fragments.__contains__, names))
-                fragments = self._with_fresh(gpus, offer, fragments, unknown)
+                fragments = self._with_fresh(gpus, offer, fragments, unknown, intent)
                 return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
-        decisions = self.decisions(gpus, offer)
+        decisions = self.decisions(gpus, offer, intent=intent)
         return "[" + ",".join(host_priority_json(n, d.score) for n, d in zip(offer.names, decisions)) + "]"
+
+    def intent_of(self, pod: Any) -> Intent:
+        """The pod's placement intent; a bad value counts as required, and is logged."""
+        intent, problem = pod_intent(pod, self.default_intent)
+        if problem:
+            meta = pod.get("metadata") if isinstance(pod, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            log.warning("bad placement intent", extra={
+                "pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}", "error": problem})
+        return intent
 
     # ---- outside a request (bind, pod watch)
 
@@ -126,16 +143,18 @@ class Evaluator:
             return self.uncached
         return max(known, key=_freshness)
 
-    def decide_one(self, gpus: int, node: str, exclude_uid: str | None = None) -> NodeDecision:
+    def decide_one(self, gpus: int, node: str, exclude_uid: str | None = None,
+                   intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """The decision for one node now, counting the holds of other pods only."""
         hold = self.reservations.hold(node, exclude=exclude_uid)
-        return self.entry_for(node).decide(self.decider, node, gpus, hold, self.clock(), self.alive(node))
+        return self.entry_for(node).decide(self.decider, node, gpus, hold, self.clock(), self.alive(node),
+                                           intent)
 
     # ---- internals
 
-    def _table_verdicts(self, gpus: int, offer: Offer) -> FilterOutcome:
+    def _table_verdicts(self, gpus: int, offer: Offer, intent: Intent) -> FilterOutcome:
         assert self.tables is not None
-        table = self.tables.table(gpus, self.clock())
+        table = self.tables.table(gpus, self.clock(), intent)
         names = offer.names
         passing = table.passing
         # filter() with a bound __contains__ runs the loop in C; it also computes each fresh
@@ -156,14 +175,15 @@ class Evaluator:
             redo = redo | others  # names the cache does not know
         # Nodes holding reservations, and unknown names, are decided afresh.
         order = list(redo)
-        for name, decision in zip(order, self.decisions(gpus, offer, order)):
+        for name, decision in zip(order, self.decisions(gpus, offer, order, intent)):
             out.add(name, decision)
         return out
 
-    def _with_fresh(self, gpus: int, offer: Offer, fragments: dict[str, str], names: set[str]) -> dict[str, str]:
+    def _with_fresh(self, gpus: int, offer: Offer, fragments: dict[str, str], names: set[str],
+                    intent: Intent) -> dict[str, str]:
         order = list(names)
         return {**fragments, **{name: host_priority_json(name, decision.score)
-                                for name, decision in zip(order, self.decisions(gpus, offer, order))}}
+                                for name, decision in zip(order, self.decisions(gpus, offer, order, intent))}}
 
     def _held(self, offer: Offer) -> set[str]:
         """Offered names whose table entry does not apply: they hold reservations."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from extender.evaluation import Evaluator
 from extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
+from gpupair.intent import Intent
 
 
 @dataclass
@@ -16,12 +17,14 @@ class FilterAnswer:
     unresolvable: int
 
 
-def filter_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int) -> FilterAnswer:
+def filter_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
+                 intent: Intent = Intent.REQUIRED) -> FilterAnswer:
     """Answer in the form asked: NodeNames for NodeNames, the Node objects themselves for
-    Nodes (kube-scheduler reads only the field matching its nodeCacheCapable setting). Only
-    offered nodes appear, each in one of passed, FailedNodes or FailedAndUnresolvableNodes."""
+    Nodes (kube-scheduler reads only the field matching its nodeCacheCapable setting), deciding
+    under the pod's placement ``intent``. Only offered nodes appear, each in one of passed,
+    FailedNodes or FailedAndUnresolvableNodes."""
     offer = evaluator.offer(args)
-    verdicts = evaluator.verdicts(gpus, offer)
+    verdicts = evaluator.verdicts(gpus, offer, intent)
     if offer.nodes is None:
         result = ExtenderFilterResult.model_construct(
             Nodes=None, NodeNames=verdicts.passed, FailedNodes=verdicts.failed,

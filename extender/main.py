@@ -10,7 +10,7 @@ import ssl
 
 from gpupair import leases
 from gpupair.pod_request import DEFAULT_RESOURCE
-from gpupair.service import add_common_flags, add_flag, serve, setup_logging
+from gpupair.service import add_common_flags, add_flag, add_placement_flag, serve, setup_logging
 
 log = logging.getLogger("gpupair.extender")
 
@@ -42,6 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)")
     add_flag(parser, "--tls-cert-file", "", "serve HTTPS with this certificate (PEM)")
     add_flag(parser, "--tls-key-file", "", "private key for --tls-cert-file (PEM)")
+    add_placement_flag(parser)
     add_common_flags(parser)
 
 
@@ -78,6 +79,7 @@ async def _main(args: argparse.Namespace) -> int:
     from extender.decisions import Decider, Unreported
     from extender.list_watch import ListWatch
     from gpupair import kube
+    from gpupair.intent import Intent
     from gpupair.policies import policy_named
 
     try:
@@ -94,6 +96,7 @@ async def _main(args: argparse.Namespace) -> int:
         node_cache=args.node_cache,
         reservation_ttl=args.reservation_ttl,
         annotate_plan=args.annotate_plan,
+        default_intent=Intent(args.default_placement),
         api_timeout=args.api_timeout,
         heartbeats=bool(args.heartbeat_namespace),
     )

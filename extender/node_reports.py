@@ -4,8 +4,8 @@ Decoding a report (pydantic over two JSON annotations) costs tens of microsecond
 device-plugin policy's pick costs microseconds more; with thousands of nodes per request both
 must happen once per report change, not once per request. A ``ReportEntry`` holds one decoded
 report (or why there is none) and memoises ``Decider.decide`` per (GPUs asked, devices
-reserved, stale or not). Entries do not depend on the node's name, so Nodes-mode requests
-that repeat a node's annotations reuse them through ``ReportDecoder``'s LRU.
+reserved, stale or not, placement intent). Entries do not depend on the node's name, so
+Nodes-mode requests that repeat a node's annotations reuse them through ``ReportDecoder``'s LRU.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from cachetools import LRUCache
 
 from extender.decisions import Decider, NodeDecision, NodeView
 from extender.reservations import NO_HOLD, Hold
+from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
 from gpupair.report import (
     ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
@@ -45,7 +46,7 @@ class ReportEntry:
                 f"gpupair report from {_utc(report.reported_at.timestamp())} is older than {stale_after:.0f}s: "
                 "is the gpupair reporter running on this node?"
             )
-        self._memo: dict[tuple[int, Hold, bool], NodeDecision] = {}
+        self._memo: dict[tuple[int, Hold, bool, Intent], NodeDecision] = {}
 
     def stale_at_with(self, alive: float | None) -> float | None:
         """When the report turns stale given the node's last Lease renewal (epoch seconds, None
@@ -73,7 +74,7 @@ class ReportEntry:
         return NodeView(name, self.report.state, "", hold.devices, hold.count)
 
     def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
-               alive: float | None = None) -> NodeDecision:
+               alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """``decider.decide`` for this report, memoised; the decision's ``name`` is whichever
         node first asked, so callers use only its verdict, reason, plan and score. ``alive``:
         the node's last Lease renewal, if it has a Lease."""
@@ -81,10 +82,10 @@ class ReportEntry:
         if hold.devices and self.report is not None:
             # Planned devices the report already shows taken change nothing: one memo key.
             hold = Hold(hold.devices & self.report.state.free, hold.count)
-        key = (gpus, hold, stale)
+        key = (gpus, hold, stale, intent)
         decision = self._memo.get(key)
         if decision is None:
-            decision = decider.decide(gpus, self.view(name, hold, stale, alive))
+            decision = decider.decide(gpus, self.view(name, hold, stale, alive), intent)
             if hold and not decision.passes and decision.reason and self.report is not None and not stale:
                 taken = hold.gpus
                 decision = replace(decision, reason=(

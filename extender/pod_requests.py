@@ -18,6 +18,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError, gpu_request
 
 
@@ -25,18 +26,26 @@ class PodRequests:
     def __init__(self, resource: str, ttl: float = 600.0, maxsize: int = 100_000):
         self.resource = resource
         self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> GPUs, from request bodies
+        self._intents: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> placement intent, same
         self._unbound: dict[str, int] = {}  # uid -> GPUs, GPU pods the pod watch sees unbound
 
     def of(self, pod: Any) -> int:
         """GPUs ``pod`` asks for (its effective request); PodRequestError if it cannot tell."""
         return gpu_request(pod, self.resource)
 
-    def remember(self, pod: Any, gpus: int) -> None:
-        """A pod seen in a filter or prioritize body."""
+    def remember(self, pod: Any, gpus: int, intent: Intent | None = None) -> None:
+        """A pod seen in a filter or prioritize body (and the intent it was decided under)."""
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if isinstance(uid, str) and uid:
             self._filtered[uid] = gpus
+            if intent is not None:
+                self._intents[uid] = intent
+
+    def intent(self, uid: str) -> Intent | None:
+        """The placement intent the pod's filter was decided under; None if not filtered here
+        (bind then uses the cluster default)."""
+        return self._intents.get(uid) if uid else None
 
     # ---- the pod watch
 

@@ -83,6 +83,15 @@ def add_common_flags(parser) -> None:
     add_flag(parser, "--log-level", "info", "log level: debug, info, warning, error")
 
 
+def add_placement_flag(parser) -> None:
+    """The cluster default placement intent; the extender and the webhook must agree on it."""
+    from gpupair.intent import Intent
+
+    add_flag(parser, "--default-placement", Intent.REQUIRED.value,
+             "placement intent of pods with no gpupair.io/placement annotation (and, at the webhook, "
+             "no namespace default): required, preferred or none", choices=tuple(i.value for i in Intent))
+
+
 def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -1,6 +1,12 @@
 """The verdict on a granted GPU set: the seed's TSV columns as data and as pod annotations.
 
-PASS when every granted GPU sits on one NUMA node and the worst link is not SYS; FAIL otherwise.
+The verdict says whether the grant meets what the pod asked (its placement intent, recorded
+in ``gpupair.io/verdict-placement`` next to the verdict):
+
+- a *close* grant (every GPU on one NUMA node, worst link not SYS) is PASS under every intent;
+- any other grant is FAIL under ``required``, and PASS under ``preferred`` or ``none``: those
+  pods asked to run rather than wait, so a SYS pair is the expected price, not a failure. The
+  link and NUMA annotations still show it, and only a FAIL raises a Warning Event.
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupair import links
+from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
 from gpupair.placement import numa_label
 from gpupair.report import PREFIX
@@ -20,6 +27,7 @@ P2P_KEY = PREFIX + "p2p"
 VERDICT_KEY = PREFIX + "verdict"
 PLANNED_KEY = PREFIX + "planned"  # left by the extender at bind time
 PLAN_MATCH_KEY = PREFIX + "plan-match"
+VERDICT_PLACEMENT_KEY = PREFIX + "verdict-placement"  # the intent the verdict was judged against
 
 TSV_HEADER = ("round", "pod", "phase", "gpu_pair", "pci_pair", "numa_pair", "topo", "result")
 PASS, FAIL, FAIL_PARSE = "PASS", "FAIL", "FAIL_PARSE"
@@ -35,6 +43,8 @@ class Verdict:
     p2p: str  # supported | not-supported | unknown
     result: str  # PASS | FAIL
     plan_match: str | None = None  # "true" | "false" when the extender left a plan
+    placement: str = Intent.REQUIRED.value  # the intent judged against
+    close: bool = True  # one NUMA node, no SYS link: what ``required`` demands
 
     def annotations(self) -> dict[str, str]:
         values = {
@@ -44,6 +54,7 @@ class Verdict:
             LINK_KEY: self.link,
             P2P_KEY: self.p2p,
             VERDICT_KEY: self.result,
+            VERDICT_PLACEMENT_KEY: self.placement,
         }
         if self.plan_match is not None:
             values[PLAN_MATCH_KEY] = self.plan_match
@@ -71,7 +82,8 @@ def parse_set(text: str) -> tuple[int, ...]:
 
 
 def classify(
-    layout: NodeLayout, granted: tuple[int, ...] | list[int], planned: tuple[int, ...] | None = None
+    layout: NodeLayout, granted: tuple[int, ...] | list[int], planned: tuple[int, ...] | None = None,
+    intent: Intent = Intent.REQUIRED,
 ) -> Verdict:
     members = tuple(sorted(set(granted)))
     if not members:
@@ -83,7 +95,8 @@ def classify(
     numas = [layout.numa_of(i) for i in members]
     p2p = layout.p2p_of(members)
     same_numa = len(set(numas)) == 1
-    result = PASS if same_numa and (worst is None or not links.crosses_sockets(worst)) else FAIL
+    close = same_numa and (worst is None or not links.crosses_sockets(worst))
+    result = PASS if close or intent is not Intent.REQUIRED else FAIL
     return Verdict(
         granted=format_set(members),
         pci="+".join(layout.devices[i].pci_bus_id or "unknown" for i in members),
@@ -92,4 +105,6 @@ def classify(
         p2p="unknown" if p2p is None else ("supported" if p2p else "not-supported"),
         result=result,
         plan_match=None if planned is None else str(tuple(sorted(planned)) == members).lower(),
+        placement=intent.value,
+        close=close,
     )

@@ -10,7 +10,9 @@ The caller (the injected ``gpupair verify`` sidecar) sends only its projected to
    review itself already rejects a token whose pod is deleted or replaced: 401);
 3. asks the kubelet (PodResources) which devices the pod's containers hold, maps them to this
    node's layout and classifies the set (gpupair.verdict.classify), against the extender's
-   plan when the pod carries one;
+   plan when the pod carries one, and against the placement intent the pod asked (its
+   ``gpupair.io/placement``, which the webhook wrote at admission; a bad value counts as
+   ``required``, logged);
 4. writes the verdict annotations with its own credentials, raises a Warning Event on FAIL,
    and answers with the verdict.
 
@@ -37,6 +39,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
 from gpupair import json_body, verdict
+from gpupair.intent import pod_intent
 from gpupair.kube import create_event, patch_annotations
 from gpupair.layout import NodeLayout
 from reporter.allocations import PodNotFoundError, PodResourcesError, map_device_ids
@@ -157,7 +160,11 @@ class VerifyService:
             raise Refused(503, "this node's GPU layout is not known yet", retry_after=5)
         ids, indices = await self._devices(identity, layout)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        result = verdict.classify(layout, indices, _planned(annotations, identity))
+        intent, problem = pod_intent(pod)
+        if problem:
+            log.warning("bad placement intent", extra={"pod": f"{identity.namespace}/{identity.pod_name}",
+                                                       "error": problem})
+        result = verdict.classify(layout, indices, _planned(annotations, identity), intent)
         await self._record(pod, identity, result, annotations)
         return {
             "apiVersion": API_VERSION,
@@ -166,7 +173,8 @@ class VerifyService:
             "node": self.node_name,
             "deviceIds": ids,
             "verdict": {"granted": result.granted, "pci": result.pci, "numa": result.numa, "link": result.link,
-                        "p2p": result.p2p, "result": result.result, "planMatch": result.plan_match},
+                        "p2p": result.p2p, "result": result.result, "planMatch": result.plan_match,
+                        "placement": result.placement},
             "annotations": result.annotations(),
             "tsvRow": result.tsv_row(ROUND, identity.pod_name, PHASE),
         }

@@ -13,6 +13,8 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
 
+from gpupair.intent import PLACEMENT_KEY, Intent
+
 from tests.deploy_manifests import (
     DEPLOY,
     OVERLAYS,
@@ -264,7 +266,21 @@ def test_every_pod_runs_as_its_own_service_account(overlay):
 def test_mutating_webhook_configuration(overlay):
     objs = render(overlay)
     (config,) = of_kind(objs, "MutatingWebhookConfiguration")
-    (hook,) = config["webhooks"]
+    hook, *by_placement = config["webhooks"]
+    # One entry per namespace placement default, the same as the first but for name, path and
+    # the label value it selects (the first takes every other namespace).
+    assert [h["name"] for h in by_placement] == [f"{i.value}.verifier.gpupair.io" for i in Intent]
+    placement_rule = {"key": PLACEMENT_KEY, "operator": "NotIn", "values": [i.value for i in Intent]}
+    assert placement_rule in hook["namespaceSelector"]["matchExpressions"]
+    for intent, other in zip(Intent, by_placement):
+        same = copy.deepcopy(other)
+        same["name"] = hook["name"]
+        assert same["clientConfig"]["service"].pop("path") == f"/mutate/placement/{intent.value}"
+        same["clientConfig"]["service"]["path"] = "/mutate"
+        expressions = same["namespaceSelector"]["matchExpressions"]
+        assert expressions[-1] == {"key": PLACEMENT_KEY, "operator": "In", "values": [intent.value]}
+        expressions[-1] = placement_rule
+        assert same == hook
     assert len(hook["name"].split(".")) >= 3
     assert hook["failurePolicy"] == "Ignore"
     assert hook["sideEffects"] == "None"
@@ -439,6 +455,13 @@ def test_probes_use_declared_ports(overlay):
             for probe in ("livenessProbe", "readinessProbe"):
                 if probe in c:
                     assert c[probe]["httpGet"]["port"] in names, (w["metadata"]["name"], probe)
+
+
+def test_the_extender_and_the_webhook_share_one_default_placement():
+    objs = render("self-managed")
+    defaults = {name: env_of(pod_spec(find(objs, "Deployment", name))["containers"][0])["GPUPAIR_DEFAULT_PLACEMENT"]
+                for name in ("gpupair-extender", "gpupair-webhook")}
+    assert set(defaults.values()) == {Intent.REQUIRED.value}
 
 
 def test_env_matches_the_commands_flags():

@@ -301,7 +301,7 @@ def test_reporter_may_not_change_a_pods_labels_or_spec(objs, field):
 
 USER = "alice@example.com"
 VERDICT_KEYS = (verdict.GRANTED_KEY, verdict.PCI_KEY, verdict.NUMA_KEY, verdict.LINK_KEY, verdict.P2P_KEY,
-                verdict.VERDICT_KEY, verdict.PLAN_MATCH_KEY, verdict.PLANNED_KEY)
+                verdict.VERDICT_KEY, verdict.PLAN_MATCH_KEY, verdict.PLANNED_KEY, verdict.VERDICT_PLACEMENT_KEY)
 # Everything a bound, verified pod carries: the reporter's six keys and the plan, with its match.
 BOUND = {**VERDICT, verdict.PCI_KEY: "00000000:21:00.0+00000000:31:00.0", verdict.P2P_KEY: "supported",
          verdict.PLANNED_KEY: "GPU0+GPU1", verdict.PLAN_MATCH_KEY: "true"}
@@ -431,7 +431,7 @@ def recorded_pod() -> dict:
 
 
 def webhook_called(objs, pod_object: dict) -> bool:
-    (hook,) = find(objs, "MutatingWebhookConfiguration", "gpupair-webhook")["webhooks"]
+    hook, *_ = find(objs, "MutatingWebhookConfiguration", "gpupair-webhook")["webhooks"]  # the rest: same conditions
     activation = {"object": to_cel(pod_object), "oldObject": to_cel(None),
                   "request": to_cel({"operation": "CREATE"})}
     return all(bool(evaluate(c["expression"], activation)) for c in hook["matchConditions"])

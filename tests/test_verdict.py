@@ -1,4 +1,7 @@
+import pytest
+
 from gpupair import verdict
+from gpupair.intent import Intent
 from simulator.shapes import seed_layout
 
 
@@ -21,6 +24,7 @@ def test_cross_numa_pair_fails_with_sys():
         "gpupair.io/p2p": "not-supported",
         "gpupair.io/verdict": "FAIL",
         "gpupair.io/plan-match": "false",
+        "gpupair.io/verdict-placement": "required",
     }
 
 
@@ -28,3 +32,15 @@ def test_four_gpu_set_and_set_parsing():
     v = verdict.classify(seed_layout(), (4, 5, 6, 7), planned=(4, 5, 6, 7))
     assert (v.granted, v.link, v.result, v.plan_match) == ("GPU4+GPU5+GPU6+GPU7", "NODE", "PASS", "true")
     assert verdict.parse_set(v.granted) == (4, 5, 6, 7)
+
+
+@pytest.mark.parametrize("intent, spread_result", [
+    (Intent.REQUIRED, "FAIL"), (Intent.PREFERRED, "PASS"), (Intent.NONE, "PASS")])
+def test_the_verdict_judges_a_grant_against_what_the_pod_asked(intent, spread_result):
+    """A close grant passes under every intent; a SYS grant fails only where it was required."""
+    close = verdict.classify(seed_layout(), (0, 1), intent=intent)
+    spread = verdict.classify(seed_layout(), (3, 4), intent=intent)
+    assert (close.result, close.close) == ("PASS", True)
+    assert (spread.result, spread.close, spread.link) == (spread_result, False, "SYS")
+    for v in (close, spread):
+        assert v.annotations()[verdict.VERDICT_PLACEMENT_KEY] == intent.value

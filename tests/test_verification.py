@@ -138,6 +138,7 @@ async def test_pass_gpu1_gpu2_on_the_seed_node(world):
         verdict.LINK_KEY: "NODE",
         verdict.P2P_KEY: "unknown",
         verdict.VERDICT_KEY: "PASS",
+        verdict.VERDICT_PLACEMENT_KEY: "required",
     }
     assert world.events() == []
     # The review asked for the reporter's audience, and the write used the reporter's credentials.
@@ -164,6 +165,22 @@ async def test_fail_gpu3_gpu4_crosses_numa_and_raises_a_warning_event(world):
     assert event["regarding"]["name"] == "train-fail" and event["regarding"]["uid"] == pod["metadata"]["uid"]
     assert "GPU3+GPU4" in event["note"] and "SYS" in event["note"]
     assert event["reportingController"] == "gpupair-reporter"
+
+
+@pytest.mark.parametrize("asked, placement, result, events", [
+    ("preferred", "preferred", "PASS", 0),
+    ("none", "none", "PASS", 0),
+    ("required", "required", "FAIL", 1),
+    ("sometimes", "required", "FAIL", 1),  # a bad value (the webhook was down) counts as required
+])
+async def test_a_sys_grant_is_judged_against_the_pods_placement(world, asked, placement, result, events):
+    _, token = world.add_pod("train-sys", (3, 4), annotations={"gpupair.io/placement": asked})
+    status, body, _ = await call(world, token)
+    assert status == 200, body
+    annotations = verdict_annotations(world.pod("train-sys"))
+    assert (annotations[verdict.LINK_KEY], annotations[verdict.VERDICT_KEY]) == ("SYS", result)
+    assert annotations[verdict.VERDICT_PLACEMENT_KEY] == body["verdict"]["placement"] == placement
+    assert len(world.events()) == events
 
 
 @pytest.mark.parametrize("gpus, numa, link, result", [

@@ -73,6 +73,15 @@ def test_dry_run_fail_and_plan(topology_file):
     assert annotations[verdict.PLAN_MATCH_KEY] == "false"
 
 
+def test_dry_run_judges_against_the_placement_asked(topology_file):
+    result = run_cli("verify", "--dry-run", "--layout", str(topology_file), "--devices", "3,4",
+                     "--placement", "preferred")
+    annotations = json.loads(result.stdout)
+    assert (annotations[verdict.VERDICT_KEY], annotations[verdict.VERDICT_PLACEMENT_KEY]) == ("PASS", "preferred")
+    bad = run_cli("verify", "--dry-run", "--layout", str(topology_file), "--devices", "3,4", "--placement", "maybe")
+    assert bad.returncode == 2 and "--placement: 'maybe' is not a placement gpupair knows" in bad.stderr
+
+
 def test_dry_run_reads_a_node_object_and_nvidia_smi_text(tmp_path):
     node = tmp_path / "node.json"
     node.write_text(json.dumps({"kind": "Node", "metadata": {"name": "n1", "annotations": {

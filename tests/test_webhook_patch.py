@@ -10,6 +10,7 @@ import jsonpatch
 import pytest
 
 from gpupair import verdict
+from gpupair.intent import PLACEMENT_KEY, Intent, IntentError
 from gpupair.pod_request import PodRequestError, gpu_request
 from tests.pss import restricted_violations
 from webhook import sidecar
@@ -96,9 +97,10 @@ def test_two_gpu_job_pod_gets_one_native_sidecar_and_its_token_volume():
     # Original containers untouched, GPU request unchanged by the sidecar.
     assert after["spec"]["containers"] == before["spec"]["containers"]
     assert gpu_request(after) == gpu_request(before) == 2
-    assert after["metadata"]["annotations"] == {VERIFIER_KEY: "injected"}
+    assert after["metadata"]["annotations"] == {VERIFIER_KEY: "injected", PLACEMENT_KEY: "required"}
     # The fixture pod has no annotations map: it is created whole rather than added into.
-    assert {"op": "add", "path": "/metadata/annotations", "value": {VERIFIER_KEY: "injected"}} in ops
+    assert {"op": "add", "path": "/metadata/annotations",
+            "value": {VERIFIER_KEY: "injected", PLACEMENT_KEY: "required"}} in ops
 
 
 @pytest.mark.parametrize("gpus, injected", [(None, False), (0, False), (1, False), (2, True), (8, True)])
@@ -157,7 +159,8 @@ def test_annotation_keys_are_json_pointer_escaped_and_existing_annotations_kept(
     pod = pod_with(2, annotations={"team": "a", "x~y/z": "kept"})
     after, ops = patched(pod)
     assert {"op": "add", "path": "/metadata/annotations/gpupair.io~1verifier", "value": "injected"} in ops
-    assert after["metadata"]["annotations"] == {"team": "a", "x~y/z": "kept", VERIFIER_KEY: "injected"}
+    assert after["metadata"]["annotations"] == {"team": "a", "x~y/z": "kept", VERIFIER_KEY: "injected",
+                                                PLACEMENT_KEY: "required"}
     assert pointer("metadata", "annotations", "a~b/c") == "/metadata/annotations/a~0b~1c"
 
 
@@ -165,7 +168,7 @@ def test_verdict_annotations_set_at_creation_are_removed():
     forged = {verdict.VERDICT_KEY: "PASS", verdict.GRANTED_KEY: "GPU0+GPU1", verdict.PLANNED_KEY: "GPU0+GPU1",
               "team": "a"}
     after, _ = patched(pod_with(2, annotations=forged))
-    assert after["metadata"]["annotations"] == {"team": "a", VERIFIER_KEY: "injected"}
+    assert after["metadata"]["annotations"] == {"team": "a", VERIFIER_KEY: "injected", PLACEMENT_KEY: "required"}
 
 
 def test_a_taken_volume_name_skips_injection_with_a_warning():
@@ -288,3 +291,46 @@ def test_user_namespaced_pods_are_relaxed_for_run_as_root():
     del pod["spec"]["containers"][0]["securityContext"]["runAsNonRoot"]
     pod["spec"]["hostUsers"] = False
     assert restricted_violations(pod) == []
+
+
+# --------------------------------------------------------------------------- placement intent
+
+
+@pytest.mark.parametrize("namespace, default, written", [
+    (None, Intent.REQUIRED, "required"),  # the cluster default, written for the verdict
+    (None, Intent.PREFERRED, "preferred"),
+    (Intent.NONE, Intent.PREFERRED, "none"),  # the namespace's default beats the cluster's
+])
+def test_an_injected_pod_carries_the_placement_that_applies(namespace, default, written):
+    options = InjectOptions(sidecar=OPTIONS.sidecar, default_intent=default)
+    result = plan(job_pod(), options, namespace)
+    after = jsonpatch.apply_patch(job_pod(), result.ops)
+    assert after["metadata"]["annotations"][PLACEMENT_KEY] == written == result.placement
+
+
+def test_the_pods_own_placement_wins_and_is_left_as_written():
+    pod = pod_with(2, annotations={PLACEMENT_KEY: "None"})
+    after, ops = patched(pod)
+    assert after["metadata"]["annotations"][PLACEMENT_KEY] == "None"
+    assert not [op for op in ops if op["path"].endswith("placement")]
+
+
+@pytest.mark.parametrize("pod, outcome", [
+    (pod_with(4, annotations={VERIFY_KEY: "false"}), "opted-out"),
+    (pod_with(3), "few-gpus"),  # below --min-gpus 4 here, but still a multi-GPU pod
+])
+def test_uninjected_pods_get_only_a_namespace_default(pod, outcome):
+    options = InjectOptions(sidecar=OPTIONS.sidecar, min_gpus=4)
+    assert plan(pod, options).ops == []  # the extender applies its own (cluster) default
+    result = plan(pod, options, Intent.PREFERRED)
+    assert result.outcome == outcome
+    assert jsonpatch.apply_patch(pod, result.ops)["metadata"]["annotations"][PLACEMENT_KEY] == "preferred"
+
+
+def test_one_gpu_pods_get_no_placement():
+    assert plan(pod_with(1), OPTIONS, Intent.NONE).ops == []
+
+
+def test_a_bad_placement_raises_intent_error():
+    with pytest.raises(IntentError, match="'requried' is not a placement gpupair knows"):
+        plan(pod_with(2, annotations={PLACEMENT_KEY: "requried"}), OPTIONS)

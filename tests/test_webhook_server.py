@@ -399,3 +399,43 @@ def test_gpupair_webhook_command_refuses_missing_certificates(tmp_path):
          "--tls-key", str(tmp_path / "no.key")],
         cwd=repo, env={"PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "cannot load TLS certificate" in result.stderr
+
+
+# --------------------------------------------------------------------------- placement intent
+
+
+def placement_after(server, ca, review: dict, path: str) -> str | None:
+    status, body = post(server, ca, json.dumps(review).encode(), path=path)
+    assert status == 200
+    answer = json.loads(body)
+    assert answer["response"]["allowed"] is True
+    after = jsonpatch.apply_patch(review["request"]["object"], decode_patch(answer))
+    return after["metadata"]["annotations"].get("gpupair.io/placement")
+
+
+@pytest.mark.parametrize("path, written", [
+    ("/mutate?timeout=5s", "required"),  # no namespace default: the webhook's cluster default
+    ("/mutate/placement/preferred?timeout=5s", "preferred"),  # the entry for preferred namespaces
+    ("/mutate/placement/none?timeout=5s", "none"),
+    ("/mutate/placement/bogus?timeout=5s", "required"),  # a config mistake: logged, cluster default
+])
+def test_the_namespace_default_arrives_in_the_path(server, ca, path, written):
+    assert placement_after(server, ca, fixture_review(), path) == written
+
+
+def test_the_pods_own_placement_is_kept(server, ca):
+    review = review_with_pod(lambda p: p["metadata"].update(annotations={"gpupair.io/placement": "none"}))
+    assert placement_after(server, ca, review, "/mutate/placement/preferred?timeout=5s") == "none"
+
+
+def test_a_bad_placement_is_refused_with_the_allowed_values(server, ca):
+    review = review_with_pod(lambda p: p["metadata"].update(annotations={"gpupair.io/placement": "prefered"}))
+    status, body = post(server, ca, json.dumps(review).encode())
+    assert status == 200
+    response = json.loads(body)["response"]
+    assert response["allowed"] is False and response["uid"] == review["request"]["uid"]
+    assert "patch" not in response
+    assert response["status"] == {
+        "metadata": {}, "status": "Failure", "code": 400, "reason": "BadRequest",
+        "message": "gpupair: gpupair.io/placement: 'prefered' is not a placement gpupair knows "
+                   "(one of required, preferred, none)"}

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from gpupair import verdict
+from gpupair.intent import parse_intent
 from gpupair.layout import NodeLayout, normalize_pci
 from gpupair.report import TOPOLOGY_KEY, ReportError, decode_layout
 
@@ -66,8 +67,10 @@ def device_indices(spec: str, layout: NodeLayout) -> tuple[int, ...]:
     return tuple(sorted(set(found)))
 
 
-def annotations_for(layout_path: str, devices: str, planned: str | None = None) -> dict[str, str]:
+def annotations_for(layout_path: str, devices: str, planned: str | None = None,
+                    placement: str = "required") -> dict[str, str]:
+    intent = parse_intent(placement, "--placement")  # before any file is read: a typo fails fast
     layout = load_layout(layout_path)
     indices = device_indices(devices, layout)
     plan = device_indices(planned, layout) if planned else None
-    return verdict.classify(layout, indices, plan).annotations()
+    return verdict.classify(layout, indices, plan, intent).annotations()

@@ -63,6 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                          "or `nvidia-smi topo -m` output)")
     parser.add_argument("--devices", help="dry run: granted devices, e.g. 1,2 or GPU1+GPU2 or GPU UUIDs or PCI bus ids")
     parser.add_argument("--planned", help="dry run: the extender's plan, e.g. GPU1+GPU2")
+    parser.add_argument("--placement", default="required",
+                        help="dry run: the placement intent the pod asked: required (default), preferred or none")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -190,7 +192,7 @@ def dry_run(args: argparse.Namespace) -> int:
     from verifier.dry_run import annotations_for
 
     try:
-        annotations = annotations_for(args.layout, args.devices, args.planned)
+        annotations = annotations_for(args.layout, args.devices, args.planned, args.placement)
     except (OSError, ValueError) as exc:
         print(f"gpupair verify --dry-run: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpupair import json_body, verdict
+from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.report import PREFIX
 from gpupair.wire import UserInfo, explain
@@ -38,6 +39,7 @@ REPORTER_KEYS = (
     verdict.VERDICT_KEY,
     verdict.PLAN_MATCH_KEY,
     verdict.PLANNED_KEY,
+    verdict.VERDICT_PLACEMENT_KEY,
 )
 
 
@@ -115,17 +117,21 @@ def parse_review(body: bytes | str) -> AdmissionRequest:
     return review.request
 
 
-def refusal_review(message: str) -> dict[str, Any]:
-    """The answer to a body that is not a review: an AdmissionReview whose response carries a
-    metav1.Status 400, as Kubernetes' own webhook libraries answer one (controller-runtime's
-    admission.Errored). No uid could be read, so the apiserver counts it as a failed call and
-    applies failurePolicy (Ignore, as deployed): the pod is never blocked by it."""
+def refusal_review(message: str, uid: str = "") -> dict[str, Any]:
+    """A refusing AdmissionReview: its response carries a metav1.Status 400, as Kubernetes' own
+    webhook libraries answer one (controller-runtime's admission.Errored). For a body that is
+    not a review no uid could be read, so the apiserver counts it as a failed call and applies
+    failurePolicy (Ignore, as deployed): the pod is never blocked by it. With the review's uid
+    (a pod asking a placement gpupair does not know) it refuses the pod."""
     status = {"metadata": {}, "status": "Failure", "message": message, "reason": "BadRequest", "code": 400}
-    return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "", "allowed": False, "status": status}}
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": uid, "allowed": False, "status": status}}
 
 
-def response_review(uid: str, patch: list[dict[str, Any]], warnings: list[str] = ()) -> dict[str, Any]:
-    """An allowing response, with the patch when there is one."""
+def response_review(uid: str, patch: list[dict[str, Any]], warnings: list[str] = (),
+                    refusal: str = "") -> dict[str, Any]:
+    """An allowing response, with the patch when there is one; a refusing one if ``refusal``."""
+    if refusal:
+        return refusal_review(refusal, uid)
     response = AdmissionResponse(uid=uid, allowed=True, warnings=list(warnings) or None)
     if patch:
         response.patch = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
@@ -146,6 +152,7 @@ class InjectOptions:
     min_gpus: int = 2
     resource_name: str = DEFAULT_RESOURCE
     scheduler_name: str | None = None  # route multi-GPU pods to gpupair's own scheduler
+    default_intent: Intent = Intent.REQUIRED  # the cluster default placement
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -161,6 +168,8 @@ class Plan:
     gpus: int = 0
     routed: bool = False  # spec.schedulerName set to gpupair's scheduler
     notes: list[str] = field(default_factory=list)
+    placement: str = ""  # the intent written on the pod ("" when none was written)
+    refusal: str = ""  # set: the pod is refused with this message
 
 
 def pointer(*parts: str) -> str:
@@ -183,30 +192,42 @@ def _names(spec: Mapping[str, Any], key: str) -> set[str]:
     return {item["name"] for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str)}
 
 
-def _annotation_ops(meta: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def _annotation_ops(meta: Mapping[str, Any] | None, add: dict[str, str], strip: bool) -> list[dict[str, Any]]:
+    """Add ``add`` to the pod's annotations; with ``strip``, drop the reporter's keys first."""
     if meta is None:
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": {VERIFIER_KEY: "injected"}}}]
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": add}}] if add else []
     annotations = meta.get("annotations")
     if not isinstance(annotations, Mapping):
-        return [{"op": "add", "path": "/metadata/annotations", "value": {VERIFIER_KEY: "injected"}}]
+        return [{"op": "add", "path": "/metadata/annotations", "value": add}] if add else []
     ops = [
         {"op": "remove", "path": pointer("metadata", "annotations", key)}
-        for key in REPORTER_KEYS
+        for key in (REPORTER_KEYS if strip else ())
         if key in annotations
     ]
-    ops.append({"op": "add", "path": pointer("metadata", "annotations", VERIFIER_KEY), "value": "injected"})
+    ops.extend({"op": "add", "path": pointer("metadata", "annotations", key), "value": value}
+               for key, value in add.items())
     return ops
 
 
-def plan(pod: Any, options: InjectOptions) -> Plan:
+def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = None) -> Plan:
     """Decide what to change in a pod being created. Raises PodRequestError on a pod that
-    cannot be read (the caller lets such a pod through untouched)."""
+    cannot be read (the caller lets such a pod through untouched), IntentError on a pod whose
+    gpupair.io/placement gpupair does not know (the caller refuses it).
+
+    A multi-GPU pod that asks no placement gets the one that applies written on it when that
+    matters: its namespace's default (from the webhook entry its namespace label selected),
+    which the extender cannot see; or, for a pod given the verifier, the cluster default, so
+    the verdict judges by what placed the pod. Otherwise the extender's own default applies."""
     gpus = gpu_request(pod, options.resource_name)  # also checks pod and spec are objects
-    if gpus < options.min_gpus:
-        return Plan([], "few-gpus", gpus)
     meta = pod.get("metadata")
     if meta is not None and not isinstance(meta, Mapping):
         raise PodRequestError("metadata: must be an object")
+    annotations = (meta or {}).get("annotations") or {}
+    unasked = gpus >= 2 and asked_intent(annotations) is None
+    placement = {PLACEMENT_KEY: namespace_intent.value} if unasked and namespace_intent else {}
+    if gpus < options.min_gpus:
+        return Plan(_annotation_ops(meta, placement, strip=False), "few-gpus", gpus,
+                    placement=placement.get(PLACEMENT_KEY, ""))
     spec = pod.get("spec") or {}
     ops: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -216,7 +237,6 @@ def plan(pod: Any, options: InjectOptions) -> Plan:
     if routed:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": options.scheduler_name})
 
-    annotations = (meta or {}).get("annotations") or {}
     opt_out = isinstance(annotations, Mapping) and str(annotations.get(VERIFY_KEY, "")).strip().lower() == "false"
     containers = _names(spec, "initContainers") | _names(spec, "containers")
     if opt_out:
@@ -230,8 +250,12 @@ def plan(pod: Any, options: InjectOptions) -> Plan:
         outcome = "injected"
         ops.append(_append(spec, "/spec", "initContainers", sidecar.container(options.sidecar)))
         ops.append(_append(spec, "/spec", "volumes", sidecar.token_volume()))
-        ops.extend(_annotation_ops(meta))
-    return Plan(ops, outcome, gpus, routed, notes)
+        if unasked:
+            placement = {PLACEMENT_KEY: (namespace_intent or options.default_intent).value}
+    injected = outcome == "injected"
+    ops.extend(_annotation_ops(meta, {VERIFIER_KEY: "injected", **placement} if injected else placement,
+                               strip=injected))
+    return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""))
 
 
 def build_patch(pod: Any, options: InjectOptions) -> list[dict[str, Any]]:
@@ -239,13 +263,18 @@ def build_patch(pod: Any, options: InjectOptions) -> list[dict[str, Any]]:
     return plan(pod, options).ops
 
 
-def admit(request: AdmissionRequest, options: InjectOptions) -> tuple[Plan, list[str]]:
-    """The plan for any admission request, and warnings for the client. Never refuses."""
+def admit(request: AdmissionRequest, options: InjectOptions,
+          namespace_intent: Intent | None = None) -> tuple[Plan, list[str]]:
+    """The plan for any admission request, and warnings for the client. Refuses only a pod
+    whose gpupair.io/placement is not a value gpupair knows: placing it by a guess would be
+    wrong either way (too strict for a misspelt ``preferred``, too loose for ``requried``)."""
     is_pod = request.kind.group == "" and request.kind.kind == "Pod" and request.resource.resource == "pods"
     if not is_pod or request.subResource or request.operation != "CREATE":
         return Plan([], "not-a-pod-create"), []
     try:
-        result = plan(request.object, options)
+        result = plan(request.object, options, namespace_intent)
     except PodRequestError as exc:
         return Plan([], "unreadable"), [f"gpupair: pod left unchanged: {exc}"]
+    except IntentError as exc:
+        return Plan([], "bad-placement", refusal=f"gpupair: {exc}"), []
     return result, result.notes

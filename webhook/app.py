@@ -1,11 +1,17 @@
 """The webhook's HTTP side: POST /mutate, health and metrics.
 
-It never denies a pod. A body that is not an AdmissionReview gets HTTP 400 and an
-AdmissionReview whose response holds a Status 400 with the reason (the apiserver then applies
-failurePolicy, which gpupair deploys as Ignore); anything else is allowed, with a patch when the
-pod should carry the verifier. An unexpected error while planning is logged and answered as an
-allowed review without a patch: the webhook's own trouble must not stop workloads, and must not
-look like a server failure either.
+It denies only a pod whose ``gpupair.io/placement`` is not a value gpupair knows, with a
+message naming the allowed ones. ``/mutate/placement/VALUE`` is how the apiserver tells it a
+namespace's default placement: deploy/ has one webhook entry per value of the namespace label
+``gpupair.io/placement``, each selecting its namespaces and calling its own path (a webhook
+service path may hold no query), so the webhook reads no Namespace from the API.
+
+A body that is not an AdmissionReview gets HTTP 400 and an AdmissionReview whose response
+holds a Status 400 with the reason (the apiserver then applies failurePolicy, which gpupair
+deploys as Ignore); anything else is allowed, with a patch when the pod should carry the
+verifier. An unexpected error while planning is logged and answered as an allowed review
+without a patch: the webhook's own trouble must not stop workloads, and must not look like a
+server failure either.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import time
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from gpupair.intent import Intent, IntentError, parse_intent
 from gpupair.service import add_health_routes
 from webhook.admission import (
     InjectOptions,
@@ -60,6 +67,7 @@ def create_app(options: InjectOptions, registry: CollectorRegistry | None = None
             metrics.seconds.observe(time.perf_counter() - started)
 
     app.router.add_post("/mutate", mutate)
+    app.router.add_post("/mutate/placement/{placement}", mutate)
     add_health_routes(app, registry)
     return app
 
@@ -79,8 +87,9 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
         admission = parse_review(body)
     except ReviewError as exc:
         return _bad_request(str(exc), metrics)
+    namespace_intent = _namespace_intent(request)
     try:
-        plan, warnings = admit(admission, options)
+        plan, warnings = admit(admission, options, namespace_intent)
     except Exception:  # a bug here must not block pods: let this one through unchanged
         log.exception("planning the patch failed; pod allowed unchanged", extra={"uid": admission.uid})
         metrics.reviews.labels("error").inc()
@@ -99,7 +108,21 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
             "outcome": plan.outcome,
             "gpus": plan.gpus,
             "routed": plan.routed,
+            "placement": plan.placement,
             "ops": len(plan.ops),
+            **({"refused": plan.refusal} if plan.refusal else {}),
         },
     )
-    return web.json_response(response_review(admission.uid, plan.ops, warnings))
+    return web.json_response(response_review(admission.uid, plan.ops, warnings, plan.refusal))
+
+
+def _namespace_intent(request: web.Request) -> Intent | None:
+    """The namespace default the calling webhook entry carries in its path, if any."""
+    raw = request.match_info.get("placement")
+    if raw is None:
+        return None
+    try:
+        return parse_intent(raw, "/mutate/placement/")
+    except IntentError as exc:  # a MutatingWebhookConfiguration mistake: the cluster default applies
+        log.warning("ignoring a bad namespace placement in the webhook path", extra={"error": str(exc)})
+        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpupair.pod_request import DEFAULT_RESOURCE
-from gpupair.service import add_common_flags, add_flag
+from gpupair.service import add_common_flags, add_flag, add_placement_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "image of the injected verifier sidecar (runs `gpupair verify`)")
     add_flag(parser, "--reporter-port", 9400, "port the node reporter serves /v1/verify on (host network)")
     add_flag(parser, "--resource-name", DEFAULT_RESOURCE, "extended resource that counts as a GPU")
+    add_placement_flag(parser)
     add_common_flags(parser)
 
 
@@ -27,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from gpupair.service import serve, setup_logging
+    from gpupair.intent import Intent
     from webhook.admission import InjectOptions
     from webhook.app import create_app
     from webhook.cert_expiry import CertificateExpiry
@@ -43,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         min_gpus=args.min_gpus,
         resource_name=args.resource_name,
         scheduler_name=args.scheduler_name or None,
+        default_intent=Intent(args.default_placement),
     )
     try:
         tls = ReloadingTLS(args.tls_cert, args.tls_key)
