@@ -5,13 +5,22 @@
 # Both stages use the same base, so the venv's python symlink resolves in the final image.
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# ---- builder: build gpupair's wheel and install it, with its dependencies, into a venv
+# ---- builder: gpupair's dependencies, then its wheel, installed into a venv without pip
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The dependencies first, from pyproject.toml alone: this layer is rebuilt when pyproject.toml
+# changes, not on every source change. The venv gets no pip, setuptools or wheel of its own
+# (image scanners flag them; nothing installs at run time): the builder's pip installs into it
+# through --python. Every dependency ships manylinux wheels, so no compiler is needed.
+COPY pyproject.toml ./
+RUN python -m venv --without-pip /opt/gpupair \
+ && python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+      > /tmp/requirements.txt \
+ && python -m pip --python /opt/gpupair/bin/python install --requirement /tmp/requirements.txt
+COPY README.md ./
 COPY gpupair/ gpupair/
 COPY extender/ extender/
 COPY reporter/ reporter/
@@ -20,20 +29,21 @@ COPY verifier/ verifier/
 COPY simulator/ simulator/
 COPY audit/ audit/
 COPY status/ status/
-# Every dependency ships manylinux wheels, so no compiler is needed even here. pip is removed
-# from the venv afterwards: nothing installs at run time.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
- && python -m venv /opt/gpupair \
- && /opt/gpupair/bin/pip install /wheels/*.whl \
- && /opt/gpupair/bin/pip uninstall --yes pip
+ && python -m pip --python /opt/gpupair/bin/python install --no-deps /wheels/*.whl
 
-# ---- final: the base image, the venv, nothing else
+# ---- final: the base image, the venv, a working directory the user can write, nothing else
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="gpupair" \
       org.opencontainers.image.description="Keep multi-GPU Kubernetes pods on one NUMA node and show which GPUs each pod got" \
       org.opencontainers.image.licenses="Apache-2.0"
-# The base image's own installer is not needed either.
-RUN python -m pip uninstall --yes pip setuptools wheel
+# The base image's own installer is not needed either (the variable keeps pip from warning
+# about running as root on its way out). `gpupair simulate` writes its TSV files to the working
+# directory, so the user owns one; HOME stays /tmp, the directory the manifests mount writable
+# under readOnlyRootFilesystem.
+RUN PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 python -m pip uninstall --yes --quiet pip setuptools wheel \
+ && install -d -o 65532 -g 65532 -m 0755 /home/gpupair
+WORKDIR /home/gpupair
 COPY --from=builder /opt/gpupair /opt/gpupair
 ENV PATH=/opt/gpupair/bin:$PATH \
     PYTHONUNBUFFERED=1 \

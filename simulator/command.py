@@ -93,8 +93,13 @@ def run(args: argparse.Namespace) -> int:
                    disable=None if args.progress else True, file=sys.stderr, leave=False)
         results = [run_seed_scenario(c, layout, scenario, args.seed, bar.update) for c in configs]
         bar.close()
-        written = output.write_tsv(Path(args.output), results)
-        summary = output.write_summary(Path(args.output), output.seed_table(results))
+        try:
+            written = output.write_tsv(Path(args.output), results)
+            summary = output.write_summary(Path(args.output), output.seed_table(results))
+        except OSError as exc:  # an image's read-only working directory, say
+            print(f"gpupair simulate: cannot write the TSV: {exc}; run it where you can write, or pass --output",
+                  file=sys.stderr)
+            return 1
         print(f"{scenario.nodes} nodes x {layout.size} GPUs; {scenario.runs} runs x {scenario.rounds} rounds x "
               f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; "
               f"{_describe(resources)}; seed {args.seed}")
