@@ -99,6 +99,9 @@ class Reservations:
         self._bound: dict[str, set[str]] = {}  # node -> UIDs in _pods
         # node -> its latest report's ledger; a node absent here has not reported, None: no ledger.
         self._ledgers: dict[str, Ledger | None] = {}
+        # by_node() is asked on every filter and prioritize; it is rebuilt only after a change.
+        self._version = 0
+        self._by_node: tuple[int, dict[str, Hold]] = (-1, {})
 
     # ---- the extender's own binds
 
@@ -107,6 +110,7 @@ class Reservations:
         if previous is not None and previous.node != reservation.node:
             self._unindex(previous.uid, previous.node)
         self._plans[reservation.uid] = reservation
+        self._version += 1
         self._plans_by_node.setdefault(reservation.node, set()).add(reservation.uid)
 
     def release(self, uid: str) -> Reservation | None:
@@ -114,6 +118,7 @@ class Reservations:
         reservation = self._plans.pop(uid, None)
         if reservation is not None:
             self._unindex(uid, reservation.node)
+            self._version += 1
         return reservation
 
     def get(self, uid: str) -> Reservation | None:
@@ -210,14 +215,15 @@ class Reservations:
         return Hold(frozenset(devices), count) if devices or count else NO_HOLD
 
     def by_node(self) -> dict[str, Hold]:
-        """Every node that owes something now, and what."""
+        """Every node that owes something now, and what (do not modify: it is shared until the
+        next change)."""
         self._expire()
-        out = {}
-        for node in set(self._plans_by_node) | set(self._bound):
-            hold = self._hold(node)
-            if hold:
-                out[node] = hold
-        return out
+        version, holds = self._by_node
+        if version != self._version:
+            nodes = set(self._plans_by_node) | set(self._bound)
+            holds = {node: hold for node in nodes if (hold := self._hold(node))}
+            self._by_node = (self._version, holds)
+        return holds
 
     def on_node(self, node: str, exclude: str | None = None) -> frozenset[int]:
         """Devices planned on ``node`` (less those of pod ``exclude``)."""
@@ -245,6 +251,7 @@ class Reservations:
     def _expire(self) -> None:
         for uid, plan in self._plans.expire():
             self._unindex(uid, plan.node)
+            self._version += 1
             self._outcome("expired", plan.namespace, plan.name, plan.node, plan=plan)
         if not self._pods:
             return
@@ -281,11 +288,13 @@ class Reservations:
     def _bind(self, pod: BoundPod) -> None:
         self._unbind(pod.uid)
         self._pods[pod.uid] = pod
+        self._version += 1
         self._bound.setdefault(pod.node, set()).add(pod.uid)
 
     def _unbind(self, uid: str) -> BoundPod | None:
         pod = self._pods.pop(uid, None)
         if pod is not None:
+            self._version += 1
             uids = self._bound[pod.node]
             uids.discard(uid)
             if not uids:

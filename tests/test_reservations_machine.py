@@ -152,3 +152,14 @@ class Holds(RuleBasedStateMachine):
 
 Holds.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None, derandomize=True)
 TestHolds = Holds.TestCase
+
+
+class CachedHolds(Holds):
+    @invariant()
+    def by_node_is_current(self):
+        """by_node() is rebuilt only after a change: it must equal each node asked afresh."""
+        assert self.res.by_node() == {node: hold for node in NODES if (hold := self.res.hold(node))}
+
+
+CachedHolds.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None, derandomize=True)
+TestCachedHolds = CachedHolds.TestCase
