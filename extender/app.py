@@ -1,5 +1,5 @@
-"""The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, plus /healthz, /readyz
-and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them.
+"""The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, /preempt, plus /healthz,
+/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them.
 
 Every handler answers; none lets an exception become a 500. A body that cannot be decoded
 gets HTTP 400 with the protocol's own error shape: ExtenderFilterResult / ExtenderBindingResult
@@ -7,9 +7,12 @@ with ``Error`` filled. HostPriorityList has no error field, so prioritize answer
 JSON ``{"Error": ...}`` body: kube-scheduler's HTTPExtender turns any non-200 into an error and
 its prioritizeNodes drops that extender's scores for the cycle ("Prioritization errors from
 extender can be ignored") without failing the pod, which is what a bad body deserves; the body
-is for people and logs, the scheduler does not read it. An unexpected failure inside a handler
-is logged and answered 200 with Error filled (filter, bind) or with equal scores (prioritize:
-no opinion), so the scheduler never sees a 5xx from this process.
+is for people and logs, the scheduler does not read it. ExtenderPreemptionResult has no error
+field either: preempt answers a bad body the same way, and kube-scheduler then skips this
+extender's opinion (ignorable) or gives up preempting for the cycle. An unexpected failure
+inside a handler is logged and answered 200 with Error filled (filter, bind), with equal
+scores (prioritize) or with the scheduler's own victims (preempt): no opinion, so the
+scheduler never sees a 5xx from this process.
 """
 
 from __future__ import annotations
@@ -35,16 +38,19 @@ from extender.node_cache import NodeCache
 from extender.node_reports import ReportDecoder
 from extender.pod_requests import PodRequests
 from extender.pod_watch import PodWatch
+from extender.preempt import Preempter, unchanged
 from extender.prioritize import prioritize_nodes
 from extender.protocol import (
     ExtenderArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
+    ExtenderPreemptionArgs,
     PrioritizeError,
     ProtocolError,
     filter_result_json,
     parse_args,
     parse_binding,
+    parse_preemption,
 )
 from extender.reservations import DEFAULT_TTL, Reservations
 from gpupair.intent import Intent
@@ -143,6 +149,7 @@ def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Ap
     app.router.add_post("/filter", handlers.filter)
     app.router.add_post("/prioritize", handlers.prioritize)
     app.router.add_post("/bind", handlers.bind)
+    app.router.add_post("/preempt", handlers.preempt)
     add_health_routes(app, extender.metrics.registry, extender.ready)
     app[EXTENDER_KEY] = extender
     return app
@@ -166,13 +173,23 @@ class _Handlers:
 
     def _args(self, body: bytes) -> tuple[ExtenderArgs, int, Intent]:
         args = parse_args(body)
+        return (args, *self._ask(args.Pod))
+
+    def _ask(self, pod: Any) -> tuple[int, Intent]:
+        """The GPUs a request's pod asks for and its placement intent, remembered for bind."""
         try:
-            gpus = self.x.requests.of(args.Pod)
+            gpus = self.x.requests.of(pod)
         except PodRequestError as exc:
             raise ProtocolError(f"Pod: {exc}") from None
-        intent = self.x.evaluator.intent_of(args.Pod)
-        self.x.requests.remember(args.Pod, gpus, intent)
-        return args, gpus, intent
+        intent = self.x.evaluator.intent_of(pod)
+        self.x.requests.remember(pod, gpus, intent)
+        return gpus, intent
+
+    def _no_error_field(self, verb: str, exc: ProtocolError, started: float) -> web.Response:
+        """A bad body for a verb whose answer has no error field: 400 with ``{"Error": ...}``."""
+        log.warning(f"bad {verb} request", extra={"error": str(exc)})
+        self._done(verb, "bad_request", started)
+        return _json(PrioritizeError(Error=str(exc)).model_dump_json(), 400)
 
     def _done(self, verb: str, outcome: str, started: float) -> None:
         self.m.requests.labels(verb, outcome).inc()
@@ -209,9 +226,7 @@ class _Handlers:
             args, gpus, intent = self._args(await self._body(request))
             body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
-            log.warning("bad prioritize request", extra={"error": str(exc)})
-            self._done("prioritize", "bad_request", started)
-            return _json(PrioritizeError(Error=str(exc)).model_dump_json(), 400)
+            return self._no_error_field("prioritize", exc, started)
         except Exception:  # noqa: BLE001
             log.exception("prioritize failed")
             self._done("prioritize", "error", started)
@@ -221,6 +236,24 @@ class _Handlers:
         response = _json(body)
         self._done("prioritize", "ok", started)
         return response
+
+    async def preempt(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        args: ExtenderPreemptionArgs | None = None
+        try:
+            args = parse_preemption(await self._body(request))
+            gpus, intent = self._ask(args.Pod)
+            answer = Preempter(self.x.evaluator, self.x.reservations).answer(args, gpus, intent)
+        except ProtocolError as exc:
+            return self._no_error_field("preempt", exc, started)
+        except Exception:  # noqa: BLE001
+            log.exception("preempt failed")
+            self._done("preempt", "error", started)
+            return _json(unchanged(args).model_dump_json() if args is not None else "{}")
+        for verdict in answer.verdicts:
+            self.m.decisions.labels("preempt", verdict.outcome).inc()
+        self._done("preempt", "ok", started)
+        return _json(answer.result.model_dump_json())
 
     async def bind(self, request: web.Request) -> web.Response:
         started = time.perf_counter()

@@ -21,8 +21,9 @@ class ExtenderMetrics:
             "gpupair_extender_requests", "Extender requests by verb and outcome "
             "(ok, bad_request, error)", ["verb", "outcome"], registry=r)
         self.decisions = Counter(
-            "gpupair_extender_decisions", "Per-node filter outcomes (pass, fail, unresolvable) and "
-            "bind outcomes (bound, conflict, failed)", ["verb", "outcome"], registry=r)
+            "gpupair_extender_decisions", "Per-node filter outcomes (pass, fail, unresolvable), "
+            "bind outcomes (bound, conflict, failed) and per-node preempt outcomes (kept, trimmed, "
+            "dropped, unknown)", ["verb", "outcome"], registry=r)
         self.latency = Histogram(
             "gpupair_extender_request_seconds", "Time to answer an extender request, by verb",
             ["verb"], buckets=LATENCY_BUCKETS, registry=r)

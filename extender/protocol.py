@@ -17,7 +17,9 @@ from typing import Any
 import orjson
 from typing_extensions import TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError, field_validator, model_validator,
+)
 
 from gpupair import json_body
 from gpupair.wire import explain
@@ -208,3 +210,74 @@ def _names_args(data: Any) -> ExtenderArgs | None:
 
 def parse_binding(body: bytes | str) -> ExtenderBindingArgs:
     return _parse(ExtenderBindingArgs, body)
+
+
+# --- the preempt verb (ExtenderPreemptionArgs -> ExtenderPreemptionResult) ----------------------
+
+
+class _FoldedStruct(_GoStruct):
+    """A nested Go struct: its keys fold like the top level's (Go's decoder folds at every level)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold(cls, data: Any) -> Any:
+        return _fold_case(cls, data)
+
+
+class MetaPod(_FoldedStruct):
+    UID: StrictStr
+
+
+class MetaVictims(_FoldedStruct):
+    """Victims on one node by UID only: what kube-scheduler sends with nodeCacheCapable: true,
+    and what the extender always answers."""
+
+    Pods: list[MetaPod] | None = None  # Go marshals a nil slice as null
+    NumPDBViolations: StrictInt = 0
+
+
+class Victims(_FoldedStruct):
+    """Victims on one node as whole v1.Pod objects (nodeCacheCapable: false), kept as dicts."""
+
+    Pods: list[dict[str, Any]] | None = None
+    NumPDBViolations: StrictInt = 0
+
+    @field_validator("Pods")
+    @classmethod
+    def _identified(cls, pods: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for position, pod in enumerate(pods or ()):
+            meta = pod.get("metadata")
+            uid = meta.get("uid") if isinstance(meta, dict) else None
+            if not isinstance(uid, str) or not uid:
+                raise ValueError(f"Pods[{position}].metadata.uid must be a non-empty string")
+        return pods
+
+
+class ExtenderPreemptionArgs(_GoStruct):
+    """What kube-scheduler POSTs to the preempt verb: one of the two maps, the other null."""
+
+    Pod: dict[str, Any] | None = None
+    NodeNameToVictims: dict[str, Victims] | None = None  # nodeCacheCapable: false
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None  # nodeCacheCapable: true
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "ExtenderPreemptionArgs":
+        if self.Pod is None:
+            raise ValueError("Pod is required")
+        if self.NodeNameToVictims is not None and self.NodeNameToMetaVictims is not None:
+            raise ValueError("send NodeNameToVictims (nodeCacheCapable: false) or NodeNameToMetaVictims (true), "
+                             "not both")
+        if self.NodeNameToVictims is None and self.NodeNameToMetaVictims is None:
+            raise ValueError("neither NodeNameToVictims nor NodeNameToMetaVictims was sent")
+        return self
+
+
+class ExtenderPreemptionResult(BaseModel):
+    """The preempt verb's answer, always by UID; a node left out is not preempted on. It has no
+    error field: a rejected body gets PrioritizeError's ``{"Error": ...}`` with a 400."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = Field(default_factory=dict)
+
+
+def parse_preemption(body: bytes | str) -> ExtenderPreemptionArgs:
+    return _parse(ExtenderPreemptionArgs, body)

@@ -552,7 +552,13 @@ EXTENDER_FIELDS = {  # k8s.io/kube-scheduler/config/v1 Extender: json name -> ty
 def check_extender_stanza(extender: dict, objs: list[dict], host_forms: set[str]) -> None:
     for key, value in extender.items():
         assert key in EXTENDER_FIELDS and isinstance(value, EXTENDER_FIELDS[key]), key
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"], extender["preemptVerb"]) == (
+        "filter", "prioritize", "bind", "preempt")
+    # The verbs are routes the extender serves.
+    from extender.app import build_app
+    from tests.extender_support import make_extender
+    routes = {r.resource.canonical for r in build_app(make_extender()).router.routes() if r.method == "POST"}
+    assert {"/" + extender[verb] for verb in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")} <= routes
     assert extender["weight"] > 0
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
     assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])

@@ -186,6 +186,45 @@ def test_random_bind_bodies(servers, body):
         assert ExtenderBindingResult.model_validate(answer).Error
 
 
+uids = st.sampled_from(["u1", "u2", "u3"]) | st.text(max_size=4)
+meta_victims = st.fixed_dictionaries({"Pods": st.lists(st.fixed_dictionaries({"UID": uids}), max_size=3)},
+                                     optional={"NumPDBViolations": st.integers(0, 3) | json_values})
+pod_victims = st.fixed_dictionaries({"Pods": st.lists(pods, max_size=3)},
+                                    optional={"NumPDBViolations": st.integers(0, 3)})
+
+
+@st.composite
+def preemption_args(draw):
+    body = {"Pod": draw(pods | json_values)}
+    if draw(st.booleans()):
+        body["NodeNameToMetaVictims"] = draw(st.dictionaries(node_names, meta_victims | json_values, max_size=4))
+        body["NodeNameToVictims"] = None
+    else:
+        body["NodeNameToVictims"] = draw(st.dictionaries(node_names, pod_victims | json_values, max_size=4))
+        body["NodeNameToMetaVictims"] = draw(st.none() | json_values)
+    return body
+
+
+@SETTINGS
+@given(body=preemption_args())
+def test_random_preempt_bodies(servers, body):
+    """Never a 5xx; an answer names only offered nodes, each with a non-empty subset of the
+    victims offered there (kube-scheduler refuses a node with none)."""
+    for server in servers:
+        status, answer = server.post("preempt", json.dumps(body))
+        event(f"preempt answered {status}")
+        assert status in (200, 400)
+        if status == 400:
+            assert answer["Error"]
+            continue
+        offered_victims = body.get("NodeNameToMetaVictims") or body.get("NodeNameToVictims") or {}
+        for node, victims in answer["NodeNameToMetaVictims"].items():
+            sent = offered_victims[node]["Pods"]
+            sent_uids = [p["UID"] if "UID" in p else p["metadata"]["uid"] for p in sent]
+            kept = [p["UID"] for p in victims["Pods"]]
+            assert kept and set(kept) <= set(sent_uids)
+
+
 @SETTINGS
 @given(frees=st.lists(free_sets, min_size=1, max_size=5), gpus=st.integers(0, 9), fail=st.booleans())
 def test_nodes_mode_filter_is_the_cores_decision(frees, gpus, fail):
