@@ -93,7 +93,7 @@ def _serve_extender(port: int, count: int) -> None:
     from aiohttp import web
 
     from extender.app import assemble, build_app
-    from extender.decisions import Decider
+    from gpupair.decisions import Decider
     from extender.main import freeze_long_lived
 
     extender = assemble(decider=Decider(), resource="nvidia.com/gpu", api=None, stale_after=300.0, node_cache=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from extender.decisions import Decider, NodeView  # noqa: E402
+from gpupair.decisions import Decider, NodeView  # noqa: E402
 from gpupair import policies  # noqa: E402
 from gpupair.layout import Device, NodeLayout, NodeState  # noqa: E402
 from simulator.shapes import seed_layout  # noqa: E402

@@ -29,12 +29,12 @@ from kubernetes_asyncio import client as k8s
 
 from extender.bind import Binder
 from extender.decision_tables import DecisionTables
-from extender.decisions import Decider
+from gpupair.decisions import Decider
 from extender.evaluation import Evaluator
 from extender.filter import filter_nodes
 from extender.heartbeats import Heartbeats
 from extender.metrics import ExtenderMetrics
-from extender.node_cache import NodeCache
+from extender.node_cache import HoldsByReport, NodeCache
 from extender.node_reports import ReportDecoder
 from extender.pod_requests import PodRequests
 from extender.pod_watch import PodWatch
@@ -52,7 +52,7 @@ from extender.protocol import (
     parse_binding,
     parse_preemption,
 )
-from extender.reservations import DEFAULT_TTL, Reservations
+from gpupair.reservations import DEFAULT_TTL, Reservations
 from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError
 from gpupair.service import add_health_routes
@@ -110,29 +110,20 @@ def assemble(
     decoder = ReportDecoder(stale_after)
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
-    holder: dict[str, DecisionTables] = {}
     beats: Heartbeats | None = None
     alive: Callable[[str], float | None] = lambda name: None
     if heartbeats:
-        def on_renewal(name: str) -> None:
-            if "tables" in holder:
-                holder["tables"].node_alive(name, clock())
-
-        beats = Heartbeats(on_renewal)
+        beats = Heartbeats()
         alive = beats.get
         metrics.watch_heartbeats(lambda: len(beats))
     if node_cache:
-        def on_report(name: str, entry: Any) -> None:
-            if entry.report is not None:
-                reservations.observe_report(name, entry.report.state.free, entry.report.ledger)
-            holder["tables"].node_changed(name, entry, clock())
-
-        def on_gone(name: str) -> None:
-            reservations.node_gone(name)
-            holder["tables"].node_gone(name)
-
-        cache = NodeCache(decoder, on_report=on_report, on_gone=on_gone)
-        tables = holder["tables"] = DecisionTables(decider, cache.items, cache.get, alive)
+        # A report flows one way: the cache decodes it, then tells its listeners in order.
+        cache = NodeCache(decoder, clock)
+        tables = DecisionTables(decider, cache.items, cache.get, alive)
+        cache.subscribe(HoldsByReport(reservations))
+        cache.subscribe(tables)
+        if beats is not None:
+            beats.subscribe(lambda name: tables.node_alive(name, clock()))
         metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive,

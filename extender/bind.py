@@ -18,7 +18,7 @@ from kubernetes_asyncio import client as k8s
 from extender.evaluation import Evaluator
 from extender.pod_requests import PodRequests
 from extender.protocol import ExtenderBindingArgs
-from extender.reservations import Reservation, Reservations
+from gpupair.reservations import Reservation, Reservations
 from gpupair import kube
 from gpupair.verdict import PLANNED_KEY, format_set
 

@@ -15,9 +15,9 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 
-from extender.decisions import Decider, NodeDecision
+from gpupair.decisions import Decider, NodeDecision
 from extender.node_reports import ReportEntry
-from extender.reservations import NO_HOLD
+from gpupair.reservations import NO_HOLD
 from gpupair.intent import Intent
 
 MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct ones

@@ -19,10 +19,10 @@ from typing import Any
 from cachetools import LRUCache
 
 from extender.decision_tables import DecisionTables, host_priority_json
-from extender.decisions import Decider, FilterOutcome, NodeDecision
+from gpupair.decisions import Decider, FilterOutcome, NodeDecision
 from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
-from extender.reservations import NO_HOLD, Reservations
+from gpupair.reservations import NO_HOLD, Reservations
 from gpupair.intent import Intent, pod_intent
 
 log = logging.getLogger("gpupair.extender")

@@ -25,7 +25,7 @@ log = logging.getLogger("gpupair.extender.heartbeats")
 
 class Heartbeats:
     def __init__(self, on_renewal: Callable[[str], None] | None = None):
-        self._on_renewal = on_renewal or (lambda name: None)
+        self._listeners: list[Callable[[str], None]] = [on_renewal] if on_renewal else []
         self._renewed: dict[str, float] = {}
         self.listed = False
         self.events = 0  # renewals seen, for tests and the scale bench
@@ -60,6 +60,13 @@ class Heartbeats:
         if self._renewed.get(name) != at:
             self._renewed[name] = at
             self._on_renewal(name)
+
+    def subscribe(self, on_renewal: Callable[[str], None]) -> None:
+        self._listeners.append(on_renewal)
+
+    def _on_renewal(self, name: str) -> None:
+        for listener in self._listeners:
+            listener(name)
 
     # ---- readers
 

@@ -76,7 +76,7 @@ async def _main(args: argparse.Namespace) -> int:
     from kubernetes_asyncio import client as k8s
 
     from extender.app import assemble, build_app
-    from extender.decisions import Decider, Unreported
+    from gpupair.decisions import Decider, Unreported
     from extender.list_watch import ListWatch
     from gpupair import kube
     from gpupair.intent import Intent

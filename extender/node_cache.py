@@ -8,25 +8,44 @@ memoised decisions). Ready once the first list is in.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.reservations import Reservations
 from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
 
 
+class NodeListener(Protocol):
+    """What learns of each report change, in the order subscribed."""
+
+    def node_changed(self, name: str, entry: ReportEntry, now: float) -> None: ...
+
+    def node_gone(self, name: str) -> None: ...
+
+
+class HoldsByReport:
+    """Reservations as a listener: each usable report ends the holds its ledger lists."""
+
+    def __init__(self, reservations: Reservations):
+        self.reservations = reservations
+
+    def node_changed(self, name: str, entry: ReportEntry, now: float) -> None:
+        if entry.report is not None:
+            self.reservations.observe_report(name, entry.report.state.free, entry.report.ledger)
+
+    def node_gone(self, name: str) -> None:
+        self.reservations.node_gone(name)
+
+
 class NodeCache:
-    def __init__(
-        self,
-        decoder: ReportDecoder,
-        on_report: Callable[[str, ReportEntry], None] | None = None,
-        on_gone: Callable[[str], None] | None = None,
-    ):
+    def __init__(self, decoder: ReportDecoder, clock: Callable[[], float] = time.time):
         self._decoder = decoder
-        self._on_report = on_report or (lambda name, entry: None)
-        self._on_gone = on_gone or (lambda name: None)
+        self._clock = clock
+        self._listeners: list[NodeListener] = []
         self._entries: dict[str, ReportEntry] = {}
         self._raw: dict[str, tuple[Any, Any, Any]] = {}
         self.ready = False
@@ -55,6 +74,9 @@ class NodeCache:
             self._remove(name)
         else:
             self._update(name, obj)
+
+    def subscribe(self, listener: NodeListener) -> None:
+        self._listeners.append(listener)
 
     # ---- readers
 
@@ -88,12 +110,15 @@ class NodeCache:
         elif entry.report.ledger_problem:
             log.warning("node allocation ledger unusable; deciding without it",
                         extra={"node": name, "why": entry.report.ledger_problem})
-        self._on_report(name, entry)
+        now = self._clock()
+        for listener in self._listeners:
+            listener.node_changed(name, entry, now)
 
     def _remove(self, name: str) -> None:
         if self._entries.pop(name, None) is not None:
             self._raw.pop(name, None)
-            self._on_gone(name)
+            for listener in self._listeners:
+                listener.node_gone(name)
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 
 from cachetools import LRUCache
 
-from extender.decisions import Decider, NodeDecision, NodeView
-from extender.reservations import NO_HOLD, Hold
+from gpupair.decisions import Decider, NodeDecision, NodeView
+from gpupair.reservations import NO_HOLD, Hold
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
 from gpupair.report import (

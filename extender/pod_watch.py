@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from extender.pod_requests import PodRequests
-from extender.reservations import Reservations
+from gpupair.reservations import Reservations
 from gpupair.pod_request import PodRequestError
 
 log = logging.getLogger("gpupair.extender.pods")

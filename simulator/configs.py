@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.reservations import DEFAULT_TTL
+from gpupair.reservations import DEFAULT_TTL
 from gpupair.policies import Policy, policy_named
 from simulator.kube_scoring import PROFILES, Profile
 from simulator.schedulers import SCHEDULERS, Scheduler

@@ -12,7 +12,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from extender.reservations import DEFAULT_TTL
+from gpupair.reservations import DEFAULT_TTL
 from gpupair.layout import NodeLayout
 from gpupair.policies import Policy
 

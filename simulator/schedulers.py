@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from extender.decisions import Decider, NodeDecision, NodeView
+from gpupair.decisions import Decider, NodeDecision, NodeView
 from extender.protocol import MAX_EXTENDER_PRIORITY
-from extender.reservations import DEFAULT_TTL, Reservation, Reservations
+from gpupair.reservations import DEFAULT_TTL, Reservation, Reservations
 from simulator.cluster import NAMESPACE, Cluster
 from simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
 

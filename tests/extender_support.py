@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from extender.app import Extender, assemble, build_app
-from extender.decisions import Decider, Unreported
+from gpupair.decisions import Decider, Unreported
 from extender.list_watch import ListWatch
 from gpupair.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout

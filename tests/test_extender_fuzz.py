@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions import Decider, NodeView, Unreported
+from gpupair.decisions import Decider, NodeView, Unreported
 from extender.evaluation import Offer
 from extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult
-from extender.reservations import Reservation
+from gpupair.reservations import Reservation
 from gpupair.report import FREE_KEY, TOPOLOGY_KEY, ReportError, decode_annotations
 from tests.extender_support import NOW, make_extender, node_object, report_annotations, serving
 

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.decisions import Decider, NodeView, Unreported
+from gpupair.decisions import Decider, NodeView, Unreported
 from gpupair import placement
 from gpupair.layout import Device, NodeLayout, NodeState
 from simulator.shapes import seed_layout

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from extender.decisions import Decider, NodeView
+from gpupair.decisions import Decider, NodeView
 from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_intent
 from gpupair.layout import NodeState
 from tests.extender_support import (

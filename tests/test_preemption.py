@@ -1,4 +1,4 @@
-"""The preemption core (extender/preemption.py) on its own: hypothesis properties against the
+"""The preemption core (gpupair/preemption.py) on its own: hypothesis properties against the
 Decider the filter runs, and the cases the docstring names."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from itertools import combinations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions import Decider, NodeView
-from extender.preemption import DROPPED, KEPT, TRIMMED, UNKNOWN, NodeSituation, Preemption, Victim, VictimGPUs
-from extender.reservations import Hold
+from gpupair.decisions import Decider, NodeView
+from gpupair.preemption import DROPPED, KEPT, TRIMMED, UNKNOWN, NodeSituation, Preemption, Victim, VictimGPUs
+from gpupair.reservations import Hold
 from gpupair.intent import Intent
 from gpupair.layout import NodeState
 from tests.layouts import seed_layout

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.decisions import Decider, NodeView
+from gpupair.decisions import Decider, NodeView
 from gpupair.report import FREE_KEY, decode_annotations, decode_layout
 from reporter.allocations import PodResourcesClient
 from reporter.app import build_app

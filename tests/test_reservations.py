@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extender.reservations import Hold, Reservation, Reservations
+from gpupair.reservations import Hold, Reservation, Reservations
 from gpupair.report import Ledger
 
 ALL = frozenset(range(8))

@@ -14,8 +14,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from extender.decisions import Decider, NodeView
-from extender.reservations import Reservation, Reservations
+from gpupair.decisions import Decider, NodeView
+from gpupair.reservations import Reservation, Reservations
 from gpupair.layout import NodeState
 from gpupair.policies import POLICIES
 from gpupair.report import Ledger

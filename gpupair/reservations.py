@@ -37,7 +37,7 @@ from cachetools import TTLCache
 
 from gpupair.report import Ledger
 
-log = logging.getLogger("gpupair.extender.reservations")
+log = logging.getLogger("gpupair.reservations")
 
 DEFAULT_TTL = 120.0
 OUTCOMES = ("confirmed", "deviated", "expired", "released")

@@ -33,8 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from extender.decisions import Decider, NodeDecision, NodeView
-from extender.reservations import NO_HOLD, Hold
+from gpupair.decisions import Decider, NodeDecision, NodeView
+from gpupair.reservations import NO_HOLD, Hold
 from gpupair.intent import Intent
 from gpupair.layout import NodeState
 
