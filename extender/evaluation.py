@@ -1,25 +1,25 @@
-"""The core's decision for each node offered in one filter or prioritize request.
+"""What the extender knows per node, for every verb: the core's decision for each node offered.
 
-Both verbs ask the same question of the same Decider the simulator uses; this module only
+Every verb asks the same question of the same Decider the simulator uses; this module only
 supplies what the extender knows per node: its report entry (from the request's Node objects
-or the node cache), the devices reserved there, and the time for staleness. In NodeNames mode
-the answers come from DecisionTables (the same decisions, kept per GPU count) and only nodes
-holding reservations are decided afresh.
+or the node cache), what the node owes to pods bound there, its Lease, and the time for
+staleness. The verbs' own logic lives in filter.py, prioritize.py, bind.py and preempt.py; in
+NodeNames mode filter and prioritize answer from DecisionTables (the same decisions, kept per
+GPU count and intent) and decide afresh only nodes that hold reservations.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from itertools import filterfalse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cachetools import LRUCache
 
-from extender.decision_tables import DecisionTables, host_priority_json
-from gpupair.decisions import Decider, FilterOutcome, NodeDecision
+from extender.decision_tables import DecisionTables
+from gpupair.decisions import Decider, NodeDecision
 from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
@@ -94,34 +94,6 @@ class Evaluator:
             for name in (offer.names if names is None else names)
         ]
 
-    def verdicts(self, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> FilterOutcome:
-        if offer.cached:
-            return self._table_verdicts(gpus, offer, intent)
-        out = FilterOutcome()
-        for name, decision in zip(offer.names, self.decisions(gpus, offer, intent=intent)):
-            out.add(name, decision)
-        return out
-
-    def scores_json(self, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> str:
-        """The HostPriorityList for the offered names, as JSON."""
-        if offer.cached:
-            assert self.tables is not None
-            names = offer.names
-            fragments = self.tables.table(gpus, self.clock(), intent).score_json
-            # Nodes holding reservations, and names the cache does not know, are decided
-            # afresh; their fragments go into a copy of the table's (a C-level dict copy).
-            held = self._held(offer)
-            if held:
-                fragments = self._with_fresh(gpus, offer, fragments, held, intent)
-            try:
-                return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
-            except KeyError:
-                unknown = set(filterfalse(fragments.__contains__, names))
-                fragments = self._with_fresh(gpus, offer, fragments, unknown, intent)
-                return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
-        decisions = self.decisions(gpus, offer, intent=intent)
-        return "[" + ",".join(host_priority_json(n, d.score) for n, d in zip(offer.names, decisions)) + "]"
-
     def intent_of(self, pod: Any) -> Intent:
         """The pod's placement intent; a bad value counts as required, and is logged."""
         intent, problem = pod_intent(pod, self.default_intent)
@@ -152,40 +124,7 @@ class Evaluator:
 
     # ---- internals
 
-    def _table_verdicts(self, gpus: int, offer: Offer, intent: Intent) -> FilterOutcome:
-        assert self.tables is not None
-        table = self.tables.table(gpus, self.clock(), intent)
-        names = offer.names
-        passing = table.passing
-        # filter() with a bound __contains__ runs the loop in C; it also computes each fresh
-        # name's hash once, for every later lookup of this request.
-        passed = list(filter(passing.__contains__, names))
-        held = self._held(offer)
-        if len(passed) == len(names) and not held:
-            return FilterOutcome(passed)
-        out = FilterOutcome(list(filterfalse(held.__contains__, passed)) if held else passed)
-        redo = held
-        if len(passed) < len(names):
-            others = set(filterfalse(passing.__contains__, names))
-            others -= held
-            for found, decided in ((out.failed, table.failed), (out.unresolvable, table.unresolvable)):
-                common = decided.keys() & others
-                found.update(zip(common, map(decided.__getitem__, common)))
-                others -= common
-            redo = redo | others  # names the cache does not know
-        # Nodes holding reservations, and unknown names, are decided afresh.
-        order = list(redo)
-        for name, decision in zip(order, self.decisions(gpus, offer, order, intent)):
-            out.add(name, decision)
-        return out
-
-    def _with_fresh(self, gpus: int, offer: Offer, fragments: dict[str, str], names: set[str],
-                    intent: Intent) -> dict[str, str]:
-        order = list(names)
-        return {**fragments, **{name: host_priority_json(name, decision.score)
-                                for name, decision in zip(order, self.decisions(gpus, offer, order, intent))}}
-
-    def _held(self, offer: Offer) -> set[str]:
+    def held(self, offer: Offer) -> set[str]:
         """Offered names whose table entry does not apply: they hold reservations."""
         reserved = self.reservations.by_node()
         return set(reserved).intersection(offer.names) if reserved else set()

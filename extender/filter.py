@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import filterfalse
 
-from extender.evaluation import Evaluator
+from extender.evaluation import Evaluator, Offer
 from extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
+from gpupair.decisions import FilterOutcome
 from gpupair.intent import Intent
 
 
@@ -24,7 +26,7 @@ def filter_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
     under the pod's placement ``intent``. Only offered nodes appear, each in one of passed,
     FailedNodes or FailedAndUnresolvableNodes."""
     offer = evaluator.offer(args)
-    verdicts = evaluator.verdicts(gpus, offer, intent)
+    verdicts = filter_verdicts(evaluator, gpus, offer, intent)
     if offer.nodes is None:
         result = ExtenderFilterResult.model_construct(
             Nodes=None, NodeNames=verdicts.passed, FailedNodes=verdicts.failed,
@@ -38,3 +40,41 @@ def filter_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
             FailedNodes=verdicts.failed, FailedAndUnresolvableNodes=verdicts.unresolvable, Error="",
         )
     return FilterAnswer(result, len(verdicts.passed), len(verdicts.failed), len(verdicts.unresolvable))
+
+
+def filter_verdicts(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> FilterOutcome:
+    """Passed, failed and unresolvable for the offered names: from the tables where they apply."""
+    if offer.cached:
+        return _table_verdicts(evaluator, gpus, offer, intent)
+    out = FilterOutcome()
+    for name, decision in zip(offer.names, evaluator.decisions(gpus, offer, intent=intent)):
+        out.add(name, decision)
+    return out
+
+
+def _table_verdicts(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent) -> FilterOutcome:
+    assert evaluator.tables is not None
+    table = evaluator.tables.table(gpus, evaluator.clock(), intent)
+    names = offer.names
+    passing = table.passing
+    # filter() with a bound __contains__ runs the loop in C; it also computes each fresh
+    # name's hash once, for every later lookup of this request.
+    passed = list(filter(passing.__contains__, names))
+    held = evaluator.held(offer)
+    if len(passed) == len(names) and not held:
+        return FilterOutcome(passed)
+    out = FilterOutcome(list(filterfalse(held.__contains__, passed)) if held else passed)
+    redo = held
+    if len(passed) < len(names):
+        others = set(filterfalse(passing.__contains__, names))
+        others -= held
+        for found, decided in ((out.failed, table.failed), (out.unresolvable, table.unresolvable)):
+            common = decided.keys() & others
+            found.update(zip(common, map(decided.__getitem__, common)))
+            others -= common
+        redo = redo | others  # names the cache does not know
+    # Nodes holding reservations, and unknown names, are decided afresh.
+    order = list(redo)
+    for name, decision in zip(order, evaluator.decisions(gpus, offer, order, intent)):
+        out.add(name, decision)
+    return out

@@ -3,7 +3,10 @@ under ``preferred`` placement a node without a close set scores 0, under ``none`
 
 from __future__ import annotations
 
-from extender.evaluation import Evaluator
+from itertools import filterfalse
+
+from extender.decision_tables import host_priority_json
+from extender.evaluation import Evaluator, Offer
 from extender.protocol import ExtenderArgs
 from gpupair.intent import Intent
 
@@ -15,4 +18,32 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
     report, or not passing), gets 0: no opinion. Built as JSON text directly: thousands of
     entries through model objects would cost more than the decisions themselves."""
     offer = evaluator.offer(args)
-    return evaluator.scores_json(gpus, offer, intent)
+    return scores_json(evaluator, gpus, offer, intent)
+
+
+def scores_json(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> str:
+    """The HostPriorityList for the offered names, as JSON."""
+    if offer.cached:
+        assert evaluator.tables is not None
+        names = offer.names
+        fragments = evaluator.tables.table(gpus, evaluator.clock(), intent).score_json
+        # Nodes holding reservations, and names the cache does not know, are decided
+        # afresh; their fragments go into a copy of the table's (a C-level dict copy).
+        held = evaluator.held(offer)
+        if held:
+            fragments = _with_fresh(evaluator, gpus, offer, fragments, held, intent)
+        try:
+            return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
+        except KeyError:
+            unknown = set(filterfalse(fragments.__contains__, names))
+            fragments = _with_fresh(evaluator, gpus, offer, fragments, unknown, intent)
+            return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
+    decisions = evaluator.decisions(gpus, offer, intent=intent)
+    return "[" + ",".join(host_priority_json(n, d.score) for n, d in zip(offer.names, decisions)) + "]"
+
+
+def _with_fresh(evaluator: Evaluator, gpus: int, offer: Offer, fragments: dict[str, str], names: set[str],
+                intent: Intent) -> dict[str, str]:
+    order = list(names)
+    return {**fragments, **{name: host_priority_json(name, decision.score)
+                            for name, decision in zip(order, evaluator.decisions(gpus, offer, order, intent))}}

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from gpupair.decisions import Decider, NodeView, Unreported
 from extender.evaluation import Offer
+from extender.filter import filter_verdicts
+from extender.prioritize import scores_json
 from extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult
 from gpupair.reservations import Reservation
 from gpupair.report import FREE_KEY, TOPOLOGY_KEY, ReportError, decode_annotations
@@ -296,10 +298,10 @@ def test_decision_tables_agree_with_deciding_afresh(ops, fail, shuffled, cut):
             tabled = Offer(names, cache.get, evaluator.uncached, cached=True)
             fresh = Offer(names, cache.get, evaluator.uncached, cached=False)
             for gpus in (0, 1, 2, 3, 5, 9):
-                a, b = evaluator.verdicts(gpus, tabled), evaluator.verdicts(gpus, fresh)
+                a, b = filter_verdicts(evaluator, gpus, tabled), filter_verdicts(evaluator, gpus, fresh)
                 assert sorted(a.passed) == sorted(b.passed)
                 assert a.failed == b.failed and a.unresolvable == b.unresolvable
-                assert evaluator.scores_json(gpus, tabled) == evaluator.scores_json(gpus, fresh)
+                assert scores_json(evaluator, gpus, tabled) == scores_json(evaluator, gpus, fresh)
 
 
 # ---------------------------------------------------------------- the NodeNames fast path
