@@ -17,6 +17,7 @@ import signal
 import sys
 from typing import TextIO
 
+from gpupair.flags import UsageError, add_kube_flags, add_resource_name
 from gpupair.service import add_common_flags, add_flag, setup_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -35,9 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--image", DEFAULT_IMAGE, "image with nvidia-smi and bash")
     add_flag(parser, "--timeout", 180.0, "seconds a round waits for its pods to finish")
     add_flag(parser, "--output", "results.tsv", "TSV file to write (the seed's columns)")
-    add_flag(parser, "--kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, in-cluster, ~/.kube/config")
-    add_flag(parser, "--context", "", "kubeconfig context; empty: the current one")
-    add_flag(parser, "--resource-name", "nvidia.com/gpu", "extended resource the pods ask for")
+    add_kube_flags(parser)
+    add_resource_name(parser)
     add_flag(parser, "--scheduler-name", "", "spec.schedulerName for the pods (e.g. gpupair-scheduler); "
                                              "empty: the cluster default")
     add_flag(parser, "--poll-interval", 2.0, "seconds between pod status polls")
@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
             rounds=args.rounds, pods_per_round=args.pods_per_round, timeout=args.timeout,
             poll_interval=args.poll_interval, delete_timeout=args.delete_timeout)
     except ValueError as exc:
-        print(f"gpupair audit: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        raise UsageError(str(exc)) from None
     try:
         output = open(args.output, "w", encoding="utf-8", newline="\n")
     except OSError as exc:

@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     token = scratch / "token"
     token.write_text("bench-token\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_")}
-    env |= {"GPUPAIR_HOST_IP": "127.0.0.1", "GPUPAIR_REPORTER_PORT": str(server.server_address[1]),
-            "GPUPAIR_TOKEN_PATH": str(token)}
+    env |= {"GPUPAIR_VERIFY_HOST_IP": "127.0.0.1", "GPUPAIR_REPORTER_PORT": str(server.server_address[1]),
+            "GPUPAIR_VERIFY_TOKEN_PATH": str(token)}
 
     cases: dict[str, tuple] = {
         "python -c pass": (time_exit, [sys.executable, "-c", "pass"], None),

@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import gc
 import logging
-import ssl
+from typing import TYPE_CHECKING
 
-from gpupair import leases
-from gpupair.pod_request import DEFAULT_RESOURCE
-from gpupair.service import add_common_flags, add_flag, add_placement_flag, serve, setup_logging
+from gpupair.flags import add_default_placement, add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags
+from gpupair.service import add_common_flags, add_flag, serve, setup_logging
+
+if TYPE_CHECKING:
+    from gpupair.tls import ReloadingTLS
 
 log = logging.getLogger("gpupair.extender")
 
@@ -18,14 +20,13 @@ log = logging.getLogger("gpupair.extender")
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on")
     add_flag(parser, "--port", 8888, "port to listen on")
-    add_flag(parser, "--kubeconfig", "", "kubeconfig file (empty: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    add_flag(parser, "--resource", DEFAULT_RESOURCE, "extended resource name of the GPUs")
+    add_kube_flags(parser)
+    add_resource_name(parser, deprecated=("--resource",))
     add_flag(parser, "--stale-after", 300.0,
              "seconds after which a node's report counts as stale (0: never), from the newest of the "
              "report's reportedAt and the node's Lease renewal")
-    add_flag(parser, "--heartbeat-namespace", leases.own_namespace(),
-             "namespace of the reporters' node Leases, watched for freshness (default: this pod's; "
-             "'' to judge freshness from the reports alone)")
+    add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone",
+                        deprecated=("--heartbeat-namespace",))
     add_flag(parser, "--unreported", "fail",
              "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "
              "there with the reason, or 'pass' them unscored", choices=("fail", "pass"))
@@ -40,19 +41,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "list+watch nodes for NodeNames mode (nodeCacheCapable: true)")
     add_flag(parser, "--api-timeout", 4.0,
              "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)")
-    add_flag(parser, "--tls-cert-file", "", "serve HTTPS with this certificate (PEM)")
-    add_flag(parser, "--tls-key-file", "", "private key for --tls-cert-file (PEM)")
-    add_placement_flag(parser)
+    add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
+    add_default_placement(parser)
     add_common_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpupair.tls import serving_tls
+
     setup_logging(args.log_level)
-    if bool(args.tls_cert_file) != bool(args.tls_key_file):
-        log.error("--tls-cert-file and --tls-key-file go together")
-        return 2
+    tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # before any API call: fail fast
     try:
-        return asyncio.run(_main(args))
+        return asyncio.run(_main(args, tls))
     except KeyboardInterrupt:
         return 0
 
@@ -72,7 +72,7 @@ async def _freeze_when_ready(cache, poll: float = 0.1) -> None:
     log.info("node cache frozen for the garbage collector", extra={"frozen": gc.get_freeze_count()})
 
 
-async def _main(args: argparse.Namespace) -> int:
+async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     from kubernetes_asyncio import client as k8s
 
     from extender.app import assemble, build_app
@@ -83,14 +83,14 @@ async def _main(args: argparse.Namespace) -> int:
     from gpupair.policies import policy_named
 
     try:
-        api = await kube.api_client(args.kubeconfig or None)
+        api = await kube.api_client(args.kubeconfig or None, args.context or None)
     except kube.KubeConfigError as exc:
         log.error("no Kubernetes API access", extra={"error": str(exc)})
         return 1
     decider = Decider(policy=policy_named(args.policy), unreported=Unreported(args.unreported))
     extender = assemble(
         decider=decider,
-        resource=args.resource,
+        resource=args.resource_name,
         api=api,
         stale_after=args.stale_after or None,
         node_cache=args.node_cache,
@@ -98,7 +98,7 @@ async def _main(args: argparse.Namespace) -> int:
         annotate_plan=args.annotate_plan,
         default_intent=Intent(args.default_placement),
         api_timeout=args.api_timeout,
-        heartbeats=bool(args.heartbeat_namespace),
+        heartbeats=bool(args.lease_namespace),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts
@@ -109,7 +109,7 @@ async def _main(args: argparse.Namespace) -> int:
     if extender.heartbeats is not None:
         from extender.heartbeats import list_leases
 
-        watches.append(ListWatch("leases", list_leases(api, args.heartbeat_namespace), extender.heartbeats,
+        watches.append(ListWatch("leases", list_leases(api, args.lease_namespace), extender.heartbeats,
                                  on_restart=lambda why: restarts.labels("leases", why).inc()))
     if extender.pod_watch is not None:
         watches.append(ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch,
@@ -117,12 +117,8 @@ async def _main(args: argparse.Namespace) -> int:
     tasks = [asyncio.create_task(w.run(), name=f"watch-{w.resource}") for w in watches]
     if extender.node_cache is not None:
         tasks.append(asyncio.create_task(_freeze_when_ready(extender.node_cache)))
-    ssl_context = None
-    if args.tls_cert_file:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.load_cert_chain(args.tls_cert_file, args.tls_key_file)
     try:
-        await serve(build_app(extender), args.host, args.port, ssl_context=ssl_context)
+        await serve(build_app(extender), args.host, args.port, ssl_context=None if tls is None else tls.context)
     finally:
         for task in tasks:
             task.cancel()

@@ -36,11 +36,12 @@ def build_parser(only: str | None = None, *, names_only: bool = False) -> argpar
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
+        command.gpupair_command = name  # gpupair.flags names the command's variables after it
         if names_only or (only is not None and name != only):
             continue
         module = importlib.import_module(module_name)
         module.configure(command)
-        command.set_defaults(_run=module.run)
+        command.set_defaults(_run=module.run, _parser=command)
     return parser
 
 
@@ -55,7 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         parser = build_parser(names_only=True)
     args = parser.parse_args(argv)
-    return int(args._run(args) or 0)
+    # Every command logs the same JSON lines from here on, deprecation warnings first.
+    from gpupair.flags import UsageError, warn_deprecated
+    from gpupair.service import setup_logging
+
+    setup_logging(args.log_level)
+    warn_deprecated(args._parser)
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as error:
+        args._parser.error(str(error))  # argparse's format: usage, then `gpupair CMD: error: ...`; exit 2
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-DEFAULT_RESOURCE = "nvidia.com/gpu"
+from gpupair import defaults
+
+DEFAULT_RESOURCE = defaults.RESOURCE_NAME
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _SUFFIX = {

@@ -7,14 +7,14 @@ library: aiohttp, prometheus_client and asyncio load only in the functions that 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from gpupair import flags
 
 if TYPE_CHECKING:
     import ssl
@@ -23,31 +23,9 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-
-
-def add_flag(parser, flag: str, default: Any, help: str, **kwargs: Any) -> None:
-    """Add ``--flag`` whose default comes from GPUPAIR_FLAG (dashes become underscores).
-
-    A non-boolean env value goes to argparse as a string default, which argparse converts
-    with the flag's type: a bad value is a usage error naming the flag, not a traceback."""
-    env = flag.lstrip("-").replace("-", "_").upper()
-    raw = os.environ.get(f"GPUPAIR_{env}")
-    value = default
-    if isinstance(default, bool):
-        kwargs.setdefault("action", argparse.BooleanOptionalAction)
-        if raw is not None:
-            word = raw.strip().lower()
-            if word not in _TRUE + _FALSE:
-                parser.error(f"GPUPAIR_{env}={raw!r}: expected one of {', '.join(_TRUE + _FALSE[:-1])}")
-            value = word in _TRUE
-    else:
-        if default is not None:
-            kwargs.setdefault("type", type(default))
-        if raw is not None:
-            value = raw
-    parser.add_argument(flag, default=value, help=f"{help} (env GPUPAIR_{env}, default %(default)s)", **kwargs)
+# The flag helpers live in gpupair.flags (the command-line contract); re-exported for the commands.
+add_flag = flags.add_flag
+add_common_flags = flags.add_log_level
 
 
 class JsonFormatter(logging.Formatter):
@@ -77,19 +55,6 @@ def setup_logging(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-def add_common_flags(parser) -> None:
-    add_flag(parser, "--log-level", "info", "log level: debug, info, warning, error")
-
-
-def add_placement_flag(parser) -> None:
-    """The cluster default placement intent; the extender and the webhook must agree on it."""
-    from gpupair.intent import Intent
-
-    add_flag(parser, "--default-placement", Intent.REQUIRED.value,
-             "placement intent of pods with no gpupair.io/placement annotation (and, at the webhook, "
-             "no namespace default): required, preferred or none", choices=tuple(i.value for i in Intent))
 
 
 def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:

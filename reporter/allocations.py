@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
+from gpupair import defaults
 from gpupair.layout import NodeLayout, NodeState
 from reporter.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("gpupair.reporter.allocations")
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-NVIDIA_GPU = "nvidia.com/gpu"
+NVIDIA_GPU = defaults.RESOURCE_NAME
 # The kubelet's own podresources client allows 16 MiB answers; List on a busy node is large.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _REPLICA_SEPARATOR = "::"

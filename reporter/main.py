@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -22,10 +21,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupair import leases
+from gpupair import defaults, flags
 from gpupair.layout import NodeLayout
+from gpupair.layout_file import LayoutFileError
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
-from reporter.allocations import DEFAULT_SOCKET, NVIDIA_GPU, PodResourcesClient
+from reporter.allocations import DEFAULT_SOCKET, PodResourcesClient
 from reporter.app import build_app
 from reporter.checkpoint_watch import DEFAULT_CHECKPOINT, CheckpointWatch
 from reporter.heartbeat import KubeLeases, LeaseKeeper
@@ -40,23 +40,22 @@ from reporter.scan import (
     UnknownDevicesError,
     parse_id_list,
 )
-from reporter.topology_source import FileLayoutSource, LayoutSource, NvmlLayoutSource, TopologyFileError
+from reporter.topology_source import FileLayoutSource, LayoutSource, NvmlLayoutSource
 
 log = logging.getLogger("gpupair.reporter")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED = 0, 1  # usage errors: exit 2, from gpupair.cli
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--node-name", os.environ.get("NODE_NAME", ""),
-             "this node's name, from the downward API (also env NODE_NAME)")
-    add_flag(parser, "--resource-name", NVIDIA_GPU, "extended resource the device plugin advertises")
+    add_flag(parser, "--node-name", "", "this node's name, from the downward API (also env NODE_NAME)",
+             fallback_env=("NODE_NAME",))
+    flags.add_resource_name(parser)
     add_flag(parser, "--scan-interval", 5.0, "seconds between scans")
     add_flag(parser, "--heartbeat", 30.0,
              "seconds between liveness signals: renewals of this node's Lease (with --lease-namespace '': "
              "re-writes of the unchanged annotations)")
-    add_flag(parser, "--lease-namespace", leases.own_namespace(),
-             "namespace of the node's liveness Lease (default: this pod's); '' for no Lease")
+    flags.add_lease_namespace(parser, "where this node's liveness Lease is renewed; '' for no Lease")
     add_flag(parser, "--lease-duration", 120, "leaseDurationSeconds written on the Lease (for people and "
              "tools reading it; the extender goes by its own --stale-after)")
     add_flag(parser, "--annotation-refresh", 90.0,
@@ -68,24 +67,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "kubelet device checkpoint; a change triggers a rescan at once ('' to disable)")
     add_flag(parser, "--checkpoint-poll", 0.5, "seconds between checks of the checkpoint file")
     add_flag(parser, "--host", "0.0.0.0", "address for /healthz, /readyz, /metrics and /v1/verify")
-    add_flag(parser, "--port", 9400, "port for the same")
-    add_flag(parser, "--token-audience", "gpupair-reporter",
-             "audience a verifier's service-account token must carry")
-    add_flag(parser, "--topology-file", "",
-             "read the layout from an `nvidia-smi topo -m` output or the core's topology JSON instead of NVML")
+    add_flag(parser, "--port", defaults.REPORTER_PORT, "port for the same (the webhook's and verifier's --reporter-port)")
+    flags.add_token_audience(parser, "audience a verifier's service-account token must carry "
+                                     "(the webhook's --token-audience)")
+    flags.add_topology_file(parser, "read the layout from a file instead of NVML: `nvidia-smi topo -m` output, "
+                                    "topology JSON, a Node, or this command's --once --dry-run output")
     add_flag(parser, "--allocated", None,
              "comma-separated allocated devices (indices or UUIDs), instead of asking the kubelet")
     add_flag(parser, "--layout-file", "",
              "also keep the topology JSON in this file (a host directory node-local readers mount)")
     add_flag(parser, "--once", False, "scan once, write if due, and exit")
     add_flag(parser, "--dry-run", False, "print the annotations as one JSON object instead of writing them")
-    add_flag(parser, "--kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    flags.add_kube_flags(parser)
     add_common_flags(parser)
 
 
-class UsageError(ValueError):
-    """A flag combination or value the reporter cannot work with."""
-
+UsageError = flags.UsageError  # a flag combination or value the reporter cannot work with
 
 def check_args(args: argparse.Namespace) -> None:
     for flag in ("scan_interval", "heartbeat", "checkpoint_poll", "lease_duration"):
@@ -168,7 +165,7 @@ async def _api_client(args: argparse.Namespace) -> Any:
     from gpupair import kube  # kubernetes-asyncio takes a while to import; dry runs skip it
 
     try:
-        return await kube.api_client(args.kubeconfig or None)
+        return await kube.api_client(args.kubeconfig or None, args.context or None)
     except kube.KubeConfigError as error:
         raise UsageError(str(error)) from None
 
@@ -251,9 +248,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_args(args)
         code = asyncio.run(run_once(args) if args.once else run_service(args))
-    except (UsageError, TopologyFileError, UnknownDevicesError) as error:
-        print(f"gpupair reporter: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    except (LayoutFileError, UnknownDevicesError) as error:
+        raise UsageError(str(error)) from None  # gpupair.cli prints it as argparse does: exit 2
     except NvmlUnavailable as error:
         print(f"gpupair reporter: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gpupair.flags import UsageError, add_log_level, add_topology_file
 from gpupair.service import add_flag
 
 
@@ -39,8 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "seconds of simulated time after which a hold nothing ended expires, as the extender's flag "
              "(fleet: 60 s per step); what bounds gpupair-legacy's wrong guesses")
     add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
-    add_flag(parser, "--topology", "", "node shape from a real `nvidia-smi topo -m` output or gpupair topology JSON "
-             "(default: the field report's 8-GPU node)")
+    add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
+                      "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
+                      deprecated=("--topology",))
     add_flag(parser, "--nodes", 0, "number of nodes (default: 4 for seed, 64 for fleet)")
     add_flag(parser, "--runs", 2, "seed scenario: runs per configuration")
     add_flag(parser, "--rounds", 10, "seed scenario: rounds per run")
@@ -54,28 +56,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here")
     add_flag(parser, "--plot", "", "draw the comparison into this PNG file")
     add_flag(parser, "--progress", True, "show a progress bar on stderr when it is a terminal")
+    add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from gpupair.smi_topo import TopoParseError
-    from gpupair.report import ReportError
+    from gpupair.layout_file import read_layout
     from simulator import output
     from simulator.configs import parse_configs
     from simulator.fleet import FleetScenario, run_fleet
     from simulator.interference import Interference
     from simulator.seed_scenario import SeedScenario, run_seed_scenario
-    from simulator.shapes import layout_from_file, seed_layout
+    from simulator.shapes import seed_layout
 
     try:
         configs = parse_configs(args.configs, args.scheduler_profile)
-        layout = layout_from_file(args.topology) if args.topology else seed_layout()
+        layout = read_layout(args.topology_file) if args.topology_file else seed_layout()
         resources = _resources(args)
         resources["interference"] = Interference(args.plugin_deviation, args.pinned_share, args.reservation_ttl)
-    except (ValueError, OSError, TopoParseError, ReportError) as exc:
-        print(f"gpupair simulate: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # LayoutFileError is one
+        raise UsageError(str(exc)) from None
 
     if args.scenario == "replay":
         return _replay(args, configs, layout)
@@ -162,15 +163,13 @@ def _replay(args: argparse.Namespace, configs: list, layout) -> int:
     from simulator.replay import StateError, load_state, replay, summary
 
     if not args.state:
-        print("gpupair simulate: --scenario replay needs --state FILE", file=sys.stderr)
-        return 2
+        raise UsageError("--scenario replay needs --state FILE")
     try:
         state = load_state(args.state)
         profiles = list(dict.fromkeys(config.scheduler_profile for config in configs))
         results = [(profile, replay(state, profile, layout)) for profile in profiles]
     except StateError as exc:
-        print(f"gpupair simulate: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     print(state.what or args.state)
     for profile, steps in results:
         print(f"\nprofile {profile.name}: {summary(steps)}")

@@ -1,8 +1,6 @@
-"""Node shapes for the simulator: the field report's node, or one read from a file."""
+"""The simulator's default node shape: the field report's node (--topology-file reads others)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from gpupair import links
 from gpupair.layout import Device, NodeLayout
@@ -32,14 +30,3 @@ def seed_layout() -> NodeLayout:
     p2p = tuple(tuple(None if i == j else False for j in range(8)) for i in range(8))
     return NodeLayout(devices, matrix, p2p)
 
-
-def layout_from_file(path: str | Path) -> NodeLayout:
-    """A layout from a real `nvidia-smi topo -m` output, or from gpupair's topology JSON."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    if text.lstrip().startswith("{"):
-        from gpupair.report import decode_layout
-
-        return decode_layout(text.strip())
-    from gpupair.smi_topo import parse_topo_matrix
-
-    return parse_topo_matrix(text).to_layout()

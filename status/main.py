@@ -17,6 +17,7 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
+from gpupair.flags import UsageError, add_kube_flags, add_log_level, add_resource_name
 from gpupair.service import add_flag
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -39,11 +40,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--stale-after", 300.0, "a report older than this many seconds is stale (the extender's "
                                              "--stale-after)")
     add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list")
-    add_flag(parser, "--resource-name", "nvidia.com/gpu", "extended resource GPU pods ask for")
+    add_resource_name(parser)
     add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take")
     add_flag(parser, "--now", "", "judge ages as of this RFC 3339 time instead of the clock (reproducible output)")
-    add_flag(parser, "--kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, in-cluster, ~/.kube/config")
-    add_flag(parser, "--context", "", "kubeconfig context; empty: the current one")
+    add_kube_flags(parser)
+    add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,16 +54,13 @@ def run(args: argparse.Namespace) -> int:
     if args.now:
         fixed_now = parse_time(args.now)
         if fixed_now is None:
-            print(f"gpupair status: --now {args.now!r} is not an RFC 3339 time with a zone", file=sys.stderr)
-            return EXIT_ERROR
+            raise UsageError(f"--now {args.now!r} is not an RFC 3339 time with a zone")
     for flag, value in (("--interval", args.interval), ("--stale-after", args.stale_after),
                         ("--request-timeout", args.request_timeout)):
         if not value > 0:
-            print(f"gpupair status: {flag} must be positive, got {value}", file=sys.stderr)
-            return EXIT_ERROR
+            raise UsageError(f"{flag} must be positive, got {value}")
     if args.fails < 0:
-        print(f"gpupair status: --fails must be 0 or more, got {args.fails}", file=sys.stderr)
-        return EXIT_ERROR
+        raise UsageError(f"--fails must be 0 or more, got {args.fails}")
     try:
         return asyncio.run(_status(args, fixed_now, sys.stdout))
     except KeyboardInterrupt:

@@ -398,8 +398,8 @@ async def test_a_foreign_secret_of_another_type_is_left_alone(double, tmp_path):
 async def command(double: ApiDouble, tmp_path: Path, *extra: str) -> tuple[int, list[dict]]:
     """`gpupair certs` as the Job runs it: a separate process, configured through GPUPAIR_* env."""
     env = {**os.environ, "GPUPAIR_KUBECONFIG": str(double.kubeconfig(tmp_path / "kubeconfig")),
-           "GPUPAIR_NAMESPACE": NS, "GPUPAIR_SERVICE": SERVICE, "GPUPAIR_SECRET": SECRET,
-           "GPUPAIR_WEBHOOK_CONFIG": CONFIG, "GPUPAIR_DAYS": "90"}
+           "GPUPAIR_CERTS_NAMESPACE": NS, "GPUPAIR_CERTS_SERVICE": SERVICE, "GPUPAIR_CERTS_SECRET": SECRET,
+           "GPUPAIR_CERTS_WEBHOOK_CONFIG": CONFIG, "GPUPAIR_CERTS_DAYS": "90"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpupair.cli", "certs", *extra, cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

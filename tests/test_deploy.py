@@ -301,7 +301,7 @@ def test_mutating_webhook_configuration(overlay):
     (port,) = [p for p in svc["spec"]["ports"] if p["port"] == service["port"]]
     webhook = find(objs, "Deployment", "gpupair-webhook")
     target = next(p for p in pod_spec(webhook)["containers"][0]["ports"] if p["name"] == port["targetPort"])
-    assert str(target["containerPort"]) == env_of(pod_spec(webhook)["containers"][0])["GPUPAIR_PORT"]
+    assert str(target["containerPort"]) == env_of(pod_spec(webhook)["containers"][0])["GPUPAIR_WEBHOOK_PORT"]
     assert "caBundle" not in hook["clientConfig"], "filled in at run time, never shipped"
 
 
@@ -360,7 +360,7 @@ def test_one_image_name(overlay):
         for _, c in containers(pod_spec(w)):
             expected = SCHEDULER_IMAGE if c["name"] == "kube-scheduler" else GPUPAIR_IMAGE
             assert c["image"] == expected, (w["metadata"]["name"], c["name"])
-    assert env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))["GPUPAIR_VERIFIER_IMAGE"] == GPUPAIR_IMAGE
+    assert env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))["GPUPAIR_WEBHOOK_VERIFIER_IMAGE"] == GPUPAIR_IMAGE
 
 
 def test_an_operator_sets_the_image_tag_once(tmp_path):
@@ -371,7 +371,7 @@ def test_an_operator_sets_the_image_tag_once(tmp_path):
     images = {c["image"] for w in workloads(objs) for _, c in containers(pod_spec(w))}
     assert images == {"ghcr.io/gpupair/gpupair:9.9.9", SCHEDULER_IMAGE}
     webhook_env = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
-    assert webhook_env["GPUPAIR_VERIFIER_IMAGE"] == "ghcr.io/gpupair/gpupair:9.9.9"
+    assert webhook_env["GPUPAIR_WEBHOOK_VERIFIER_IMAGE"] == "ghcr.io/gpupair/gpupair:9.9.9"
     assert webhook_env["GPUPAIR_LOG_LEVEL"] == "info", "other env values are left alone"
 
 
@@ -386,16 +386,17 @@ def test_reporter_daemonset_on_gpu_nodes_with_nvml():
     env = env_of(c)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert env["GPUPAIR_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert env["GPUPAIR_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert env["GPUPAIR_REPORTER_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["GPUPAIR_REPORTER_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     assert "nvidia.com/gpu" not in str(c["resources"]), "the reporter must not take a GPU"
-    assert env["GPUPAIR_POD_RESOURCES_SOCKET"].startswith("/var/lib/kubelet/pod-resources/")
-    assert env["GPUPAIR_CHECKPOINT_FILE"].startswith("/var/lib/kubelet/device-plugins/")
+    assert env["GPUPAIR_REPORTER_POD_RESOURCES_SOCKET"].startswith("/var/lib/kubelet/pod-resources/")
+    assert env["GPUPAIR_REPORTER_CHECKPOINT_FILE"].startswith("/var/lib/kubelet/device-plugins/")
     (port,) = c["ports"]
-    assert port["containerPort"] == port["hostPort"] == int(env["GPUPAIR_PORT"])
+    assert port["containerPort"] == port["hostPort"] == int(env["GPUPAIR_REPORTER_PORT"])
     # the verifier sidecar calls the reporter at hostIP:GPUPAIR_REPORTER_PORT
     webhook_env = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
-    assert webhook_env["GPUPAIR_REPORTER_PORT"] == env["GPUPAIR_PORT"]
+    assert webhook_env["GPUPAIR_REPORTER_PORT"] == env["GPUPAIR_REPORTER_PORT"]
+    assert webhook_env["GPUPAIR_TOKEN_AUDIENCE"] == env["GPUPAIR_TOKEN_AUDIENCE"]
     assert webhook_env["GPUPAIR_RESOURCE_NAME"] == env["GPUPAIR_RESOURCE_NAME"] == "nvidia.com/gpu"
 
 
@@ -465,9 +466,14 @@ def test_the_extender_and_the_webhook_share_one_default_placement():
 
 
 def test_env_matches_the_commands_flags():
-    """Every GPUPAIR_* variable set for a `gpupair SUBCOMMAND` container is a flag of that
-    subcommand (add_flag reads GPUPAIR_<FLAG>), so no setting is silently ignored."""
+    """Every GPUPAIR_* variable set for a `gpupair SUBCOMMAND` container is the current name of a
+    flag of that subcommand (docs/cli.md): no setting is silently ignored, and none relies on a
+    deprecated name."""
     from gpupair import cli
+    from gpupair.cli_reference import command_parsers
+
+    current = {name: {a.gpupair_env.env for a in parser._actions if hasattr(a, "gpupair_env")}
+               for name, parser in command_parsers().items()}
 
     checked = set()
     for overlay in OVERLAYS:
@@ -477,17 +483,11 @@ def test_env_matches_the_commands_flags():
                     continue
                 command = c["args"][0]
                 assert command in cli.COMMANDS, command
-                try:
-                    parser = cli.build_parser(only=command)
-                except ImportError:  # the subcommand's module is not written yet
-                    continue
-                sub = parser._subparsers._group_actions[0].choices[command]
-                flags = {a.dest.upper() for a in sub._actions}
                 for name in env_of(c):
                     if name.startswith("GPUPAIR_"):
-                        assert name.removeprefix("GPUPAIR_") in flags, f"{command}: {name} is no flag"
+                        assert name in current[command], f"{command}: {name} is no current flag variable"
                 checked.add(command)
-    assert {"webhook", "certs"} <= checked
+    assert {"webhook", "certs", "extender", "reporter"} <= checked
 
 
 # --------------------------------------------------------------------------- certificates
@@ -502,11 +502,11 @@ def test_certs_job_and_cronjob_match_the_webhook():
         c = container(objs, kind, "gpupair-certs", "certs")
         assert c["args"] == ["certs"]
         env = env_of(c)
-        assert env["GPUPAIR_SERVICE"] == hook["webhooks"][0]["clientConfig"]["service"]["name"]
-        assert env["GPUPAIR_NAMESPACE"] == hook["webhooks"][0]["clientConfig"]["service"]["namespace"]
-        assert env["GPUPAIR_WEBHOOK_CONFIG"] == hook["metadata"]["name"]
-        assert env["GPUPAIR_SECRET"] == secret_volume["secret"]["secretName"]
-        assert [env["GPUPAIR_SECRET"]] in [r.get("resourceNames") for r in role["rules"]]
+        assert env["GPUPAIR_CERTS_SERVICE"] == hook["webhooks"][0]["clientConfig"]["service"]["name"]
+        assert env["GPUPAIR_CERTS_NAMESPACE"] == hook["webhooks"][0]["clientConfig"]["service"]["namespace"]
+        assert env["GPUPAIR_CERTS_WEBHOOK_CONFIG"] == hook["metadata"]["name"]
+        assert env["GPUPAIR_CERTS_SECRET"] == secret_volume["secret"]["secretName"]
+        assert [env["GPUPAIR_CERTS_SECRET"]] in [r.get("resourceNames") for r in role["rules"]]
     job = find(objs, "Job", "gpupair-certs")
     assert job["spec"]["backoffLimit"] >= 3 and job["spec"]["ttlSecondsAfterFinished"] > 0
 
@@ -563,13 +563,13 @@ def check_extender_stanza(extender: dict, objs: list[dict], host_forms: set[str]
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
     assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
     env = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
-    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE"], "ignoredByScheduler": False}]
+    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False}]
     url = urlparse(extender["urlPrefix"])
     svc = find(objs, "Service", "gpupair-extender", "gpupair-system")
     assert url.scheme == "http" and extender["enableHTTPS"] is False
     assert url.hostname in host_forms
     assert url.port in {p["port"] for p in svc["spec"]["ports"]}
-    assert str(url.port) == env["GPUPAIR_PORT"]
+    assert str(url.port) == env["GPUPAIR_EXTENDER_PORT"]
     assert url.path in ("", "/")
 
 
@@ -611,9 +611,9 @@ def test_second_scheduler():
                                            "gpupair-extender.gpupair-system.svc.cluster.local"})
     assert spec["serviceAccountName"] == "gpupair-scheduler"
     env = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
-    assert env["GPUPAIR_SCHEDULER_NAME"] == "gpupair-scheduler"
+    assert env["GPUPAIR_WEBHOOK_SCHEDULER_NAME"] == "gpupair-scheduler"
     assert env_of(container(render("self-managed"), "Deployment", "gpupair-webhook", "webhook"))[
-        "GPUPAIR_SCHEDULER_NAME"] == ""
+        "GPUPAIR_WEBHOOK_SCHEDULER_NAME"] == ""
 
 
 

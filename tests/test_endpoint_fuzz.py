@@ -42,7 +42,7 @@ from webhook.admission import InjectOptions
 from webhook.app import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
 from webhook.app import create_app as webhook_app
 from webhook.sidecar import SidecarOptions
-from webhook.tls import ReloadingTLS
+from gpupair.tls import ReloadingTLS
 
 SEED = 20261130
 BODIES_PER_ENDPOINT = 2_000

@@ -82,25 +82,49 @@ async def test_serves_after_the_first_list_and_exits_cleanly_on_sigterm(tmp_path
     assert "node cache ready" in messages and "shutting down" in messages
 
 
-async def test_https_with_a_given_certificate(tmp_path):
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "tls.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+async def test_https_with_a_given_certificate_reloaded_when_it_changes(tmp_path):
+    """gpupair.tls serves the extender as it serves the webhook: a rotated pair is picked up
+    by the next connection, without a restart."""
+    first, second = trustme.CA(), trustme.CA()
+
+    def install(ca: trustme.CA) -> None:
+        cert = ca.issue_cert("127.0.0.1")
+        cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "tls.pem.new"))
+        cert.private_key_pem.write_to_path(str(tmp_path / "tls.key.new"))
+        os.replace(tmp_path / "tls.pem.new", tmp_path / "tls.pem")
+        os.replace(tmp_path / "tls.key.new", tmp_path / "tls.key")
+
+    def trusting(ca: trustme.CA) -> aiohttp.TCPConnector:
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        return aiohttp.TCPConnector(ssl=context)
+
+    install(first)
     async with running_kube_double() as double:
         port = free_port()
         process = await start("--host", "127.0.0.1", "--port", str(port),
                               "--kubeconfig", str(kubeconfig(tmp_path / "kubeconfig", double.url)),
-                              "--tls-cert-file", str(tmp_path / "tls.pem"), "--tls-key-file", str(tmp_path / "tls.key"))
-        context = ssl.create_default_context()
-        ca.configure_trust(context)
+                              "--tls-cert-file", str(tmp_path / "tls.pem"),
+                              "--tls-private-key-file", str(tmp_path / "tls.key"))
+        url = f"https://127.0.0.1:{port}/healthz"
         try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
-                await eventually(lambda: answers_ok(session, f"https://127.0.0.1:{port}/healthz"),
-                                 timeout=30, what="https health")
+            async with aiohttp.ClientSession(connector=trusting(first)) as session:
+                await eventually(lambda: answers_ok(session, url), timeout=30, what="https health")
+            install(second)
+            async with aiohttp.ClientSession(connector=trusting(second)) as session:
+                await eventually(lambda: answers_ok(session, url), timeout=30, what="the rotated certificate")
         finally:
             code, _ = await stop(process)
     assert code == 0
+
+
+async def test_half_a_tls_pair_is_a_usage_error(tmp_path):
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpupair.cli", "extender", "--tls-cert-file", str(tmp_path / "tls.pem"), cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 2
+    assert "gpupair extender: error: --tls-cert-file and --tls-private-key-file go together" in err.decode()
 
 
 async def test_no_kubernetes_configuration_is_a_clear_error(tmp_path):

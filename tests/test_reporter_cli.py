@@ -48,7 +48,7 @@ def test_dry_run_with_uuids_on_a_core_json_layout(tmp_path):
     layout = seed_layout(tmp_path).layout
     topology = tmp_path / "topology.json"
     topology.write_text(report.encode_topology(layout))
-    done = gpupair("--topology-file", str(topology), "--dry-run", env={"GPUPAIR_ALLOCATED": f"{SEED_UUIDS[2]},7"})
+    done = gpupair("--topology-file", str(topology), "--dry-run", env={"GPUPAIR_REPORTER_ALLOCATED": f"{SEED_UUIDS[2]},7"})
     assert done.returncode == 0, done.stderr
     decoded = report.decode_annotations(json.loads(done.stdout))
     assert decoded.state.free == {0, 1, 3, 4, 5, 6}
@@ -59,7 +59,7 @@ def test_dry_run_with_uuids_on_a_core_json_layout(tmp_path):
     ("args", "message"),
     [
         (["--topology-file", "tests/fixtures/topo/nope.txt", "--allocated", "0", "--dry-run"],
-         "cannot read topology file"),
+         "cannot read layout file"),
         (["--topology-file", "README.md", "--allocated", "0", "--dry-run"], "no nvidia-smi topo -m matrix"),
         (["--topology-file", SEED_TOPO, "--allocated", "0,9", "--dry-run"], "does not have: 9"),
         (["--topology-file", SEED_TOPO, "--allocated", SEED_UUIDS[0], "--dry-run"], "use device indices"),
@@ -71,7 +71,7 @@ def test_dry_run_with_uuids_on_a_core_json_layout(tmp_path):
     ],
 )
 def test_bad_input_is_a_clear_usage_error(args, message):
-    done = gpupair(*args, env={"NODE_NAME": "", "GPUPAIR_NODE_NAME": ""})
+    done = gpupair(*args, env={"NODE_NAME": "", "GPUPAIR_REPORTER_NODE_NAME": ""})
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert message in done.stderr
     assert "Traceback" not in done.stderr

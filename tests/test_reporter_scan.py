@@ -1,15 +1,14 @@
-"""The pure parts: a scan's arithmetic and reading --topology-file."""
+"""The pure parts: a scan's arithmetic (reading --topology-file: tests/test_layout_file.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from gpupair import report
 from reporter.scan import Allocations, StaticAllocations, UnknownDevicesError, compute, parse_id_list
-from reporter.topology_source import FileLayoutSource, TopologyFileError, parse_topology_text, read_topology_file
+from gpupair.layout_file import parse_layout_text
 from tests.reporter_support import SEED_UUIDS, seed_layout
 
 TOPO = Path(__file__).parent / "fixtures" / "topo"
@@ -56,7 +55,7 @@ def test_static_allocations_check_names_the_missing_devices(layout):
     StaticAllocations(["0", SEED_UUIDS[3]]).check(layout)
     with pytest.raises(UnknownDevicesError, match="8, GPU-x"):
         StaticAllocations(["8", "GPU-x"]).check(layout)
-    without_uuids = parse_topology_text((TOPO / "seed-5090d.txt").read_text())
+    without_uuids = parse_layout_text((TOPO / "seed-5090d.txt").read_text())
     with pytest.raises(UnknownDevicesError, match="use device indices"):
         StaticAllocations([SEED_UUIDS[0]]).check(without_uuids)
 
@@ -64,42 +63,3 @@ def test_static_allocations_check_names_the_missing_devices(layout):
 def test_parse_id_list():
     assert parse_id_list("0, 4,,") == ("0", "4")
     assert parse_id_list("") == ()
-
-
-def test_topology_from_nvidia_smi_text():
-    layout = parse_topology_text((TOPO / "sglang-30401-hgx-h100.txt").read_text())
-    assert layout.size == 8 and layout.link(0, 7) == "NV18"
-    assert layout.numa_nodes == {0: (0, 1, 2, 3), 1: (4, 5, 6, 7)}
-
-
-def test_topology_from_core_json_and_from_a_dry_run_object(layout):
-    topology = report.encode_topology(layout)
-    assert parse_topology_text(topology) == layout
-    from datetime import datetime, timezone
-
-    annotations = report.encode_annotations(layout, {1}, 1, datetime.now(timezone.utc))
-    assert parse_topology_text(json.dumps(annotations, indent=2)) == layout
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("{not json", "not valid JSON"),
-        ('{"v": 1, "devices": [], "links": [], "extra": 1}', "gpupair.io/topology rejected"),
-        ('{"gpupair.io/topology": 5}', "must be a JSON string"),
-        ("no matrix here\n", "no nvidia-smi topo -m matrix"),
-        ("\tGPU0\tGPU1\nGPU0\t X \tNODE\nGPU1\tSYS\t X \n", "not symmetric"),
-    ],
-)
-def test_bad_topology_text_says_why(text, message):
-    with pytest.raises(TopologyFileError, match=message):
-        parse_topology_text(text, origin="t.txt")
-
-
-def test_unreadable_or_binary_files(tmp_path):
-    with pytest.raises(TopologyFileError, match="cannot read topology file"):
-        read_topology_file(str(tmp_path / "missing.txt"))
-    binary = tmp_path / "b.bin"
-    binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(TopologyFileError, match="not UTF-8"):
-        FileLayoutSource(str(binary))

@@ -75,9 +75,9 @@ def test_fleet_command_draws_a_plot(tmp_path):
 def test_bad_topology_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "topo.txt"
     bad.write_text("this is not nvidia-smi output\n")
-    done = simulate("--topology", str(bad), cwd=Path(__file__).parents[1])
+    done = simulate("--topology-file", str(bad), cwd=Path(__file__).parents[1])
     assert done.returncode == 2
-    assert "gpupair simulate:" in done.stderr
+    assert "gpupair simulate: error: " in done.stderr and "no nvidia-smi topo -m matrix" in done.stderr
 
 
 def test_simulated_extender_reserves_the_pair_it_promised_until_a_report_shows_it_taken():

@@ -99,7 +99,7 @@ def test_replay_of_a_bad_state_file_is_a_clear_error(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert done.returncode == 2
-    assert "gpupair simulate: recorded state" in done.stderr
+    assert "gpupair simulate: error: recorded state" in done.stderr
 
 
 def test_a_model_that_spreads_gpus_would_not_reproduce_the_recording():

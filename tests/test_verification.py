@@ -357,8 +357,8 @@ async def start_sidecar(world: World, token: str, tmp_path: Path, **env: str) ->
     port = world.url.split(":")[2].split("/")[0]
     environment = {
         "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
-        "HOST_IP": "127.0.0.1", "GPUPAIR_REPORTER_PORT": port, "GPUPAIR_TOKEN_PATH": str(token_file),
-        "GPUPAIR_INITIAL_BACKOFF": "0.05", "GPUPAIR_MAX_BACKOFF": "0.2",
+        "HOST_IP": "127.0.0.1", "GPUPAIR_REPORTER_PORT": port, "GPUPAIR_VERIFY_TOKEN_PATH": str(token_file),
+        "GPUPAIR_VERIFY_INITIAL_BACKOFF": "0.05", "GPUPAIR_VERIFY_MAX_BACKOFF": "0.2",
         # A cluster-wide proxy must not capture the node-local call.
         "HTTP_PROXY": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9",
         **env,

@@ -17,7 +17,7 @@ from verifier.main import reporter_url
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "kubernetes", "prometheus_client", "google.protobuf",
-         "yaml", "cryptography", "gpupair.verdict", "gpupair.report", "gpupair.service", "reporter", "webhook")
+         "yaml", "cryptography", "gpupair.verdict", "gpupair.report", "reporter", "webhook")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -39,12 +39,15 @@ def test_the_sidecar_path_imports_only_the_standard_library():
     assert heavy == []
     assert "urllib.request" in loaded and "verifier.main" in loaded
     ours = [m for m in loaded if m.split(".")[0] in ("gpupair", "verifier")]
-    assert sorted(ours) == ["gpupair", "gpupair.cli", "verifier", "verifier.main"]
+    # the flag and log helpers every command shares, themselves on the standard library
+    assert sorted(ours) == ["gpupair", "gpupair.cli", "gpupair.defaults", "gpupair.flags", "gpupair.service",
+                            "verifier", "verifier.main"]
 
 
 def test_main_dispatch_loads_only_the_chosen_command():
-    probe = ("import sys; from gpupair import cli; "
-             "rc = cli.main(['verify', '--dry-run']); "
+    probe = ("import sys\nfrom gpupair import cli\n"
+             "try: rc = cli.main(['verify', '--dry-run'])\n"
+             "except SystemExit as exit_: rc = exit_.code\n"
              "print(rc, 'webhook.main' in sys.modules, 'aiohttp' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["2", "False", "False"], result.stderr
@@ -59,14 +62,14 @@ def topology_file(tmp_path) -> Path:
 
 @pytest.mark.parametrize("devices", ["1,2", "GPU1+GPU2", "gpu2 gpu1", "GPU-seed-1,GPU-seed-2", "31:00.0,0000:41:00.0"])
 def test_dry_run_prints_the_reporters_annotations(topology_file, devices):
-    result = run_cli("verify", "--dry-run", "--layout", str(topology_file), "--devices", devices)
+    result = run_cli("verify", "--dry-run", "--topology-file", str(topology_file), "--devices", devices)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == verdict.classify(seed_layout(), (1, 2)).annotations()
     assert json.loads(result.stdout)[verdict.VERDICT_KEY] == "PASS"
 
 
 def test_dry_run_fail_and_plan(topology_file):
-    result = run_cli("verify", "--dry-run", "--layout", str(topology_file), "--devices", "3,4", "--planned", "GPU1+GPU2")
+    result = run_cli("verify", "--dry-run", "--topology-file", str(topology_file), "--devices", "3,4", "--planned", "GPU1+GPU2")
     annotations = json.loads(result.stdout)
     assert annotations[verdict.VERDICT_KEY] == "FAIL"
     assert annotations[verdict.NUMA_KEY] == "NUMA0+NUMA1" and annotations[verdict.LINK_KEY] == "SYS"
@@ -74,11 +77,11 @@ def test_dry_run_fail_and_plan(topology_file):
 
 
 def test_dry_run_judges_against_the_placement_asked(topology_file):
-    result = run_cli("verify", "--dry-run", "--layout", str(topology_file), "--devices", "3,4",
+    result = run_cli("verify", "--dry-run", "--topology-file", str(topology_file), "--devices", "3,4",
                      "--placement", "preferred")
     annotations = json.loads(result.stdout)
     assert (annotations[verdict.VERDICT_KEY], annotations[verdict.VERDICT_PLACEMENT_KEY]) == ("PASS", "preferred")
-    bad = run_cli("verify", "--dry-run", "--layout", str(topology_file), "--devices", "3,4", "--placement", "maybe")
+    bad = run_cli("verify", "--dry-run", "--topology-file", str(topology_file), "--devices", "3,4", "--placement", "maybe")
     assert bad.returncode == 2 and "--placement: 'maybe' is not a placement gpupair knows" in bad.stderr
 
 
@@ -86,19 +89,19 @@ def test_dry_run_reads_a_node_object_and_nvidia_smi_text(tmp_path):
     node = tmp_path / "node.json"
     node.write_text(json.dumps({"kind": "Node", "metadata": {"name": "n1", "annotations": {
         TOPOLOGY_KEY: encode_topology(seed_layout())}}}))
-    assert json.loads(run_cli("verify", "--dry-run", "--layout", str(node), "--devices", "4,5,6,7").stdout)[
+    assert json.loads(run_cli("verify", "--dry-run", "--topology-file", str(node), "--devices", "4,5,6,7").stdout)[
         verdict.NUMA_KEY] == "NUMA1+NUMA1+NUMA1+NUMA1"
     topo = REPO / "tests/fixtures/topo/seed-5090d.txt"
-    annotations = json.loads(run_cli("verify", "--dry-run", "--layout", str(topo), "--devices", "3,4").stdout)
+    annotations = json.loads(run_cli("verify", "--dry-run", "--topology-file", str(topo), "--devices", "3,4").stdout)
     assert (annotations[verdict.LINK_KEY], annotations[verdict.VERDICT_KEY]) == ("SYS", "FAIL")
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--devices", "1,2"], "needs --layout"),
-    (["--layout", "LAYOUT", "--devices", "9"], "GPU9 is not on this node"),
-    (["--layout", "LAYOUT", "--devices", "GPU-nope"], "GPU-nope"),
-    (["--layout", "LAYOUT", "--devices", ","], "no devices"),
-    (["--layout", "/nonexistent/layout.json", "--devices", "1"], "No such file"),
+    (["--devices", "1,2"], "needs --topology-file"),
+    (["--topology-file", "LAYOUT", "--devices", "9"], "GPU9 is not on this node"),
+    (["--topology-file", "LAYOUT", "--devices", "GPU-nope"], "GPU-nope"),
+    (["--topology-file", "LAYOUT", "--devices", ","], "no devices"),
+    (["--topology-file", "/nonexistent/layout.json", "--devices", "1"], "No such file"),
 ])
 def test_dry_run_bad_input_is_a_clear_error(topology_file, args, message):
     args = [str(topology_file) if a == "LAYOUT" else a for a in args]

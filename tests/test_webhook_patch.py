@@ -80,7 +80,8 @@ def test_two_gpu_job_pod_gets_one_native_sidecar_and_its_token_volume():
         "NODE_NAME": "spec.nodeName", "HOST_IP": "status.hostIP",
     }
     assert env["GPUPAIR_REPORTER_PORT"]["value"] == "9400"
-    assert env["GPUPAIR_TOKEN_PATH"]["value"] == sidecar.TOKEN_PATH
+    assert env["GPUPAIR_VERIFY_TOKEN_PATH"]["value"] == sidecar.TOKEN_PATH
+    assert env["GPUPAIR_TOKEN_AUDIENCE"]["value"] == "gpupair-reporter"
     assert verifier["resources"]["requests"] == {"cpu": "10m", "memory": "16Mi"}
     assert set(verifier["resources"]["limits"]) == {"cpu", "memory"}
     assert "nvidia.com/gpu" not in json.dumps(verifier["resources"])
@@ -101,6 +102,16 @@ def test_two_gpu_job_pod_gets_one_native_sidecar_and_its_token_volume():
     # The fixture pod has no annotations map: it is created whole rather than added into.
     assert {"op": "add", "path": "/metadata/annotations",
             "value": {VERIFIER_KEY: "injected", PLACEMENT_KEY: "required"}} in ops
+
+
+def test_the_token_audience_flows_from_the_webhook_into_the_token_and_the_verifier():
+    options = InjectOptions(sidecar=SidecarOptions(image=IMAGE, token_audience="reporter.example"))
+    after, _ = patched(job_pod(), options)
+    [verifier] = verifiers(after)
+    volumes = {v["name"]: v for v in after["spec"]["volumes"]}
+    [source] = volumes[sidecar.TOKEN_VOLUME]["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == "reporter.example"
+    assert {"name": "GPUPAIR_TOKEN_AUDIENCE", "value": "reporter.example"} in verifier["env"]
 
 
 @pytest.mark.parametrize("gpus, injected", [(None, False), (0, False), (1, False), (2, True), (8, True)])
@@ -183,8 +194,8 @@ def test_missing_volumes_array_is_created():
     pod = job_pod()
     del pod["spec"]["volumes"]
     after, ops = patched(pod)
-    assert after["spec"]["volumes"] == [sidecar.token_volume()]
-    assert {"op": "add", "path": "/spec/volumes", "value": [sidecar.token_volume()]} in ops
+    assert after["spec"]["volumes"] == [sidecar.token_volume(OPTIONS.sidecar)]
+    assert {"op": "add", "path": "/spec/volumes", "value": [sidecar.token_volume(OPTIONS.sidecar)]} in ops
 
 
 @pytest.mark.parametrize("current, expected", [

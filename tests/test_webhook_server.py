@@ -32,7 +32,7 @@ from webhook import sidecar
 from webhook.admission import VERIFY_KEY, InjectOptions
 from webhook.app import create_app
 from webhook.sidecar import SidecarOptions
-from webhook.tls import ReloadingTLS
+from gpupair.tls import ReloadingTLS
 from tests.real_k8s import REAL_K8S
 
 FIXTURE = REAL_K8S / "admission-pod-create-p1-05-job-generatename.json"
@@ -390,15 +390,20 @@ def test_gpupair_webhook_command_serves_mutate_and_drains_on_sigterm(ca, tmp_pat
     assert process.returncode == 0, stderr
     logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(entry["msg"] == "admission review" and entry["outcome"] == "injected" for entry in logged)
+    # the names of gpupair 0.1 still work, each with a warning naming its successor
+    warned = {entry["deprecated"]: entry["use"] for entry in logged if entry["logger"] == "gpupair.flags"}
+    assert warned == {"--tls-cert": "--tls-cert-file", "--tls-key": "--tls-private-key-file",
+                      "GPUPAIR_SCHEDULER_NAME": "GPUPAIR_WEBHOOK_SCHEDULER_NAME"}
 
 
 def test_gpupair_webhook_command_refuses_missing_certificates(tmp_path):
     repo = Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "-m", "gpupair.cli", "webhook", "--tls-cert", str(tmp_path / "no.crt"),
-         "--tls-key", str(tmp_path / "no.key")],
+        [sys.executable, "-m", "gpupair.cli", "webhook", "--tls-cert-file", str(tmp_path / "no.crt"),
+         "--tls-private-key-file", str(tmp_path / "no.key")],
         cwd=repo, env={"PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "cannot load TLS certificate" in result.stderr
+    assert result.returncode == 2
+    assert "gpupair webhook: error: cannot load TLS certificate" in result.stderr
 
 
 # --------------------------------------------------------------------------- placement intent

@@ -6,40 +6,14 @@ fed from a layout file and a device list instead of the kubelet.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 from gpupair import verdict
 from gpupair.intent import parse_intent
 from gpupair.layout import NodeLayout, normalize_pci
-from gpupair.report import TOPOLOGY_KEY, ReportError, decode_layout
+from gpupair.layout_file import read_layout
 
 _GPU_NAME = re.compile(r"^GPU(\d+)$", re.IGNORECASE)
-
-
-def load_layout(path: str) -> NodeLayout:
-    """A layout from gpupair's topology JSON, a Node object carrying it (``kubectl get node -o
-    json``), or the text of ``nvidia-smi topo -m``."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        try:
-            document = json.loads(stripped)
-        except ValueError as exc:
-            raise ValueError(f"{path}: not JSON: {exc}") from None
-        if isinstance(document, dict) and "metadata" in document:
-            annotations = (document.get("metadata") or {}).get("annotations") or {}
-            if TOPOLOGY_KEY not in annotations:
-                raise ValueError(f"{path}: the object has no {TOPOLOGY_KEY} annotation")
-            stripped = annotations[TOPOLOGY_KEY]
-        try:
-            return decode_layout(stripped)
-        except ReportError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-    from gpupair.smi_topo import parse_topo_matrix
-
-    return parse_topo_matrix(text).to_layout()
 
 
 def device_indices(spec: str, layout: NodeLayout) -> tuple[int, ...]:
@@ -70,7 +44,7 @@ def device_indices(spec: str, layout: NodeLayout) -> tuple[int, ...]:
 def annotations_for(layout_path: str, devices: str, planned: str | None = None,
                     placement: str = "required") -> dict[str, str]:
     intent = parse_intent(placement, "--placement")  # before any file is read: a typo fails fast
-    layout = load_layout(layout_path)
+    layout = read_layout(layout_path)
     indices = device_indices(devices, layout)
     plan = device_indices(planned, layout) if planned else None
     return verdict.classify(layout, indices, plan, intent).annotations()

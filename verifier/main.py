@@ -8,74 +8,69 @@ the seed's TSV row and then idles until SIGTERM. While the reporter is unreachab
 devices are not visible yet, it retries with exponential backoff.
 
 It runs beside every multi-GPU pod, so it stays small: this module imports only the standard
-library (about 21 MiB RSS when idle). ``--dry-run`` classifies given inputs with the gpupair core, which
+library and gpupair's flag and log helpers, which do the same (about 21 MiB RSS when idle). ``--dry-run`` classifies given inputs with the gpupair core, which
 is imported only on that path.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import json
-import os
+import logging
 import signal
-import sys
 import time
 import urllib.error
 import urllib.request
+
+from gpupair.flags import UsageError, add_reporter_port, add_token_audience, add_topology_file
+from gpupair.service import add_common_flags, add_flag
 
 DEFAULT_TOKEN_PATH = "/var/run/secrets/gpupair.io/serviceaccount/token"
 VERIFY_PATH = "/v1/verify"
 USER_AGENT = "gpupair-verify/0.1"
 MAX_ANSWER_BYTES = 1024 * 1024
 
-
-class _Stop(Exception):
-    """Raised from the signal handler: leave whatever we are waiting on and exit cleanly."""
+log = logging.getLogger("gpupair.verify")
 
 
-def _env(*names: str, default: str = "") -> str:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return default
+class _Stop(BaseException):
+    """Raised from the signal handler: leave whatever we are waiting on and exit cleanly. Not an
+    Exception, like KeyboardInterrupt: a SIGTERM that lands while a log line is written must not be
+    swallowed by logging's error handler (which catches Exception)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # String defaults from the environment go through ``type`` like typed-in values, so a bad
-    # GPUPAIR_* value is reported by argparse rather than crashing.
-    parser.add_argument("--host-ip", default=_env("GPUPAIR_HOST_IP", "HOST_IP"),
-                        help="this node's IP, where the reporter listens (env GPUPAIR_HOST_IP or HOST_IP)")
-    parser.add_argument("--reporter-port", type=int, default=_env("GPUPAIR_REPORTER_PORT", default="9400"),
-                        help="the reporter's port (env GPUPAIR_REPORTER_PORT, default %(default)s)")
-    parser.add_argument("--token-path", default=_env("GPUPAIR_TOKEN_PATH", default=DEFAULT_TOKEN_PATH),
-                        help="projected service-account token for audience gpupair-reporter "
-                             "(env GPUPAIR_TOKEN_PATH, default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=_env("GPUPAIR_TIMEOUT", default="10"),
-                        help="seconds to wait for one answer (env GPUPAIR_TIMEOUT, default %(default)s)")
-    parser.add_argument("--initial-backoff", type=float, default=_env("GPUPAIR_INITIAL_BACKOFF", default="1"),
-                        help="first retry delay in seconds; doubles up to --max-backoff (default %(default)s)")
-    parser.add_argument("--max-backoff", type=float, default=_env("GPUPAIR_MAX_BACKOFF", default="60"),
-                        help="longest retry delay in seconds (default %(default)s)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the annotations a device set would get, from --layout and --devices; no network")
-    parser.add_argument("--layout", help="dry run: the node's layout (gpupair.io/topology JSON, a Node JSON, "
-                                         "or `nvidia-smi topo -m` output)")
-    parser.add_argument("--devices", help="dry run: granted devices, e.g. 1,2 or GPU1+GPU2 or GPU UUIDs or PCI bus ids")
-    parser.add_argument("--planned", help="dry run: the extender's plan, e.g. GPU1+GPU2")
-    parser.add_argument("--placement", default="required",
-                        help="dry run: the placement intent the pod asked: required (default), preferred or none")
+    add_flag(parser, "--host-ip", "", "this node's IP, where the reporter listens (also env HOST_IP, from the "
+                                      "downward API's status.hostIP)", fallback_env=("HOST_IP",))
+    add_reporter_port(parser)
+    add_flag(parser, "--token-path", DEFAULT_TOKEN_PATH, "projected service-account token (for --token-audience)")
+    add_token_audience(parser, "audience the token must carry (the webhook sets it to its own --token-audience)")
+    add_flag(parser, "--timeout", 10.0, "seconds to wait for one answer")
+    add_flag(parser, "--initial-backoff", 1.0, "first retry delay in seconds; doubles up to --max-backoff")
+    add_flag(parser, "--max-backoff", 60.0, "longest retry delay in seconds")
+    # the dry-run flags read no variable before the contract: nothing old to keep
+    add_flag(parser, "--dry-run", False,
+             "print the annotations a device set would get, from --topology-file and --devices; no network",
+             old_env=())
+    add_topology_file(parser, "dry run: the node's layout (`nvidia-smi topo -m` output, topology JSON, a Node, "
+                              "or `gpupair reporter --once --dry-run` output)", deprecated=("--layout",), old_env=())
+    add_flag(parser, "--devices", "", "dry run: granted devices, e.g. 1,2 or GPU1+GPU2 or GPU UUIDs or PCI bus ids",
+             old_env=())
+    add_flag(parser, "--planned", "", "dry run: the extender's plan, e.g. GPU1+GPU2", old_env=())
+    add_flag(parser, "--placement", "required",
+             "dry run: the placement intent the pod asked: required, preferred or none", old_env=())
+    add_common_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(args)
     if not args.host_ip:
-        _log("error", "no reporter address: set HOST_IP from status.hostIP, or pass --host-ip")
-        return 2
+        raise UsageError("no reporter address: set HOST_IP from status.hostIP, or pass --host-ip")
     if args.initial_backoff <= 0 or args.max_backoff < args.initial_backoff:
-        _log("error", "need 0 < --initial-backoff <= --max-backoff")
-        return 2
+        raise UsageError("need 0 < --initial-backoff <= --max-backoff")
 
     def stop(signum, frame):
         raise _Stop()
@@ -85,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         answer = _verify_until_answered(args)
         print(answer["tsvRow"], flush=True)
-        _log("info", "verdict", verdict=answer.get("verdict"), pod=answer.get("pod"), node=answer.get("node"))
+        log.info("verdict", extra={"verdict": answer.get("verdict"), "pod": answer.get("pod"),
+                                   "node": answer.get("node")})
         while True:  # a native sidecar stays up; the kubelet stops it after the app containers
             signal.pause()
     except _Stop:
@@ -108,7 +104,24 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def ask(url: str, token_path: str, timeout: float, opener: urllib.request.OpenerDirector | None = None) -> dict:
+def token_audiences(token: str) -> list[str] | None:
+    """The ``aud`` claim of a JWT, read without checking it (the reporter's TokenReview does);
+    None when the token does not show one."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return None
+    aud = claims.get("aud") if isinstance(claims, dict) else None
+    if isinstance(aud, str):
+        return [aud]
+    if isinstance(aud, list) and all(isinstance(a, str) for a in aud):
+        return aud
+    return None
+
+
+def ask(url: str, token_path: str, timeout: float, opener: urllib.request.OpenerDirector | None = None,
+        audience: str | None = None) -> dict:
     """One attempt. Returns the reporter's answer; raises Retry saying why not."""
     try:
         with open(token_path, encoding="ascii") as handle:
@@ -117,6 +130,10 @@ def ask(url: str, token_path: str, timeout: float, opener: urllib.request.Opener
         raise Retry(f"cannot read the token at {token_path}: {exc}") from None
     if not token:
         raise Retry(f"the token file {token_path} is empty")
+    audiences = token_audiences(token) if audience else None
+    if audiences is not None and audience not in audiences:
+        raise Retry(f"the token at {token_path} is for audience {', '.join(audiences)}, not {audience}: "
+                    "the webhook's and the reporter's --token-audience differ")
     request = urllib.request.Request(
         url,
         data=b"{}",
@@ -168,33 +185,25 @@ def _verify_until_answered(args: argparse.Namespace) -> dict:
     while True:
         attempt += 1
         try:
-            return ask(url, args.token_path, args.timeout, opener)
+            return ask(url, args.token_path, args.timeout, opener, args.token_audience)
         except Retry as retry:
             wait = min(args.max_backoff, retry.after if retry.after is not None else delay)
-            _log("warning", "no verdict yet; retrying", reason=str(retry), attempt=attempt, retry_in=wait)
+            log.warning("no verdict yet; retrying", extra={"reason": str(retry), "attempt": attempt, "retry_in": wait})
             time.sleep(wait)
             delay = min(args.max_backoff, delay * 2)
-
-
-def _log(level: str, message: str, **fields) -> None:
-    entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level,
-             "logger": "gpupair.verify", "msg": message, **fields}
-    print(json.dumps(entry, default=str), file=sys.stderr, flush=True)
 
 
 # --- dry run: the gpupair core, imported only here ----------------------------------------------
 
 
 def dry_run(args: argparse.Namespace) -> int:
-    if not args.layout or not args.devices:
-        print("gpupair verify --dry-run needs --layout FILE and --devices LIST", file=sys.stderr)
-        return 2
+    if not args.topology_file or not args.devices:
+        raise UsageError("--dry-run needs --topology-file FILE and --devices LIST")
     from verifier.dry_run import annotations_for
 
     try:
-        annotations = annotations_for(args.layout, args.devices, args.planned, args.placement)
-    except (OSError, ValueError) as exc:
-        print(f"gpupair verify --dry-run: {exc}", file=sys.stderr)
-        return 2
+        annotations = annotations_for(args.topology_file, args.devices, args.planned or None, args.placement)
+    except ValueError as exc:  # LayoutFileError is one
+        raise UsageError(str(exc)) from None
     print(json.dumps(annotations, indent=2, sort_keys=True))
     return 0

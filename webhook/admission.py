@@ -249,7 +249,7 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
     else:
         outcome = "injected"
         ops.append(_append(spec, "/spec", "initContainers", sidecar.container(options.sidecar)))
-        ops.append(_append(spec, "/spec", "volumes", sidecar.token_volume()))
+        ops.append(_append(spec, "/spec", "volumes", sidecar.token_volume(options.sidecar)))
         if unasked:
             placement = {PLACEMENT_KEY: (namespace_intent or options.default_intent).value}
     injected = outcome == "injected"

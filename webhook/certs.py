@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gpupair.flags import UsageError, add_kube_flags
 from gpupair.service import add_common_flags, add_flag
 
 log = logging.getLogger("gpupair.certs")
@@ -298,7 +299,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "MutatingWebhookConfiguration whose webhooks get the CA as caBundle")
     add_flag(parser, "--days", 365, "validity of a new CA and certificate, in days")
     add_flag(parser, "--renew-within-days", 30, "re-issue a certificate that expires within this many days")
-    add_flag(parser, "--kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    add_kube_flags(parser)
     add_common_flags(parser)
 
 
@@ -309,9 +310,9 @@ def run(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     if args.days < 1:
-        raise SystemExit("--days must be at least 1")
+        raise UsageError("--days must be at least 1")
     if not 0 <= args.renew_within_days < args.days:
-        raise SystemExit("--renew-within-days must be at least 0 and less than --days")
+        raise UsageError("--renew-within-days must be at least 0 and less than --days")
     return asyncio.run(_main(args))
 
 
@@ -321,7 +322,7 @@ async def _main(args: argparse.Namespace) -> int:
     from gpupair.kube import KubeConfigError, api_client
 
     try:
-        api = await api_client(args.kubeconfig or None)
+        api = await api_client(args.kubeconfig or None, args.context or None)
     except KubeConfigError as exc:
         log.error(str(exc))
         return 1

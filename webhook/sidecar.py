@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpupair import defaults
+
 CONTAINER_NAME = "gpupair-verify"
 TOKEN_VOLUME = "gpupair-token"
 TOKEN_DIR = "/var/run/secrets/gpupair.io/serviceaccount"
 TOKEN_FILE = "token"
 TOKEN_PATH = f"{TOKEN_DIR}/{TOKEN_FILE}"
-TOKEN_AUDIENCE = "gpupair-reporter"
 # The kubelet refreshes a projected token at 80% of its life; 600 s is the API's minimum.
 TOKEN_EXPIRATION_SECONDS = 600
 NONROOT_UID = 65532  # the distroless "nonroot" user; any non-zero id passes the standard
@@ -38,7 +39,10 @@ DOWNWARD_ENV = (
 @dataclass(frozen=True)
 class SidecarOptions:
     image: str
-    reporter_port: int = 9400
+    reporter_port: int = defaults.REPORTER_PORT
+    # The webhook's --token-audience: the token is minted for it and the verifier is told it,
+    # so it must equal the reporter's --token-audience (both default to the same constant).
+    token_audience: str = defaults.TOKEN_AUDIENCE
     image_pull_policy: str = "IfNotPresent"
 
 
@@ -62,7 +66,8 @@ def container(options: SidecarOptions) -> dict[str, Any]:
     ]
     env += [
         {"name": "GPUPAIR_REPORTER_PORT", "value": str(options.reporter_port)},
-        {"name": "GPUPAIR_TOKEN_PATH", "value": TOKEN_PATH},
+        {"name": "GPUPAIR_TOKEN_AUDIENCE", "value": options.token_audience},
+        {"name": "GPUPAIR_VERIFY_TOKEN_PATH", "value": TOKEN_PATH},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},  # the root filesystem is read-only
     ]
     return {
@@ -81,7 +86,7 @@ def container(options: SidecarOptions) -> dict[str, Any]:
     }
 
 
-def token_volume() -> dict[str, Any]:
+def token_volume(options: SidecarOptions) -> dict[str, Any]:
     """A projected token only the reporter accepts: it proves which pod is calling, nothing more."""
     return {
         "name": TOKEN_VOLUME,
@@ -89,7 +94,7 @@ def token_volume() -> dict[str, Any]:
             "sources": [
                 {
                     "serviceAccountToken": {
-                        "audience": TOKEN_AUDIENCE,
+                        "audience": options.token_audience,
                         "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
                         "path": TOKEN_FILE,
                     }

@@ -1,4 +1,5 @@
-"""A server TLS context whose certificate follows the files on disk, without a restart.
+"""The one way gpupair serves TLS (the webhook, the extender): minimum TLS 1.2, and a
+certificate that follows the files on disk, without a restart.
 
 cert-manager and Secret volumes replace the certificate and key files in place (the kubelet
 swaps a symlink). At the start of every handshake the server looks at the files' identity
@@ -15,7 +16,9 @@ import os
 import ssl
 import threading
 
-log = logging.getLogger("gpupair.webhook.tls")
+from gpupair.flags import UsageError
+
+log = logging.getLogger("gpupair.tls")
 
 FileStamp = tuple[tuple[int, int, int, int], ...]
 
@@ -79,3 +82,16 @@ class ReloadingTLS:
     def _on_hello(self, connection, server_name, context) -> None:
         connection.context = self.current()
         return None
+
+
+def serving_tls(cert_file: str, key_file: str) -> ReloadingTLS | None:
+    """The TLS of a command's --tls-cert-file / --tls-private-key-file; None (plain HTTP) when
+    both are empty. A pair that does not load is a usage error naming both files."""
+    if not cert_file and not key_file:
+        return None
+    if not cert_file or not key_file:
+        raise UsageError("--tls-cert-file and --tls-private-key-file go together")
+    try:
+        return ReloadingTLS(cert_file, key_file)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise UsageError(f"cannot load TLS certificate {cert_file} / key {key_file}: {exc}") from None

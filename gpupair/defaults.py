@@ -1,0 +1,10 @@
+"""Values that several commands, the injected sidecar and the manifests must agree on, each
+written once. A second copy of one of these is how a changed flag silently breaks another
+command (the token audience did: the reporter took --token-audience while the sidecar's token
+kept a hard-coded one)."""
+
+from __future__ import annotations
+
+RESOURCE_NAME = "nvidia.com/gpu"  # the extended resource the device plugin advertises
+REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
+TOKEN_AUDIENCE = "gpupair-reporter"  # the audience of the verifier's projected token
