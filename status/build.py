@@ -52,6 +52,7 @@ class Listing:
     pods: Sequence[Mapping[str, Any]] | None
     events: Sequence[Mapping[str, Any]] | None
     unseen: list[Unseen] = field(default_factory=list)
+    leases: Mapping[str, datetime] = field(default_factory=dict)  # node -> its reporter Lease's renewTime
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
         if topology is not None:
             used.add(topology)
         name = str(meta(node).get("name") or "")
-        nodes.append(node_view(node, bound.get(name, ()), now, options, layouts.get(topology)))
+        nodes.append(node_view(node, bound.get(name, ()), now, options, layouts.get(topology),
+                               listing.leases.get(name)))
     layouts.keep_only(used)
     return StatusView(
         generatedAt=now, staleAfterSeconds=options.stale_after, nodes=nodes,
@@ -128,7 +130,8 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, layout: NodeLayout | None = None) -> NodeView:
+              options: Options, layout: NodeLayout | None = None, renewed: datetime | None = None) -> NodeView:
+    """``renewed``: the node's reporter Lease renewTime, a second heartbeat next to reportedAt."""
     name = str(meta(node).get("name") or "")
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     try:
@@ -138,13 +141,16 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
                         reserved=empty, ledgerProblem="")
-    live = freshness.classify([freshness.Heartbeat("report", decoded.reported_at)], now, options.stale_after)
+    beats = [freshness.Heartbeat("report", decoded.reported_at)]
+    if renewed is not None:
+        beats.append(freshness.Heartbeat("lease", renewed))
+    live = freshness.classify(beats, now, options.stale_after)
     assert live is not None  # a decoded report always has its own heartbeat
     held = reservation(bound, decoded)
     numa = _numa_views(decoded, held)
     return NodeView(
         name=name, state=live.state, reason=live.reason, heartbeatSource=live.source,
-        heartbeatAt=decoded.reported_at, ageSeconds=round(live.age, 3), generation=decoded.generation,
+        heartbeatAt=max(beat.at for beat in beats), ageSeconds=round(live.age, 3), generation=decoded.generation,
         gpus=decoded.layout.size, numa=numa, largestFree=_largest(numa),
         reserved=Reserved(basis=held.basis, pods=held.pods, devices=sorted(held.devices), unplaced=held.unplaced),
         ledgerProblem=decoded.ledger_problem,

@@ -1,4 +1,5 @@
-"""The I/O of `gpupair status`: one list call per kind (nodes, pods, events), run together.
+"""The I/O of `gpupair status`: one list call per kind (nodes, pods, events, the reporters'
+node Leases), run together.
 
 Lists are read as raw JSON (orjson), not as generated models: on 5,000 nodes building a
 V1Node per item costs more than the whole status. Nodes must be listable; pods and events may be
@@ -8,6 +9,7 @@ forbidden or fail, and the view then says what it could not see.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -15,6 +17,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupair.kube import describe_error
+from gpupair.leases import HEARTBEAT_SELECTOR, renewed_at
 from status.build import Listing
 from status.view import Unseen
 
@@ -42,31 +45,51 @@ async def _read(call, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     return items if isinstance(items, list) else []
 
 
+async def _no_leases() -> list[dict[str, Any]]:
+    return []
+
+
 async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: str = "",
-                       timeout: float = 30.0) -> Listing:
+                       timeout: float = 30.0, lease_namespace: str = "gpupair-system") -> Listing:
+    """``lease_namespace``: where the reporters renew their node Leases ('' to judge freshness
+    from the reports alone)."""
     core = k8s.CoreV1Api(api)
+    leases_call = (_read(k8s.CoordinationV1Api(api).list_namespaced_lease, lease_namespace,
+                         label_selector=HEARTBEAT_SELECTOR) if lease_namespace else _no_leases())
     if namespace:
         pods_call = _read(core.list_namespaced_pod, namespace, field_selector=LIVE_PODS)
         events_call = _read(core.list_namespaced_event, namespace, field_selector=WARNINGS)
     else:
         pods_call = _read(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)
         events_call = _read(core.list_event_for_all_namespaces, field_selector=WARNINGS)
-    nodes, pods, events = await asyncio.gather(
+    nodes, pods, events, leases = await asyncio.gather(
         asyncio.wait_for(_read(core.list_node, label_selector=node_selector or None), timeout),
         asyncio.wait_for(pods_call, timeout), asyncio.wait_for(events_call, timeout),
-        return_exceptions=True)
+        asyncio.wait_for(leases_call, timeout), return_exceptions=True)
     if isinstance(nodes, BaseException):
         if not isinstance(nodes, Exception):
             raise nodes
         raise NodesNotVisible(f"cannot list nodes: {describe_error(nodes)}") from nodes
     unseen = []
-    for resource, result in (("pods", pods), ("events", events)):
+    for resource, result, where in (("pods", pods, namespace), ("events", events, namespace),
+                                    ("leases", leases, lease_namespace)):
         if isinstance(result, BaseException):
             if not isinstance(result, Exception):
                 raise result
-            where = f" in namespace {namespace}" if namespace else ""
+            where = f" in namespace {where}" if where else ""
             unseen.append(Unseen(resource=resource, reason=f"cannot list {resource}{where}: {describe_error(result)}"))
     return Listing(nodes=nodes,
                    pods=None if isinstance(pods, BaseException) else pods,
                    events=None if isinstance(events, BaseException) else events,
-                   unseen=unseen)
+                   unseen=unseen, leases={} if isinstance(leases, BaseException) else _renewals(leases))
+
+
+def _renewals(leases: list[dict[str, Any]]) -> dict[str, datetime]:
+    """Node name -> renewTime of each reporter heartbeat Lease."""
+    out = {}
+    for lease in leases:
+        at = renewed_at(lease)
+        name = (lease.get("metadata") or {}).get("name") if isinstance(lease, dict) else None
+        if at is not None and isinstance(name, str):
+            out[name] = datetime.fromtimestamp(at, timezone.utc)
+    return out

@@ -1,8 +1,8 @@
 """Is a node's report live? Pure: heartbeats in, a state with its reason out.
 
-A heartbeat is any sign, with a time, that the node's reporter is alive. Today the only one is the
-free report's ``reportedAt``; a reporter Lease's ``renewTime`` (coordination.k8s.io, one per node)
-is meant to become a second source: pass it as another Heartbeat and the newest one counts.
+A heartbeat is any sign, with a time, that the node's reporter is alive: the free report's
+``reportedAt`` and the renewTime of the node's reporter Lease (coordination.k8s.io, one per node,
+gpupair/leases.py). The newest one counts, as in the extender.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch")
     add_flag(parser, "--stale-after", 300.0, "a report older than this many seconds is stale (the extender's "
                                              "--stale-after)")
+    add_flag(parser, "--lease-namespace", "gpupair-system",
+             "namespace of the reporters' node Leases, a heartbeat newer than the report ('' to skip)")
     add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list")
     add_resource_name(parser)
     add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take")
@@ -88,7 +90,8 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
             while True:
                 try:
                     with paused_gc():
-                        listing = await list_cluster(api, args.selector, args.namespace, args.request_timeout)
+                        listing = await list_cluster(api, args.selector, args.namespace, args.request_timeout,
+                                                     args.lease_namespace)
                         view = build(listing, fixed_now or datetime.now(timezone.utc), options, layouts)
                         frame = _format(view, args.output)
                 except NodesNotVisible as exc:

@@ -50,7 +50,8 @@ class NodeView(_View):
     state: NodeState
     reason: str = Field(description="why the report is not fresh; empty when it is")
     heartbeatSource: Literal["report", "lease"] | None = Field(
-        description="what the age is measured from: the free report's reportedAt (a Lease later)")
+        description="what the age is measured from: the newest of the free report's reportedAt and the "
+                    "renewTime of the node's reporter Lease")
     heartbeatAt: datetime | None
     ageSeconds: float | None
     generation: int | None

@@ -97,7 +97,27 @@ async def test_one_list_call_per_kind_and_no_per_node_request(fleet, tmp_path):
     code, _, _ = await status(fleet, tmp_path)
     assert code == 0
     gets = sorted((r.method, r.path) for r in fleet.requests)
-    assert gets == [("GET", "/api/v1/events"), ("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods")]
+    assert gets == [("GET", "/api/v1/events"), ("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods"),
+                    ("GET", "/apis/coordination.k8s.io/v1/namespaces/gpupair-system/leases")]
+    (leases,) = [r for r in fleet.requests if "leases" in r.path]
+    assert leases.query["labelSelector"] == "gpupair.io/heartbeat=node"  # not the extender's leader Lease
+
+
+async def test_a_renewed_lease_keeps_a_node_with_an_old_report_fresh(fleet, tmp_path):
+    from gpupair.leases import lease_body
+
+    renewed = lease_body("gpu-d", "gpupair-system", 120, int((NOW - timedelta(seconds=3)).timestamp() * 1e9))
+    fleet.store.create("leases", renewed, "gpupair-system")
+    leader = lease_body("gpu-a", "gpupair-system", 15, int(NOW.timestamp() * 1e9))
+    leader["metadata"].update(name="gpupair-extender", labels={})
+    fleet.store.create("leases", leader, "gpupair-system")
+    _, out, _ = await status(fleet, tmp_path, "-o", "json")
+    _, without, _ = await status(fleet, tmp_path, "-o", "json", "--lease-namespace", "")
+    nodes = {n["name"]: n for n in json.loads(out)["nodes"]}
+    assert (nodes["gpu-d"]["state"], nodes["gpu-d"]["heartbeatSource"], nodes["gpu-d"]["ageSeconds"]) == (
+        "fresh", "lease", 3.0)
+    assert nodes["gpu-a"]["heartbeatSource"] == "report"
+    assert {n["name"]: n["state"] for n in json.loads(without)["nodes"]}["gpu-d"] == "stale"
 
 
 async def test_selectors_go_to_the_server(fleet, tmp_path):
