@@ -260,3 +260,17 @@ def test_heartbeats_ignore_what_is_not_a_node_heartbeat():
     beats.apply("MODIFIED", unlabelled)
     beats.apply("DELETED", lease)
     assert len(beats) == 0 and seen == ["gpu-1", "gpu-1"]
+
+
+async def test_nodes_mode_takes_freshness_from_the_lease_too():
+    """nodeCacheCapable: false: the Node objects come in the request, the Leases from the watch."""
+    from tests.extender_support import make_extender, node_object, serving
+
+    extender = make_extender(heartbeats=True, stale_after=300.0, clock=lambda: NOW.timestamp())
+    old = report_annotations(set(range(8)), node="a", reported_at=NOW - timedelta(hours=1))
+    body = args_body(pod_object(2), nodes=[node_object("a", old), node_object("b", old)])
+    extender.heartbeats.replace([leases.lease_body("a", NS, 120, int((NOW - timedelta(seconds=10)).timestamp() * 1e9))])
+    async with serving(extender) as client:
+        _, answer = await client.post("filter", body)
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["a"]
+    assert answer["FailedNodes"]["b"] == f"gpupair report from 2026-11-30T06:30:00Z is older than 300s: {STALE_REASON}"
