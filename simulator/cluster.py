@@ -6,6 +6,7 @@ decided on a report that does not show the earlier pod yet.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from gpupair import placement
@@ -122,10 +123,10 @@ class Cluster:
         sim.allocated.pop(pod, None)
         sim.bound.pop(pod, None)
 
-    def close_set_free(self, request: PodRequest) -> bool:
-        """Some node could really take the pod now, its GPUs within the fewest NUMA nodes: a pod
-        left pending then waits for no reason but the scheduler's picture."""
-        return any(sim.close_set_free(request) for sim in self.nodes.values())
+    def close_set_free(self, request: PodRequest, skip: Container[str] = ()) -> bool:
+        """Some node (but those in ``skip``) could really take the pod now, its GPUs within the
+        fewest NUMA nodes: a pod left pending then waits for no reason but the scheduler's picture."""
+        return any(sim.close_set_free(request) for name, sim in self.nodes.items() if name not in skip)
 
     def report_all(self) -> None:
         for sim in self.nodes.values():

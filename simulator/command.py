@@ -39,6 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--reservation-ttl", 120.0,
              "seconds of simulated time after which a hold nothing ended expires, as the extender's flag "
              "(fleet: 60 s per step); what bounds gpupair-legacy's wrong guesses")
+    add_flag(parser, "--high-priority-share", 0.0,
+             "fleet scenario: share (0-1) of arrivals at a high priority that may preempt the others when they fit "
+             "no node (kube-scheduler's default preemption; with gpupair, its preempt verb first judges the "
+             "victims; gpupair-nopreempt: the extender without the verb); adds evictions, wasted evictions and the "
+             "high-priority pods' wait to the table")
+    add_flag(parser, "--intent-mix", "required=1",
+             "fleet scenario: placement intents of the pods (gpupair.io/placement) as INTENT=SHARE pairs summing "
+             "to 1, e.g. required=0.7,preferred=0.2,none=0.1")
     add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
     add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
                       "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
@@ -69,12 +77,16 @@ def run(args: argparse.Namespace) -> int:
     from simulator.interference import Interference
     from simulator.seed_scenario import SeedScenario, run_seed_scenario
     from simulator.shapes import seed_layout
+    from simulator.workload import PodMix, parse_intent_mix
 
     try:
         configs = parse_configs(args.configs, args.scheduler_profile)
         layout = read_layout(args.topology_file) if args.topology_file else seed_layout()
         resources = _resources(args)
         resources["interference"] = Interference(args.plugin_deviation, args.pinned_share, args.reservation_ttl)
+        mix = PodMix(args.high_priority_share, parse_intent_mix(args.intent_mix))
+        if args.scenario != "fleet" and mix != PodMix():
+            raise ValueError("--high-priority-share and --intent-mix apply to --scenario fleet only")
     except ValueError as exc:  # LayoutFileError is one
         raise UsageError(str(exc)) from None
 
@@ -114,18 +126,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"plot: {args.plot}")
         return 0
 
-    scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals, **resources)
+    scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals, mix=mix,
+                             **resources)
     bar = tqdm(total=len(configs) * scenario.steps, desc="steps", disable=None if args.progress else True,
                file=sys.stderr, leave=False)
     fleet = [run_fleet(c, layout, scenario, args.seed, bar.update) for c in configs]
     bar.close()
     print(f"fleet: {scenario.nodes} nodes x {layout.size} GPUs, {scenario.steps} steps, "
           f"{scenario.arrivals_per_step} arrivals/step, pod sizes "
-          + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes) + f"; {_describe(resources)}; seed {args.seed}")
+          + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes)
+          + "".join(f"; {part}" for part in (_describe(resources), mix.describe()) if part) + f"; seed {args.seed}")
     print(output.fleet_summary(fleet))
-    print(f"TSV: {output.write_summary(Path(args.output), output.fleet_table(fleet))}")
+    written = [output.write_summary(Path(args.output), output.fleet_table(fleet))]
+    preemption = mix.high_priority_share > 0
+    if preemption:
+        print("\npreemption (high-priority pods):")
+        print(output.preemption_summary(fleet))
+        written.append(output.write_summary(Path(args.output), output.preemption_table(fleet), "preemption"))
+    print("TSV: " + ", ".join(map(str, written)))
     if args.plot:
-        output.plot_fleet(Path(args.plot), fleet)
+        output.plot_fleet(Path(args.plot), fleet, preemption)
         print(f"plot: {args.plot}")
     return 0
 

@@ -13,21 +13,34 @@ With a pinned share, that share of arrivals is created with ``spec.nodeName`` se
 party (a DaemonSet, another scheduler), on a node where it fits by count: kubelet admits it at
 once and the extender sees it only through its pod watch. Pinned pods count in utilisation, not
 in the per-pod figures, which judge the scheduler's own placements.
+
+With a high-priority share, that share of arrivals runs at a higher priority and may preempt the
+others when it fits no node (simulator/preemption.py: kube-scheduler's default preemption, with
+gpupair's preempt verb where registered). Per configuration it then counts evictions, and the
+wasted ones: victims evicted on a node where, once they are gone, the pod still has no set it may
+take under its intent (gpupair's rule, judged on the node's real free GPUs); the GPU-steps the
+victims had run (lost: their controller recreates them, and they start over); and the
+high-priority pods' wait. Queues are ordered by priority, then arrival (PrioritySort).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpupair import placement
+from gpupair.decisions import Decider, NodeView
+from gpupair.intent import Intent
 from gpupair.layout import NodeLayout, NodeState
 from gpupair.verdict import classify
 from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
 from simulator.interference import Interference
 from simulator.kube_scoring import PerGpu, PodRequest
+from simulator.preemption import HIGH_PRIORITY, Running, preempt
+from simulator.schedulers import Scheduler
+from simulator.workload import PodMix
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,7 @@ class FleetScenario:
     node_memory: int = DEFAULT_NODE_MEMORY
     interference: Interference = Interference()
     step_seconds: float = 60.0  # the extender's clock: a hold's TTL of 120 s lasts two steps
+    mix: PodMix = PodMix()  # priorities and placement intents
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,8 @@ class Arrival:
     step: int
     duration: int
     pinned: bool = False  # created with spec.nodeName set: the scheduler never sees it
+    priority: int = 0
+    intent: Intent = Intent.REQUIRED
 
 
 @dataclass
@@ -66,6 +82,13 @@ class FleetResult:
     still_pending: int = 0
     utilisation_samples: list[float] = field(default_factory=list)
     waits: list[int] = field(default_factory=list)
+    preemptions: int = 0  # times a pod's preemption evicted victims
+    evictions: int = 0  # victims evicted
+    lost_gpu_steps: int = 0  # GPUs x steps the victims had run when evicted
+    wasted_evictions: int = 0  # victims evicted where the pod still had no set it may take
+    preemptions_declined: int = 0  # candidates existed, the preempt verb kept none
+    high_waits: list[int] = field(default_factory=list)  # high-priority pods placed: steps waited
+    high_pending: int = 0  # high-priority pods still pending at the end
 
     @property
     def utilisation(self) -> float:
@@ -76,12 +99,19 @@ class FleetResult:
     def mean_wait(self) -> float:
         return sum(self.waits) / len(self.waits) if self.waits else 0.0
 
+    @property
+    def high_mean_wait(self) -> float:
+        return sum(self.high_waits) / len(self.high_waits) if self.high_waits else 0.0
+
 
 def arrivals(scenario: FleetScenario, seed: int) -> list[Arrival]:
     """The same pod stream for every configuration, drawn from ``seed``."""
     rng = random.Random(f"fleet/{seed}")
     pins = random.Random(f"fleet/{seed}/pinned")  # apart, so any share leaves the stream the same
-    share = scenario.interference.pinned_share
+    ranks = random.Random(f"fleet/{seed}/priority")
+    asks = random.Random(f"fleet/{seed}/intent")
+    share, mix = scenario.interference.pinned_share, scenario.mix
+    intents, intent_weights = zip(*mix.intents)
     sizes, weights = zip(*scenario.sizes)
     stream: list[Arrival] = []
     for step in range(scenario.steps):
@@ -94,7 +124,10 @@ def arrivals(scenario: FleetScenario, seed: int) -> list[Arrival]:
             duration = max(1, round(rng.expovariate(1 / scenario.mean_duration)))
             gpus = rng.choices(sizes, weights)[0]
             pinned = bool(share) and pins.random() < share
-            stream.append(Arrival(f"pod-{len(stream):05d}", gpus, step, duration, pinned))
+            high = bool(mix.high_priority_share) and ranks.random() < mix.high_priority_share
+            intent = asks.choices(intents, intent_weights)[0] if len(intents) > 1 else intents[0]
+            stream.append(Arrival(f"pod-{len(stream):05d}", gpus, step, duration, pinned,
+                                  HIGH_PRIORITY if high else 0, intent))
     return stream
 
 
@@ -110,6 +143,13 @@ def _pinned_node(cluster: Cluster, request: PodRequest, rng: random.Random) -> s
     """Where another party binds a pod: any node it fits by count, knowing nothing of topology."""
     fits = [name for name, sim in cluster.nodes.items() if sim.usage().fits(request)]
     return rng.choice(fits) if fits else None
+
+
+def _may_take(cluster: Cluster, node: str, arrival: Arrival) -> bool:
+    """gpupair's rule on the node's real free GPUs: some set the pod may take under its intent."""
+    sim = cluster.nodes[node]
+    view = NodeView(node, NodeState(sim.layout, sim.actual_free()))
+    return Decider().decide(arrival.gpus, view, arrival.intent).passes
 
 
 def run_fleet(
@@ -129,6 +169,10 @@ def run_fleet(
     result = FleetResult(config.name)
     queue: list[Arrival] = []
     running: dict[str, tuple[str, int]] = {}  # pod -> (node, end step)
+    ranks: dict[str, Running] = {}  # running pod -> its priority and start, for preemption
+    placed: dict[str, Arrival] = {}  # running pod -> its arrival, to recreate it when evicted
+    nominations: dict[str, tuple[str, PodRequest, int]] = {}  # pod -> (node, request, priority)
+    preemption_rng = random.Random(f"fleet-preemption/{seed}")
     upcoming = iter(stream)
     next_arrival = next(upcoming, None)
     needed = {k: placement.min_numa_nodes(layout, k) for k, _ in scenario.sizes}
@@ -139,13 +183,14 @@ def run_fleet(
             if end <= step:
                 cluster.remove(pod, node)
                 scheduler.forget(pod)
-                del running[pod]
+                del running[pod], ranks[pod], placed[pod]
         cluster.report_all()
         scheduler.reported(cluster)
         while next_arrival is not None and next_arrival.step == step:
             queue.append(next_arrival)
             next_arrival = next(upcoming, None)
 
+        queue.sort(key=lambda a: -a.priority)  # stable: arrival order within a priority
         waiting: list[Arrival] = []
         for pod in queue:
             request = scenario.per_gpu.request(pod.gpus)
@@ -158,15 +203,25 @@ def run_fleet(
                 cluster.allocate(pod.pod, node, plugin)  # kubelet admits it at once
                 scheduler.pinned(pod.pod, request, node, cluster)
                 running[pod.pod] = (node, step + pod.duration)
+                ranks[pod.pod], placed[pod.pod] = Running(pod.priority, step), pod
                 result.pinned += 1
                 continue
-            node = scheduler.schedule(pod.pod, request, cluster, rng)
+            mine = nominations.pop(pod.pod, None)
+            room = _nominated(nominations, pod.priority)
+            node = scheduler.schedule(pod.pod, request, cluster, rng, pod.intent, room, mine and mine[0])
             if node is None:
                 waiting.append(pod)
-                if any(sim.usage().fits(request) for sim in cluster.nodes.values()):
+                # Nodes kept for a nominated pod (preemption) count as full for these figures.
+                if any(sim.usage().fits(request) for name, sim in cluster.nodes.items() if name not in room):
                     result.fragmentation_pending.add(pod.pod)
-                    if cluster.close_set_free(request):  # a subset: a close set fits by count too
+                    if cluster.close_set_free(request, room):  # a subset: a close set fits by count too
                         result.no_reason_pending.add(pod.pod)
+                if pod.priority > 0:  # PostFilter: only a pod above some other may preempt
+                    target = _preempt(pod, request, cluster, scheduler, (running, ranks, placed), room,
+                                      preemption_rng, result, step, waiting)
+                    mine = (target, request, pod.priority) if target else None  # none found clears it
+                if mine is not None:
+                    nominations[pod.pod] = mine
                 continue
             cluster.bind(pod.pod, request, node)
             # Kubelet admits it as it is bound. Judged before this pod's own grant, and only
@@ -177,7 +232,10 @@ def run_fleet(
                 continue
             result.granted += 1
             result.waits.append(step - pod.step)
+            if pod.priority > 0:
+                result.high_waits.append(step - pod.step)
             running[pod.pod] = (node, step + pod.duration)
+            ranks[pod.pod], placed[pod.pod] = Running(pod.priority, step), pod
             if pod.gpus < 2:
                 continue
             verdict = classify(layout, granted)
@@ -192,4 +250,41 @@ def run_fleet(
         result.utilisation_samples.append(cluster.gpus_allocated() / cluster.gpus_total())
         progress()
     result.still_pending = len(queue)
+    result.high_pending = sum(1 for pod in queue if pod.priority > 0)
     return result
+
+
+def _preempt(pod: Arrival, request: PodRequest, cluster: Cluster, scheduler: Scheduler,
+             pods: tuple[dict[str, tuple[str, int]], dict[str, Running], dict[str, Arrival]],
+             room: dict[str, list[PodRequest]], rng: random.Random, result: FleetResult, step: int,
+             recreated: list[Arrival]) -> str | None:
+    """Preemption for a pod that fits no node: evict the victims chosen (their controller
+    recreates each, to start over), count them and whether they were wasted; the node the pod is
+    nominated to, or None."""
+    running, ranks, placed = pods
+    verb = scheduler.preempt_verb
+    chosen = preempt(request, pod.priority, pod.intent, cluster, ranks, room, rng, verb)
+    if chosen.node is None:
+        result.preemptions_declined += verb is not None and chosen.proposed > 0
+        return None
+    for victim in chosen.victims:  # evicted: removed and forgotten as a finished pod is
+        cluster.remove(victim, chosen.node)
+        scheduler.forget(victim)
+        was = placed.pop(victim)
+        result.lost_gpu_steps += was.gpus * (step - ranks[victim].start)
+        recreated.append(replace(was, pod=f"{was.pod}-r{step}", step=step))
+        del running[victim], ranks[victim]
+    result.preemptions += 1
+    result.evictions += len(chosen.victims)
+    if not _may_take(cluster, chosen.node, pod):
+        result.wasted_evictions += len(chosen.victims)
+    return chosen.node
+
+
+def _nominated(nominations: dict[str, tuple[str, PodRequest, int]], priority: int) -> dict[str, list[PodRequest]]:
+    """Per node, the requests of pods nominated there that a pod of ``priority`` must leave room for."""
+    room: dict[str, list[PodRequest]] = {}
+    for node, request, rank in nominations.values():
+        if rank >= priority:
+            room.setdefault(node, []).append(request)
+    return room

@@ -35,10 +35,10 @@ def write_verdicts(path: Path, results: Sequence[ConfigResult]) -> None:
                 out.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
-def write_summary(path: Path, table: tuple[Sequence[str], Sequence[Sequence[object]]]) -> Path:
-    """The summary table as TSV: ``<stem>.summary.tsv``."""
+def write_summary(path: Path, table: tuple[Sequence[str], Sequence[Sequence[object]]], part: str = "summary") -> Path:
+    """A summary table as TSV: ``<stem>.<part>.tsv``."""
     header, rows = table
-    target = path.with_name(f"{path.stem}.summary{path.suffix or '.tsv'}")
+    target = path.with_name(f"{path.stem}.{part}{path.suffix or '.tsv'}")
     target.parent.mkdir(parents=True, exist_ok=True)
     lines = ["\t".join(header)] + ["\t".join(str(c) for c in row) for row in rows]
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -103,6 +103,26 @@ def fleet_summary(results: Sequence[FleetResult]) -> str:
     return _table(*fleet_table(results))
 
 
+WASTED = "wasted evictions"  # victims evicted on a node where the pod still had no set it may take
+
+
+def preemption_table(results: Sequence[FleetResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
+    """With high-priority pods: what their preemptions cost and what they waited."""
+    rows = [
+        (*split_name(r.config), r.preemptions, r.evictions, r.wasted_evictions, r.lost_gpu_steps,
+         r.preemptions_declined, len(r.high_waits), f"{r.high_mean_wait:.2f}", max(r.high_waits, default=0),
+         r.high_pending)
+        for r in results
+    ]
+    header = ("profile", "configuration", "preemptions", "evictions", WASTED, "GPU-steps lost", "declined by the verb",
+              "high-priority placed", "their mean wait (steps)", "their longest wait", "high-priority pending at end")
+    return header, rows
+
+
+def preemption_summary(results: Sequence[FleetResult]) -> str:
+    return _table(*preemption_table(results))
+
+
 def plot_seed(path: Path, results: Sequence[ConfigResult]) -> None:
     import matplotlib
 
@@ -119,20 +139,27 @@ def plot_seed(path: Path, results: Sequence[ConfigResult]) -> None:
     _finish(fig, axes, path)
 
 
-def plot_fleet(path: Path, results: Sequence[FleetResult]) -> None:
+def plot_fleet(path: Path, results: Sequence[FleetResult], preemption: bool = False) -> None:
+    """Four panels; with ``preemption`` (high-priority pods), two more: evictions, wasted ones
+    drawn over them, and the high-priority pods' mean wait."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [r.config for r in results]
-    fig, axes = plt.subplots(4, 1, figsize=(_width(results), 14))
+    fig, axes = plt.subplots(6 if preemption else 4, 1, figsize=(_width(results), 21 if preemption else 14))
     _bars(axes[0], names, [100 * r.utilisation for r in results], "GPU utilisation (%)")
     axes[0].set_ylim(0, 100)
     _bars(axes[1], names, [r.avoidable_sys for r in results], "avoidable SYS grants")
     _bars(axes[2], names, [len(r.fragmentation_pending) for r in results], "pods pending (fragmentation)")
     _bars(axes[3], names, [len(r.no_reason_pending) for r in results],
           "pods pending for no reason (a close set was free)")
+    if preemption:
+        _bars(axes[4], names, [r.evictions for r in results],
+              f"evictions by preemption; hatched: {WASTED} (the pod still had no set it may take there)")
+        axes[4].bar(range(len(names)), [r.wasted_evictions for r in results], fill=False, hatch="//")
+        _bars(axes[5], names, [r.high_mean_wait for r in results], "high-priority pods' mean wait (steps)")
     _finish(fig, axes, path)
 
 

@@ -29,15 +29,17 @@ its last report, on the cluster's simulated clock:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpupair.decisions import Decider, NodeDecision, NodeView
 from extender.protocol import MAX_EXTENDER_PRIORITY
+from gpupair.decisions import Decider, NodeDecision, NodeView
+from gpupair.intent import Intent
 from gpupair.reservations import DEFAULT_TTL, Reservation, Reservations
 from simulator.cluster import NAMESPACE, Cluster
 from simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
+from simulator.preemption import PreemptVerb
 
 EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README
 
@@ -45,7 +47,13 @@ EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README
 class Scheduler(Protocol):
     name: str
 
-    def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random) -> str | None: ...
+    def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random,
+                 intent: Intent = Intent.REQUIRED, nominated: Mapping[str, Sequence[PodRequest]] | None = None,
+                 nominated_node: str | None = None) -> str | None: ...
+
+    @property
+    def preempt_verb(self) -> PreemptVerb | None:
+        """gpupair's preempt verb when the extender registers one."""
 
     def pinned(self, pod: str, request: PodRequest, node: str, cluster: Cluster) -> None:
         """A pod created bound to ``node`` (``spec.nodeName``): only the pod watch sees it."""
@@ -61,20 +69,24 @@ class GpupairExtender:
     """gpupair's extender as kube-scheduler calls it: filter and prioritize, then bind; its pod
     watch; the nodes' reports, with their ledgers (``ledger=False``: the accounting before it)."""
 
-    def __init__(self, decider: Decider | None = None, ledger: bool = True, ttl: float = DEFAULT_TTL):
+    def __init__(self, decider: Decider | None = None, ledger: bool = True, ttl: float = DEFAULT_TTL,
+                 preempt_verb: bool = False):
         self.decider = decider or Decider()
         self.ledger = ledger
+        self.preempt_verb = preempt_verb  # registered with preemptVerb
         self.now = 0.0
         self.reservations = Reservations(ttl=ttl, timer=lambda: self.now)
 
-    def decide(self, gpus: int, cluster: Cluster, names: list[str]) -> dict[str, NodeDecision]:
+    def decide(self, gpus: int, cluster: Cluster, names: list[str],
+               intent: Intent = Intent.REQUIRED) -> dict[str, NodeDecision]:
         self.now = cluster.now
-        return {name: self._decide(gpus, cluster, name) for name in names}
+        return {name: self._decide(gpus, cluster, name, intent=intent) for name in names}
 
-    def _decide(self, gpus: int, cluster: Cluster, name: str, exclude: str | None = None) -> NodeDecision:
+    def _decide(self, gpus: int, cluster: Cluster, name: str, exclude: str | None = None,
+                intent: Intent = Intent.REQUIRED) -> NodeDecision:
         hold = self.reservations.hold(name, exclude)
         view = NodeView(name, cluster.nodes[name].reported_state(), reserved=hold.devices, held=hold.count)
-        return self.decider.decide(gpus, view)
+        return self.decider.decide(gpus, view, intent)
 
     def bind(self, pod: str, node: str, decision: NodeDecision, gpus: int) -> None:
         if decision.plan:
@@ -117,24 +129,49 @@ class KubeScheduler:
     def name(self) -> str:
         if self.extender is None:
             return "kube"
-        return "gpupair" if self.extender.ledger else "gpupair-legacy"
+        if not self.extender.ledger:
+            return "gpupair-legacy"
+        return "gpupair" if self.extender.preempt_verb else "gpupair-nopreempt"
+
+    @property
+    def preempt_verb(self) -> PreemptVerb | None:
+        if self.extender is None or not self.extender.preempt_verb:
+            return None
+        from simulator.preempt_verb import judge_candidates
+
+        return lambda gpus, intent, candidates, cluster: judge_candidates(
+            self.extender, gpus, intent, candidates, cluster)
 
     def scores(self, request: PodRequest, usages: dict[str, NodeUsage]) -> dict[str, int]:
         """Each node's total from the profile's score plugins, in node order."""
         return {name: self.profile.score(request, usage) for name, usage in usages.items()}
 
-    def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random | None) -> str | None:
+    def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random | None,
+                 intent: Intent = Intent.REQUIRED, nominated: Mapping[str, Sequence[PodRequest]] | None = None,
+                 nominated_node: str | None = None) -> str | None:
+        """``nominated``: per node, the requests of pods nominated there (by preemption) that
+        this pod must leave room for (their priority is at least its own); ``nominated_node``:
+        this pod's own nomination, tried first as schedule_one's evaluateNominatedNode does."""
         usages = {name: sim.usage() for name, sim in cluster.nodes.items()}
-        feasible = [name for name, usage in usages.items() if usage.fits(request)]
+        fit_usages = dict(usages)
+        for name, requests in (nominated or {}).items():
+            if requests:
+                sim = cluster.nodes[name]
+                fit_usages[name] = NodeUsage.of(usages[name].allocatable, [*sim.bound.values(), *requests])
+        feasible = [name for name, usage in fit_usages.items() if usage.fits(request)]
+        if nominated_node in feasible:
+            feasible = [nominated_node, *(name for name in feasible if name != nominated_node)]
         # managedResources: nvidia.com/gpu, so only pods asking GPUs reach the extender.
         extender = self.extender if request.gpus > 0 else None
         decisions: dict[str, NodeDecision] = {}
         if extender is not None and feasible:
-            decisions = extender.decide(request.gpus, cluster, feasible)
+            decisions = extender.decide(request.gpus, cluster, feasible, intent)
             feasible = [name for name in feasible if decisions[name].passes]
         if not feasible:
             return None
-        if len(feasible) == 1:
+        if nominated_node is not None and feasible[0] == nominated_node:
+            chosen = nominated_node  # the nominated node passes: taken without scoring the others
+        elif len(feasible) == 1:
             chosen = feasible[0]
         else:
             scores = self.scores(request, {name: usages[name] for name in feasible})
@@ -161,6 +198,7 @@ class KubeScheduler:
 
 SCHEDULERS: dict[str, Callable[..., KubeScheduler]] = {
     "kube": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile),
-    "gpupair": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ttl=ttl)),
+    "gpupair": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ttl=ttl, preempt_verb=True)),
+    "gpupair-nopreempt": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ttl=ttl)),
     "gpupair-legacy": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ledger=False, ttl=ttl)),
 }
