@@ -157,7 +157,7 @@ def plot_fleet(path: Path, results: Sequence[FleetResult], preemption: bool = Fa
           "pods pending for no reason (a close set was free)")
     if preemption:
         _bars(axes[4], names, [r.evictions for r in results],
-              f"evictions by preemption; hatched: {WASTED} (the pod still had no set it may take there)")
+              f"evictions by preemption (hatched: {WASTED})")
         axes[4].bar(range(len(names)), [r.wasted_evictions for r in results], fill=False, hatch="//")
         _bars(axes[5], names, [r.high_mean_wait for r in results], "high-priority pods' mean wait (steps)")
     _finish(fig, axes, path)
