@@ -20,6 +20,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from yarl import URL
 
+from gpupair.leases import micro_time
+
 MERGE_PATCH = "application/merge-patch+json"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -172,9 +174,7 @@ def event_body(involved: Any, reason: str, message: str, *, type: str, component
         raise ValueError("an event needs a reason and a component")
     regarding = object_reference(involved)
     now_ns = time.time_ns() if now_ns is None else now_ns
-    seconds, nanos = divmod(now_ns, 1_000_000_000)
-    # MicroTime: RFC 3339 with exactly six fractional digits, as the apiserver parses it.
-    event_time = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos // 1000:06d}Z"
+    event_time = micro_time(now_ns)  # the apiserver parses exactly six fractional digits
     return {
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
         # Same naming as client-go's event recorder: <object>.<hex nanoseconds>.
