@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -68,6 +69,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_level == "info":
+        # The modelled extender logs each simulated reservation as the service does: in a
+        # simulation that is a line per simulated pod on stderr. --log-level debug shows them.
+        logging.getLogger("gpupair").setLevel(logging.WARNING)
     from tqdm import tqdm
 
     from gpupair.layout_file import read_layout

@@ -22,6 +22,7 @@ def test_default_scenario_writes_seed_tsv_and_gpupair_shows_no_sys(tmp_path):
     done = simulate("--output", str(tmp_path / "out.tsv"), "--verdicts", str(tmp_path / "v.jsonl"),
                     cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # the modelled extender's per-pod info logs stay out of a simulation
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in done.stdout.splitlines()
             if len(line.split()) > 2 and line.split()[1] in ("kube+naive", "kube+aligned", "gpupair+aligned")}
     profiles = ("default", "gpu-binpack", "gpu-spread")
