@@ -1,6 +1,6 @@
 """docs/cli.md's flag tables, written from the parsers themselves so they cannot drift:
 ``python -m gpupair.cli_reference --write`` refreshes the generated part of docs/cli.md, and
-tests/test_cli_contract.py fails while it is out of date."""
+tests/core/test_cli_contract.py fails while it is out of date."""
 
 from __future__ import annotations
 

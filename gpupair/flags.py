@@ -13,7 +13,7 @@
 - **One usage-error format.** ``run`` raises ``UsageError``; gpupair.cli prints it the way
   argparse prints its own (``gpupair CMD: error: ...``, after the usage line) and exits 2.
 
-tests/test_cli_contract.py walks every subcommand's parser and fails where a command breaks one
+tests/core/test_cli_contract.py walks every subcommand's parser and fails where a command breaks one
 of these rules. This module stays on the standard library: every ``configure`` imports it.
 """
 

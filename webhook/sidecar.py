@@ -22,7 +22,7 @@ TOKEN_PATH = f"{TOKEN_DIR}/{TOKEN_FILE}"
 TOKEN_EXPIRATION_SECONDS = 600
 NONROOT_UID = 65532  # the distroless "nonroot" user; any non-zero id passes the standard
 
-# Measured: the idle sidecar holds about 21 MiB RSS (tests/test_verification.py checks < 30 MiB).
+# Measured: the idle sidecar holds about 21 MiB RSS (tests/reporter/test_verification.py checks < 30 MiB).
 REQUESTS = {"cpu": "10m", "memory": "16Mi"}
 LIMITS = {"cpu": "100m", "memory": "48Mi"}
 

@@ -1,0 +1,197 @@
+"""The command-line contract (docs/cli.md, gpupair.flags), checked by walking every subcommand's
+parser: a command added or changed later is held to it without anyone remembering to."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from gpupair import cli, flags
+from gpupair.cli_reference import command_parsers, reference
+
+REPO = Path(__file__).resolve().parents[2]
+# Pairs of flags whose names look alike but that name different things.
+DISTINCT = {
+    frozenset({"--node", "--node-name"}): "audit's node to pin test pods to; the reporter's own node",
+}
+
+
+@pytest.fixture(scope="module")
+def commands() -> dict[str, argparse.ArgumentParser]:
+    return command_parsers()
+
+
+def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+
+
+def contract_flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Each flag of the contract (its --long name) -> its action; aliases left out."""
+    return {a.option_strings[0]: a for a in options(parser) if hasattr(a, "gpupair_env")}
+
+
+def is_alias(action: argparse.Action, parser: argparse.ArgumentParser) -> bool:
+    """An old name or a short form (-o) that stores into a contract flag's dest and sets no default."""
+    targets = {a.dest for a in contract_flags(parser).values()}
+    return action.dest in targets and action.default is argparse.SUPPRESS
+
+
+def stem(flag: str) -> str:
+    """What a flag names, less the words that only say its kind: --tls-key-file ~ --tls-private-key."""
+    name = re.sub(r"-(file|name|path|dir)$", "", flag.lstrip("-"))
+    return name.replace("private-", "")
+
+
+def test_every_command_is_walked(commands):
+    assert set(commands) == set(cli.COMMANDS)
+    assert all(contract_flags(parser) for parser in commands.values())
+
+
+def test_every_flag_reads_an_environment_variable(commands):
+    missing = [f"gpupair {name} {action.option_strings[0]}" for name, parser in commands.items()
+               for action in options(parser)
+               if not hasattr(action, "gpupair_env") and not is_alias(action, parser)]
+    assert missing == [], "add these with gpupair.flags.add_flag (or a flag group)"
+
+
+def test_every_flag_help_names_its_variable(commands):
+    for name, parser in commands.items():
+        for flag, action in contract_flags(parser).items():
+            assert f"(env {action.gpupair_env.env}," in action.help, (name, flag)
+
+
+def test_no_two_commands_name_one_concept_differently(commands):
+    names: dict[str, set[str]] = defaultdict(set)
+    for name, parser in commands.items():
+        for flag in contract_flags(parser):
+            names[flag].add(name)
+    synonyms = {flag: flags.SYNONYMS[flag] for flag in names if flag in flags.SYNONYMS}
+    assert synonyms == {}, "use the contract's name; accept the old one as a deprecated alias"
+    by_stem: dict[str, set[str]] = defaultdict(set)
+    for flag in names:
+        by_stem[stem(flag)].add(flag)
+    clashes = [spellings for spellings in by_stem.values()
+               if len(spellings) > 1 and frozenset(spellings) not in DISTINCT]
+    assert clashes == [], f"one concept, several names: {clashes}"
+
+
+def test_shared_concepts_come_in_groups_with_one_default(commands):
+    for name, parser in commands.items():
+        have = set(contract_flags(parser))
+        assert "--log-level" in have, f"gpupair {name} has no --log-level"
+        assert ("--kubeconfig" in have) == ("--context" in have), f"gpupair {name}: --kubeconfig with --context"
+        assert ("--tls-cert-file" in have) == ("--tls-private-key-file" in have), name
+    for flag in flags.SHARED_FLAGS:
+        seen = {(name, repr(parser_flags[flag].gpupair_env.default), parser_flags[flag].type)
+                for name, parser in commands.items() if flag in (parser_flags := contract_flags(parser))}
+        assert len({(default, kind) for _, default, kind in seen}) <= 1, (flag, seen)
+
+
+def test_one_variable_means_one_thing(commands):
+    readers: dict[str, list[tuple[str, str, argparse.Action]]] = defaultdict(list)
+    for name, parser in commands.items():
+        for flag, action in contract_flags(parser).items():
+            readers[action.gpupair_env.env].append((name, flag, action))
+    for env, group in readers.items():
+        if len(group) == 1:
+            continue
+        meanings = {(repr(a.gpupair_env.default), a.type, tuple(a.choices or ())) for _, _, a in group}
+        assert len(meanings) == 1, f"{env} read with different meanings: {[(n, f) for n, f, _ in group]}"
+        # a shared concept's variable; a command may know it under its own flag (the reporter's --port)
+        assert any(f in flags.SHARED_FLAGS for _, f, _ in group), (env, group)
+    # and no current name is an old name another flag still answers to, which would make it two things
+    for name, parser in commands.items():
+        for flag, action in contract_flags(parser).items():
+            for old in action.gpupair_env.deprecated_env:
+                assert old not in readers, f"gpupair {name} {flag}: {old} is also read as a current name"
+
+
+def test_each_command_reads_only_its_own_or_shared_variables(commands):
+    for name, parser in commands.items():
+        for flag, action in contract_flags(parser).items():
+            env = action.gpupair_env.env
+            assert env.startswith(f"GPUPAIR_{name.upper()}_") or flag in flags.SHARED_FLAGS, (name, flag, env)
+
+
+def gpupair(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(flags.ENV_PREFIX) and k != "KUBECONFIG"}
+    return subprocess.run([sys.executable, "-m", "gpupair.cli", *args], cwd=REPO, env={**clean, **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+# One usage error per command, found after argparse (in ``run``): each prints argparse's format.
+USAGE_ERRORS = {
+    "webhook": (["--min-gpus", "0"], "--min-gpus must be at least 1"),
+    "verify": ([], "no reporter address"),
+    "certs": (["--days", "0"], "--days must be at least 1"),
+    "extender": (["--tls-private-key-file", "k.pem"], "go together"),
+    "simulate": (["--topology-file", "/nonexistent/topo.txt"], "cannot read layout file"),
+    "audit": (["--rounds", "0"], "rounds"),
+    "reporter": (["--dry-run", "--topology-file", "/nonexistent/topo.txt"], "cannot read layout file"),
+    "status": (["--fails", "-1"], "--fails must be 0 or more"),
+}
+
+
+def test_usage_errors_have_one_format_and_exit_2():
+    assert set(USAGE_ERRORS) == set(cli.COMMANDS), "give the new command a usage error here"
+    for name, (args, says) in USAGE_ERRORS.items():
+        done = gpupair(name, *args)
+        assert done.returncode == 2, (name, done.stderr)
+        assert f"usage: gpupair {name}" in done.stderr, (name, done.stderr)
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"gpupair {name}: error: ") and says in last, (name, last)
+        assert "Traceback" not in done.stderr
+
+
+def test_a_bad_environment_value_is_the_same_usage_error():
+    done = gpupair("status", env={"GPUPAIR_STATUS_FAILS": "many"})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == "gpupair status: error: argument --fails: invalid int value: 'many'"
+
+
+def test_old_names_still_work_and_say_what_replaced_them(tmp_path):
+    """An upgrade keeps a deployment's flags and variables working, with a warning for each."""
+    layout = REPO / "tests" / "fixtures" / "topo" / "seed-5090d.txt"
+    done = gpupair("verify", "--dry-run", "--layout", str(layout), "--devices", "3,4",
+                   env={"GPUPAIR_TIMEOUT": "5", "GPUPAIR_LOG_LEVEL": "info"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["gpupair.io/link"] == "SYS"
+    warnings = [json.loads(line) for line in done.stderr.splitlines()]
+    assert {(w["deprecated"], w["use"]) for w in warnings} == {
+        ("--layout", "--topology-file"), ("GPUPAIR_TIMEOUT", "GPUPAIR_VERIFY_TIMEOUT")}
+    # the one JSON log format, milliseconds included, in the verifier too
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", w["ts"]) for w in warnings)
+    assert {w["level"] for w in warnings} == {"warning"} and {w["logger"] for w in warnings} == {"gpupair.flags"}
+
+
+def test_a_current_name_wins_over_an_old_one(commands, monkeypatch):
+    monkeypatch.setenv("GPUPAIR_TIMEOUT", "5")
+    monkeypatch.setenv("GPUPAIR_AUDIT_TIMEOUT", "240")
+    args = cli.build_parser("audit").parse_args(["audit"])
+    assert args.timeout == 240.0
+    monkeypatch.delenv("GPUPAIR_AUDIT_TIMEOUT")
+    assert cli.build_parser("audit").parse_args(["audit"]).timeout == 5.0
+    # a command born under the contract never read the unprefixed names
+    monkeypatch.setenv("GPUPAIR_OUTPUT", "results.tsv")
+    assert cli.build_parser("status").parse_args(["status"]).output == "text"
+
+
+def test_renamed_flags_are_accepted(commands):
+    extender = cli.build_parser("extender").parse_args(
+        ["extender", "--resource", "amd.com/gpu", "--tls-cert-file", "c", "--tls-key-file", "k"])
+    assert (extender.resource_name, extender.tls_private_key_file) == ("amd.com/gpu", "k")
+    simulate = cli.build_parser("simulate").parse_args(["simulate", "--topology", "t.txt"])
+    assert simulate.topology_file == "t.txt"
+
+
+def test_docs_cli_md_lists_every_flag_and_variable(commands):
+    text = (REPO / "docs" / "cli.md").read_text()
+    assert reference(commands) in text, "docs/cli.md is out of date: run `python -m gpupair.cli_reference --write`"

@@ -1,0 +1,306 @@
+"""`gpupair status` end to end: the command run as a user runs it (a subprocess with a
+kubeconfig) against the API double holding a fleet with every case (tests/status_fleet.py).
+
+Text outputs are golden files (tests/fixtures/status/); regenerate them after a deliberate
+change with ``GPUPAIR_UPDATE_GOLDEN=1 ./dev test tests/status/test_status.py`` and review the diff."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpupair import report as codec
+from status import freshness
+from status.build import Listing, Options, build
+from status.main import CLEAR, _show, paused_gc
+from status.schema import schema, schema_text
+from status.view import StatusView
+from tests.kube_double import Store, make_node, running_kube_double
+from tests.status_fleet import NOW, NS, bind, report, rfc3339, small_fleet
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / "tests" / "fixtures" / "status"
+SCHEMA_FILE = REPO / "docs" / "status.schema.json"
+FORBIDDEN_EVENTS = ('events is forbidden: User "tester" cannot list resource "events" in API group "" '
+                    'at the cluster scope')
+
+
+@pytest.fixture
+async def fleet():
+    store = Store()
+    small_fleet(store)
+    async with running_kube_double(store) as double:
+        yield double
+
+
+async def status(double, tmp_path: Path, *flags: str) -> tuple[int, str, str]:
+    kubeconfig = double.write_kubeconfig(tmp_path / "kubeconfig")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(kubeconfig), "--now", rfc3339(NOW),
+        *flags, cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def matches_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("GPUPAIR_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"output differs from {path} (see the module docstring to regenerate)"
+
+
+# ---- the command against the double
+
+
+@pytest.mark.parametrize("output,golden", [("text", "fleet.txt"), ("wide", "fleet-wide.txt")])
+async def test_text_outputs_show_every_case(fleet, tmp_path, output, golden):
+    code, out, err = await status(fleet, tmp_path, "-o", output)
+    assert (code, err) == (0, "")
+    matches_golden(golden, out)
+
+
+def test_the_readme_screenshot_is_the_golden_output():
+    readme = (REPO / "README.md").read_text()
+    assert "$ gpupair status --now 2026-01-01T12:00:00Z\n" + (GOLDEN / "fleet.txt").read_text() + "```" in readme
+
+
+async def test_text_names_each_case_on_its_node(fleet, tmp_path):
+    # What the golden file must keep saying, spelled out so a regenerated golden cannot lose it.
+    _, out, _ = await status(fleet, tmp_path)
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("gpu-", "cpu-"))}
+    assert set(lines) == {"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f", "gpu-g"}  # no CPU node
+    assert "NUMA0 ■■□□  NUMA1 □□□□" in lines["gpu-a"] and "4 NUMA1" in lines["gpu-a"]
+    assert "NUMA0 ■◩◩■  NUMA1 □■■✕" in lines["gpu-b"]  # planned set reserved, GPU7 unhealthy
+    assert "+2 reserved on devices not yet known" in lines["gpu-c"]
+    assert "ledger not used: gpupair.io/allocations is of generation 6, gpupair.io/free of 7" in lines["gpu-c"]
+    assert "NUMA0 ■■□□  NUMA1 ◩◩□□" in lines["gpu-g"]  # bound before the scan, not in the ledger
+    assert " stale " in lines["gpu-d"] and "540s old" in lines["gpu-d"]
+    assert " invalid " in lines["gpu-e"] and "out of range 0..7: [9]" in lines["gpu-e"]
+    assert " missing " in lines["gpu-f"] and "gpupair.io/topology missing" in lines["gpu-f"]
+    assert "1 GPU: 4  2 GPU: 3  4 GPU: 1  8 GPU: 0" in out
+    assert "ml/train-4gpu  4     45s" in out and "2 need 4 GPUs on one NUMA node" in out
+    assert "ml/train-8gpu  8     -           (no FailedScheduling event seen)" in out
+    assert out.index("ml/train-k2x8p") < out.index("ml/gone-pod")  # newest FAIL first
+
+
+async def test_one_list_call_per_kind_and_no_per_node_request(fleet, tmp_path):
+    code, _, _ = await status(fleet, tmp_path)
+    assert code == 0
+    gets = sorted((r.method, r.path) for r in fleet.requests)
+    assert gets == [("GET", "/api/v1/events"), ("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods"),
+                    ("GET", "/apis/coordination.k8s.io/v1/namespaces/gpupair-system/leases")]
+    (leases,) = [r for r in fleet.requests if "leases" in r.path]
+    assert leases.query["labelSelector"] == "gpupair.io/heartbeat=node"  # not the extender's leader Lease
+
+
+async def test_a_renewed_lease_keeps_a_node_with_an_old_report_fresh(fleet, tmp_path):
+    from gpupair.leases import lease_body
+
+    renewed = lease_body("gpu-d", "gpupair-system", 120, int((NOW - timedelta(seconds=3)).timestamp() * 1e9))
+    fleet.store.create("leases", renewed, "gpupair-system")
+    leader = lease_body("gpu-a", "gpupair-system", 15, int(NOW.timestamp() * 1e9))
+    leader["metadata"].update(name="gpupair-extender", labels={})
+    fleet.store.create("leases", leader, "gpupair-system")
+    _, out, _ = await status(fleet, tmp_path, "-o", "json")
+    _, without, _ = await status(fleet, tmp_path, "-o", "json", "--lease-namespace", "")
+    nodes = {n["name"]: n for n in json.loads(out)["nodes"]}
+    assert (nodes["gpu-d"]["state"], nodes["gpu-d"]["heartbeatSource"], nodes["gpu-d"]["ageSeconds"]) == (
+        "fresh", "lease", 3.0)
+    assert nodes["gpu-a"]["heartbeatSource"] == "report"
+    assert {n["name"]: n["state"] for n in json.loads(without)["nodes"]}["gpu-d"] == "stale"
+
+
+async def test_selectors_go_to_the_server(fleet, tmp_path):
+    fleet.store.patch("nodes", "gpu-a", {"metadata": {"labels": {"pool": "a"}}})
+    code, out, _ = await status(fleet, tmp_path, "-l", "pool=a", "-n", NS)
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines() if line.startswith("gpu-")] == ["gpu-a"]
+    assert fleet.requests_to("/api/v1/nodes")[0].query == {"labelSelector": "pool=a"}
+    assert fleet.requests_to(f"/api/v1/namespaces/{NS}/pods") and fleet.requests_to(f"/api/v1/namespaces/{NS}/events")
+    code, out, _ = await status(fleet, tmp_path, "--namespace", "elsewhere")
+    assert "pending GPU pods: none" in out and "recent FAIL verdicts: none" in out
+
+
+async def test_events_forbidden_says_what_it_could_not_see(fleet, tmp_path):
+    fleet.fail_next("/api/v1/events", 403, message=FORBIDDEN_EVENTS, reason="Forbidden")
+    code, out, err = await status(fleet, tmp_path)
+    assert (code, err) == (0, "")
+    matches_golden("fleet-events-forbidden.txt", out)
+    assert f"not visible: events: cannot list events: HTTP 403: {FORBIDDEN_EVENTS}" in out
+    assert "ml/train-4gpu  4     -           (events not visible)" in out
+    assert "ml/train-k2x8p  -" in out  # the pod's own verdict is still shown, without a time
+
+
+async def test_pods_forbidden_leaves_the_nodes_and_says_so(fleet, tmp_path):
+    fleet.fail_next("/api/v1/pods", 403, message="pods is forbidden", reason="Forbidden")
+    code, out, _ = await status(fleet, tmp_path, "-o", "json")
+    view = StatusView.model_validate_json(out)
+    assert code == 0 and len(view.nodes) == 7 and view.summary.pending == []
+    assert [(u.resource, u.reason) for u in view.unseen] == [("pods", "cannot list pods: HTTP 403: pods is forbidden")]
+    fleet.fail_next("/api/v1/pods", 403, message="pods is forbidden", reason="Forbidden")
+    code, out, _ = await status(fleet, tmp_path)
+    assert "pending GPU pods: unknown (pods not visible)" in out
+
+
+async def test_nodes_not_listable_is_an_error(fleet, tmp_path):
+    fleet.fail_next("/api/v1/nodes", 403, message="nodes is forbidden", reason="Forbidden")
+    code, out, err = await status(fleet, tmp_path)
+    assert (code, out) == (2, "")
+    assert err == "gpupair status: cannot list nodes: HTTP 403: nodes is forbidden\n"
+
+
+async def test_no_cluster_configuration_is_an_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(tmp_path / "nope"), cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 2 and out == b""
+    assert b"gpupair status: cannot load Kubernetes configuration" in err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--now", "yesterday"], "--now 'yesterday' is not an RFC 3339 time"),
+    (["--interval", "0"], "--interval must be positive"),
+    (["--fails", "-1"], "--fails must be 0 or more"),
+])
+async def test_bad_flags_are_usage_errors(fleet, tmp_path, flags, message):
+    code, out, err = await status(fleet, tmp_path, *flags)
+    assert code == 2 and out == "" and message in err
+
+
+async def test_watch_redraws_until_sigterm(fleet, tmp_path):
+    kubeconfig = fleet.write_kubeconfig(tmp_path / "kubeconfig")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(kubeconfig), "--now", rfc3339(NOW),
+        "-o", "json", "--watch", "--interval", "0.1", cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    first = StatusView.model_validate_json(await asyncio.wait_for(proc.stdout.readline(), 30))
+    fleet.store.patch("nodes", "gpu-f", {"metadata": {"annotations": report("gpu-f", {0, 1}, 1)}})
+    for _ in range(50):  # frames follow one per line until the change shows
+        frame = StatusView.model_validate_json(await asyncio.wait_for(proc.stdout.readline(), 30))
+        if frame.summary.nodes.missing == 0:
+            break
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.wait(), 30)
+    assert first.summary.nodes.missing == 1 and frame.summary.nodes.missing == 0
+    assert proc.returncode == 0
+
+
+def test_watch_on_a_terminal_redraws_in_place():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    _show(screen, "frame 1\n", redraw=True)
+    _show(screen, "frame 2\n", redraw=True)
+    assert screen.getvalue() == f"{CLEAR}frame 1\n{CLEAR}frame 2\n"
+
+
+def test_paused_gc_restores_the_collector_as_it_was():
+    import gc
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), paused_gc():
+        assert not gc.isenabled()
+        raise RuntimeError("a failed list")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
+
+
+# ---- -o json and its documented schema
+
+
+def test_documented_schema_is_the_one_the_code_emits():
+    assert SCHEMA_FILE.read_text() == schema_text(), "regenerate: python -m status.schema > docs/status.schema.json"
+    jsonschema.Draft202012Validator.check_schema(schema())
+
+
+async def test_json_output_validates_against_the_schema(fleet, tmp_path):
+    fleet.fail_next("/api/v1/events", 403, message=FORBIDDEN_EVENTS, reason="Forbidden")
+    outputs = [(await status(fleet, tmp_path, "-o", "json"))[1], (await status(fleet, tmp_path, "-o", "json"))[1]]
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()),
+                                                format_checker=jsonschema.FormatChecker())
+    for text in outputs:
+        document = json.loads(text)
+        validator.validate(document)
+        assert document["schemaVersion"] == 1 and len(document["nodes"]) == 7
+    assert [u["resource"] for u in json.loads(outputs[0])["unseen"]] == ["events"]
+    full = json.loads(outputs[1])
+    by_name = {n["name"]: n for n in full["nodes"]}
+    assert by_name["gpu-b"]["reserved"] == {"basis": "binding-time", "pods": ["ml/train-planned"], "devices": [1, 2],
+                                            "unplaced": 0}
+    assert by_name["gpu-g"]["reserved"] == {"basis": "ledger", "pods": ["ml/admitting"], "devices": [4, 5],
+                                            "unplaced": 0}
+    assert by_name["gpu-e"]["state"] == "invalid" and by_name["gpu-e"]["numa"] == []
+    assert [f["source"] for f in full["summary"]["failVerdicts"]] == ["pod", "event"]
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({**full, "nodes": [{**full["nodes"][0], "state": "sleepy"}]})
+
+
+# ---- the pure parts
+
+
+def node_with(free, age, unhealthy=frozenset()):
+    return make_node("n", annotations=report("n", set(free), age, set(unhealthy)))
+
+
+def test_a_lease_heartbeat_newer_than_the_report_keeps_a_node_fresh():
+    old_report = freshness.Heartbeat("report", NOW - timedelta(seconds=900))
+    lease = freshness.Heartbeat("lease", NOW - timedelta(seconds=5))
+    assert freshness.classify([old_report], NOW, 300).state == "stale"
+    live = freshness.classify([old_report, lease], NOW, 300)
+    assert (live.state, live.source, live.age) == ("fresh", "lease", 5.0)
+    assert freshness.classify([], NOW, 300) is None
+
+
+def test_a_pod_bound_in_the_same_second_as_the_scan_is_not_counted_reserved():
+    store = Store()
+    bind(store, "same-second", "n", 2, bound_ago=10)
+    bind(store, "later", "n", 1, bound_ago=9)
+    listing = Listing(nodes=[node_with(range(8), 10)], pods=store.items("pods"), events=[])
+    node = build(listing, NOW).nodes[0]
+    assert node.reserved.pods == [f"{NS}/later"] and node.reserved.unplaced == 1
+
+
+def test_a_plan_naming_taken_devices_is_only_counted():
+    store = Store()
+    bind(store, "deviated", "n", 2, bound_ago=1, planned="GPU0+GPU1")
+    listing = Listing(nodes=[node_with({2, 3}, 10)], pods=store.items("pods"), events=[])
+    node = build(listing, NOW).nodes[0]
+    assert node.reserved.devices == [] and node.reserved.unplaced == 2
+    assert [d.state for d in node.numa[0].devices] == ["taken", "taken", "free", "free"]
+
+
+def test_fragmentation_counts_fresh_nodes_and_unknown_reservations_against_them():
+    store = Store()
+    bind(store, "somewhere", "n", 2, bound_ago=1)
+    listing = Listing(nodes=[node_with({0, 1, 2, 3}, 10)], pods=store.items("pods"), events=[])
+    assert [r.nodes for r in build(listing, NOW).summary.fragmentation] == [1, 1, 0, 0]
+    stale = Listing(nodes=[node_with({0, 1, 2, 3}, 10)], pods=[], events=[])
+    assert [r.nodes for r in build(stale, NOW, Options(stale_after=5)).summary.fragmentation] == [0, 0, 0, 0]
+
+
+def test_a_topology_that_does_not_decode_is_invalid_with_the_codec_reason():
+    node = node_with({0}, 1)
+    node["metadata"]["annotations"][codec.TOPOLOGY_KEY] = "{not json"
+    view = build(Listing(nodes=[node], pods=[], events=[]), NOW).nodes[0]
+    assert view.state == "invalid" and view.reason.startswith("gpupair.io/topology rejected")
