@@ -17,7 +17,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--seed", 1, "random seed; the same seed gives the same results")
     add_flag(parser, "--configs", "kube+naive,kube+aligned,gpupair+aligned",
              "comma-separated SCHEDULER+PLUGIN pairs (schedulers: kube = kube-scheduler alone, gpupair = "
-             "with gpupair's extender, its holds reconciled with each node's allocation ledger, gpupair-legacy = "
+             "with gpupair's extender, its holds reconciled with each node's allocation ledger, and its preempt verb, "
+             "gpupair-nopreempt = the same extender without the preempt verb, gpupair-legacy = "
              "the extender's accounting before the ledger, as a baseline: guessed sets held until shown taken "
              "or --reservation-ttl; plugins: naive, aligned)")
     add_flag(parser, "--scheduler-profile", "default,gpu-binpack,gpu-spread",
