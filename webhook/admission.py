@@ -1,4 +1,5 @@
 """AdmissionReview v1 on the wire, and the JSON patch that adds the verifier to a pod. Pure.
+A ResourceClaim or ResourceClaimTemplate being created is dispatched to webhook.claims.
 
 Wire models follow k8s.io/api/admission/v1 (types.go): the fields Go marshals without
 ``omitempty`` (``uid``, ``kind``, ``resource``, ``operation``) are required here, the rest are
@@ -21,7 +22,8 @@ from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.report import PREFIX
 from gpupair.wire import UserInfo, explain
-from webhook import sidecar
+from webhook import claims, sidecar
+from webhook.claims import ClaimOptions, pointer
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -153,6 +155,7 @@ class InjectOptions:
     resource_name: str = DEFAULT_RESOURCE
     scheduler_name: str | None = None  # route multi-GPU pods to gpupair's own scheduler
     default_intent: Intent = Intent.REQUIRED  # the cluster default placement
+    claims: ClaimOptions = field(default_factory=ClaimOptions)  # DRA claims and templates
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -170,11 +173,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     placement: str = ""  # the intent written on the pod ("" when none was written)
     refusal: str = ""  # set: the pod is refused with this message
-
-
-def pointer(*parts: str) -> str:
-    """A JSON pointer (RFC 6901): "~" and "/" inside a part are escaped."""
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+    claim: claims.ClaimPlan | None = None  # for a claim or template: which requests changed, and why not
 
 
 def _append(container: Mapping[str, Any], parent: str, key: str, value: Any) -> dict[str, Any]:
@@ -265,11 +264,18 @@ def build_patch(pod: Any, options: InjectOptions) -> list[dict[str, Any]]:
 
 def admit(request: AdmissionRequest, options: InjectOptions,
           namespace_intent: Intent | None = None) -> tuple[Plan, list[str]]:
-    """The plan for any admission request, and warnings for the client. Refuses only a pod
+    """The plan for any admission request, and warnings for the client. Refuses only an object
     whose gpupair.io/placement is not a value gpupair knows: placing it by a guess would be
-    wrong either way (too strict for a misspelt ``preferred``, too loose for ``requried``)."""
-    is_pod = request.kind.group == "" and request.kind.kind == "Pod" and request.resource.resource == "pods"
-    if not is_pod or request.subResource or request.operation != "CREATE":
+    wrong either way (too strict for a misspelt ``preferred``, too loose for ``requried``).
+    A pod gets the verifier (webhook.admission.plan), a ResourceClaim or ResourceClaimTemplate
+    the intent as a constraint (webhook.claims); anything else, and any other operation than
+    CREATE, is let through unchanged."""
+    kind, resource = request.kind, request.resource.resource
+    if request.subResource or request.operation != "CREATE":
+        return Plan([], "not-a-pod-create"), []
+    if claims.is_claim_kind(kind.group, kind.version, kind.kind, resource):
+        return _admit_claim(request, options, namespace_intent)
+    if not (kind.group == "" and kind.kind == "Pod" and resource == "pods"):
         return Plan([], "not-a-pod-create"), []
     try:
         result = plan(request.object, options, namespace_intent)
@@ -278,3 +284,16 @@ def admit(request: AdmissionRequest, options: InjectOptions,
     except IntentError as exc:
         return Plan([], "bad-placement", refusal=f"gpupair: {exc}"), []
     return result, result.notes
+
+
+def _admit_claim(request: AdmissionRequest, options: InjectOptions,
+                 namespace_intent: Intent | None) -> tuple[Plan, list[str]]:
+    kind = request.kind.kind
+    try:
+        result = claims.plan_claim(request.object, kind, options.claims, options.default_intent, namespace_intent)
+    except claims.ClaimError as exc:
+        return Plan([], "claim-unreadable"), [f"gpupair: {kind} left unchanged: {exc}"]
+    except IntentError as exc:
+        return Plan([], "bad-placement", refusal=f"gpupair: {exc}"), []
+    return Plan(result.ops, result.outcome, result.devices, notes=result.notes, placement=result.placement,
+                claim=result), result.notes

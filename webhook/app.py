@@ -1,6 +1,9 @@
 """The webhook's HTTP side: POST /mutate, health and metrics.
 
-It denies only a pod whose ``gpupair.io/placement`` is not a value gpupair knows, with a
+The same paths serve pods and DRA ResourceClaims and ResourceClaimTemplates (deploy/components/dra
+adds the rules for those); webhook.admission.admit tells them apart by the review's kind.
+
+It denies only an object whose ``gpupair.io/placement`` is not a value gpupair knows, with a
 message naming the allowed ones. ``/mutate/placement/VALUE`` is how the apiserver tells it a
 namespace's default placement: deploy/ has one webhook entry per value of the namespace label
 ``gpupair.io/placement``, each selecting its namespaces and calling its own path (a webhook
@@ -91,23 +94,27 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
     try:
         plan, warnings = admit(admission, options, namespace_intent)
     except Exception:  # a bug here must not block pods: let this one through unchanged
-        log.exception("planning the patch failed; pod allowed unchanged", extra={"uid": admission.uid})
+        log.exception("planning the patch failed; object allowed unchanged", extra={"uid": admission.uid})
         metrics.reviews.labels("error").inc()
         return web.json_response(response_review(admission.uid, []))
     metrics.reviews.labels(plan.outcome).inc()
-    pod_meta = admission.object.get("metadata") if isinstance(admission.object, dict) else None
-    pod_meta = pod_meta if isinstance(pod_meta, dict) else {}
+    meta = admission.object.get("metadata") if isinstance(admission.object, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    # Objects made by controllers (a Job's pods, a pod's claims) have only generateName at admission.
+    name = admission.name or meta.get("name") or f"{meta.get('generateName', '')}*"
+    if plan.claim is None:
+        what = {"pod": name, "gpus": plan.gpus, "routed": plan.routed}
+    else:
+        what = {"kind": admission.kind.kind, "claim": name, "gpus": plan.gpus,
+                "requests": list(plan.claim.changed), "left": plan.claim.left}
     log.info(
         "admission review",
         extra={
             "uid": admission.uid,
             "namespace": admission.namespace,
-            # Pods made by controllers have only generateName at admission time.
-            "pod": admission.name or pod_meta.get("name") or f"{pod_meta.get('generateName', '')}*",
+            **what,
             "operation": admission.operation,
             "outcome": plan.outcome,
-            "gpus": plan.gpus,
-            "routed": plan.routed,
             "placement": plan.placement,
             "ops": len(plan.ops),
             **({"refused": plan.refusal} if plan.refusal else {}),

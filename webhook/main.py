@@ -1,4 +1,5 @@
-"""`gpupair webhook`: the mutating admission webhook that adds the verifier to multi-GPU pods."""
+"""`gpupair webhook`: the mutating admission webhook that adds the verifier to multi-GPU pods and
+writes the placement intent into DRA claims as a constraint."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 from gpupair.flags import (UsageError, add_default_placement, add_reporter_port, add_resource_name, add_tls_flags,
                            add_token_audience)
 from gpupair.service import add_common_flags, add_flag
+from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +25,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_token_audience(parser, "audience of the verifier's projected token (the reporter's --token-audience)")
     add_resource_name(parser)
     add_default_placement(parser)
+    add_flag(parser, "--gpu-device-classes", ",".join(DEFAULT_GPU_DEVICE_CLASSES),
+             "DRA DeviceClasses whose devices are GPUs (comma-separated): a ResourceClaim or "
+             "ResourceClaimTemplate asking 2 or more of one gets the placement intent as a constraint",
+             old_env=())
+    add_flag(parser, "--gpus-per-numa-node", DEFAULT_GPUS_PER_NUMA_NODE,
+             "the most GPUs one NUMA node holds: a DRA request for more gets no NUMA constraint "
+             "(no node could honour it; the extender judges it by the fewest NUMA nodes)", old_env=())
     add_common_flags(parser)
 
 
@@ -33,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.service import serve, setup_logging
     from gpupair.tls import serving_tls
     from webhook.admission import InjectOptions
+    from webhook.claims import ClaimOptions
     from webhook.app import create_app
     from webhook.cert_expiry import CertificateExpiry
     from webhook.sidecar import SidecarOptions
@@ -44,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--reporter-port must be a TCP port (1-65535)")
     if not args.token_audience:
         raise UsageError("--token-audience must not be empty")
+    device_classes = frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip())
+    if args.gpus_per_numa_node < 2:
+        raise UsageError("--gpus-per-numa-node must be at least 2")
     if not (args.tls_cert_file and args.tls_private_key_file):
         raise UsageError("the webhook serves HTTPS only: --tls-cert-file and --tls-private-key-file are required")
     options = InjectOptions(
@@ -53,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         resource_name=args.resource_name,
         scheduler_name=args.scheduler_name or None,
         default_intent=Intent(args.default_placement),
+        claims=ClaimOptions(device_classes=device_classes, gpus_per_numa=args.gpus_per_numa_node),
     )
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # both set: never None
     from prometheus_client import CollectorRegistry

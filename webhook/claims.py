@@ -1,0 +1,303 @@
+"""The placement intent as a DRA claim constraint: what the webhook changes in a
+``resource.k8s.io/v1`` ResourceClaim or ResourceClaimTemplate being created. Pure.
+
+kube-scheduler's structured allocator takes the first devices that fit, in ResourceSlice order,
+and nothing in DynamicResources scores topology. So gpupair states the intent where the allocator
+reads it, in the claim, once, at creation (a claim's spec is immutable):
+
+- ``required``: each request for ``count >= 2`` devices of a GPU DeviceClass gets a constraint
+  ``matchAttribute: resource.kubernetes.io/numaNode`` naming it: the devices come from one NUMA
+  node or the pod does not schedule there. A count above what one NUMA node holds
+  (``gpus_per_numa``) gets none, since no node could honour it; the extender judges such pods
+  by the fewest NUMA nodes.
+- ``preferred``: the request becomes a ``firstAvailable`` list: subrequest ``numa`` (the same
+  devices, with the constraint naming ``<request>/numa``), then ``any`` (the same devices,
+  unconstrained). The allocator tries them in order and DynamicResources scores a node by which
+  subrequest it used, so nodes where the close set fits rank higher and the others still serve.
+- ``none``, a request some constraint of the claim already covers, a request already written as
+  ``firstAvailable``, ``allocationMode: All``, an unknown mode and other DeviceClasses: left as
+  written.
+
+The intent is the object's own ``gpupair.io/placement`` annotation (for a template, its own or
+that of ``spec.metadata``, the metadata its claims get), else the namespace default the
+webhook entry carries, else the cluster default: as for pods. A changed object is given the
+intent it was changed for as that annotation (a template in ``spec.metadata``), so the claims a
+template yields carry it and come back unchanged: the constraint is already there.
+
+The patch is computed against exactly the object received: unknown fields stay as they are, and
+the request's own fields (selectors, tolerations, capacity, fields newer than this module) move
+into the subrequests unchanged. Reading goes through small pydantic models, strict about the
+types of the fields decided on and lenient about everything else, as Go's decoder is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
+from gpupair.wire import KubeWire, explain
+from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+
+GROUP = "resource.k8s.io"
+VERSION = "v1"
+RESOURCES = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}
+NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"  # KEP-6072's standard name
+CLOSE_SUBREQUEST = "numa"  # tried first: the devices on one NUMA node
+ANY_SUBREQUEST = "any"  # then the same devices anywhere on the node
+EXACT_COUNT = "ExactCount"
+MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
+# Set by kube-scheduler on the claim it makes for a pod asking an extended resource that a
+# DeviceClass maps to DRA devices; it has allocated the devices before it creates the claim.
+EXTENDED_RESOURCE_CLAIM_KEY = "resource.kubernetes.io/extended-resource-claim"
+
+
+class ClaimError(ValueError):
+    """A claim or template that cannot be read; it is let through unchanged."""
+
+
+@dataclass(frozen=True)
+class ClaimOptions:
+    device_classes: frozenset[str] = frozenset(DEFAULT_GPU_DEVICE_CLASSES)
+    gpus_per_numa: int = DEFAULT_GPUS_PER_NUMA_NODE  # the most devices one NUMA constraint can hold
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_numa < 2:
+            raise ValueError(f"gpus_per_numa must be at least 2, got {self.gpus_per_numa}")
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    ops: list[dict[str, Any]]
+    outcome: str  # claim-constrained | claim-prioritized | claim-unchanged
+    placement: str = ""  # the intent applied ("" when it did not come into it)
+    devices: int = 0  # devices asked by the requests changed
+    changed: tuple[str, ...] = ()  # names of the requests changed
+    left: dict[str, str] = field(default_factory=dict)  # request name -> why it was left as written
+    notes: list[str] = field(default_factory=list)  # warnings for the client
+
+
+# --- reading (k8s.io/api/resource/v1 types.go: only the fields decided on) ----------------------
+
+
+class ExactRequest(KubeWire):
+    deviceClassName: str = ""
+    allocationMode: str = ""  # "" is ExactCount (the apiserver defaults it before admission)
+    count: int = 0  # 0 is 1
+    adminAccess: bool | None = None
+
+
+class DeviceRequest(KubeWire):
+    name: str
+    exactly: ExactRequest | None = None
+    firstAvailable: list[Any] | None = None
+
+
+class DeviceConstraint(KubeWire):
+    requests: list[str] | None = None  # none: every request of the claim
+
+
+class DeviceClaim(KubeWire):
+    requests: list[DeviceRequest] | None = None
+    constraints: list[DeviceConstraint] | None = None
+
+
+class ObjectMeta(KubeWire):
+    annotations: dict[str, str] | None = None
+
+
+def pointer(*parts: str | int) -> str:
+    """A JSON pointer (RFC 6901): "~" and "/" inside a part are escaped. (The pod patch uses it too.)"""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def is_claim_kind(group: str, version: str, kind: str, resource: str) -> bool:
+    return group == GROUP and version == VERSION and RESOURCES.get(kind) == resource
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ClaimError(f"{where}: must be an object")
+    return value
+
+
+def _annotations(meta: Mapping[str, Any], where: str) -> dict[str, str]:
+    try:
+        return ObjectMeta.model_validate(meta).annotations or {}
+    except ValidationError as exc:
+        raise ClaimError(f"{where}.{explain(exc)}") from None
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """Where things are in a claim or a template (whose claim spec is at spec.spec)."""
+
+    spec_path: tuple[str, ...]  # the ResourceClaimSpec
+    meta_path: tuple[str, ...]  # the metadata the claims get (the claim's own, or spec.metadata)
+    spec: Mapping[str, Any]
+    meta: Mapping[str, Any] | None  # None: absent
+
+
+def _parts(obj: Any, kind: str) -> _Parts:
+    obj = _object(obj, kind)
+    if not obj:
+        raise ClaimError(f"{kind}: no object")
+    if kind == "ResourceClaim":
+        meta = obj.get("metadata")
+        return _Parts(("spec",), ("metadata",), _object(obj.get("spec"), "spec"),
+                      None if meta is None else _object(meta, "metadata"))
+    template = _object(obj.get("spec"), "spec")
+    meta = template.get("metadata")
+    return _Parts(("spec", "spec"), ("spec", "metadata"), _object(template.get("spec"), "spec.spec"),
+                  None if meta is None else _object(meta, "spec.metadata"))
+
+
+def resolve_intent(obj: Any, kind: str, namespace_intent: Intent | None, default: Intent
+                   ) -> tuple[Intent, str]:
+    """The intent for a claim or template and where it came from: ``object`` (its own
+    annotation; for a template, that of ``spec.metadata``), ``template`` (a template's own
+    metadata only), ``namespace`` or ``default``. IntentError on a value gpupair does not know,
+    or a template whose two annotations disagree."""
+    parts = _parts(obj, kind)
+    own = asked_intent(_annotations(parts.meta or {}, ".".join(parts.meta_path)))
+    if kind == "ResourceClaimTemplate":
+        top = asked_intent(_annotations(_object(_object(obj, kind).get("metadata"), "metadata"), "metadata"))
+        if own is not None and top is not None and own is not top:
+            raise IntentError(f"{PLACEMENT_KEY}: the template asks {top.value} in metadata.annotations but "
+                              f"{own.value} in spec.metadata.annotations (the claims get the second); set one")
+        if own is None and top is not None:
+            return top, "template"
+    if own is not None:
+        return own, "object"
+    if namespace_intent is not None:
+        return namespace_intent, "namespace"
+    return default, "default"
+
+
+# --- deciding -------------------------------------------------------------------------------------
+
+
+def _covered(name: str, constraints: list[DeviceConstraint]) -> bool:
+    """Whether a constraint of the claim already applies to request ``name`` (one that names no
+    request applies to all; ``name/sub`` names one of its subrequests)."""
+    return any(not c.requests or any(r == name or r.startswith(name + "/") for r in c.requests)
+               for c in constraints)
+
+
+def _why_left(request: DeviceRequest, constraints: list[DeviceConstraint], options: ClaimOptions) -> str:
+    """Why this request is left as written ("" if it is one to change)."""
+    exact = request.exactly
+    if request.firstAvailable:
+        return "first-available" if exact is None else "exactly-and-first-available"
+    if exact is None:
+        return "no-devices"
+    if exact.deviceClassName not in options.device_classes:
+        return "not-a-gpu-class"
+    if (exact.allocationMode or EXACT_COUNT) != EXACT_COUNT:
+        return "all-devices" if exact.allocationMode == "All" else "unknown-mode"
+    if (exact.count or 1) < 2:
+        return "one-device"
+    if _covered(request.name, constraints):
+        return "own-constraint"
+    if exact.count > options.gpus_per_numa:
+        return "above-one-numa-node"
+    return ""
+
+
+def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
+               namespace_intent: Intent | None = None) -> ClaimPlan:
+    """What to change in a ResourceClaim or ResourceClaimTemplate (``kind``) being created.
+    Raises ClaimError on an object that cannot be read, IntentError on a placement gpupair does
+    not know (the caller refuses the object)."""
+    if kind not in RESOURCES:
+        raise ClaimError(f"{kind}: not a ResourceClaim or ResourceClaimTemplate")
+    parts = _parts(obj, kind)
+    intent, source = resolve_intent(obj, kind, namespace_intent, default)
+    annotations = _annotations(parts.meta or {}, ".".join(parts.meta_path))
+    try:
+        devices = DeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
+    except ValidationError as exc:
+        raise ClaimError(f"{'.'.join(parts.spec_path)}.devices.{explain(exc)}") from None
+    requests, constraints = devices.requests or [], devices.constraints or []
+    base = (*parts.spec_path, "devices")
+
+    ops: list[dict[str, Any]] = []
+    left: dict[str, str] = {}
+    notes: list[str] = []
+    changed: list[str] = []
+    added: list[dict[str, Any]] = []
+    count = 0
+    if kind == "ResourceClaim" and annotations.get(EXTENDED_RESOURCE_CLAIM_KEY) == "true":
+        # Made by kube-scheduler after it allocated the devices: a constraint now would be a
+        # statement the allocation never honoured. The extender places such pods (managedResources).
+        left = {r.name: "extended-resource-claim" for r in requests}
+    elif intent is not Intent.NONE:
+        for index, request in enumerate(requests):
+            why = _why_left(request, constraints, options)
+            exact = request.exactly
+            if not why and len(constraints) + len(added) >= MAX_CONSTRAINTS:
+                why = "constraints-full"
+            if not why and intent is Intent.PREFERRED and exact.adminAccess:
+                why = "admin-access"  # a subrequest has no adminAccess
+            if why:
+                left[request.name] = why
+                if why in ("above-one-numa-node", "constraints-full", "admin-access"):
+                    notes.append(_note(request, why, intent, options))
+                continue
+            changed.append(request.name)
+            count += exact.count
+            if intent is Intent.REQUIRED:
+                added.append({"matchAttribute": NUMA_ATTRIBUTE, "requests": [request.name]})
+                continue
+            raw = parts.spec["devices"]["requests"][index]
+            ops += _prioritize(raw, pointer(*base, "requests", index))
+            added.append({"matchAttribute": NUMA_ATTRIBUTE, "requests": [f"{request.name}/{CLOSE_SUBREQUEST}"]})
+    if added:
+        existing = parts.spec["devices"].get("constraints")
+        if isinstance(existing, list):
+            ops += [{"op": "add", "path": pointer(*base, "constraints", "-"), "value": c} for c in added]
+        else:  # absent or null
+            ops.append({"op": "add", "path": pointer(*base, "constraints"), "value": added})
+    # The claims a template yields must be decided as the template was: they carry the intent.
+    if (ops or source == "template") and PLACEMENT_KEY not in annotations:
+        ops += _annotation_ops(parts, {PLACEMENT_KEY: intent.value})
+    outcome = "claim-unchanged"
+    if changed:
+        outcome = "claim-constrained" if intent is Intent.REQUIRED else "claim-prioritized"
+    return ClaimPlan(ops, outcome, intent.value, count, tuple(changed), left, notes)
+
+
+def _prioritize(request: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
+    """``exactly`` becomes ``firstAvailable``: the same devices on one NUMA node first, then anywhere."""
+    sub = {key: value for key, value in request["exactly"].items() if key != "adminAccess"}
+    return [
+        {"op": "remove", "path": f"{path}/exactly"},
+        {"op": "add", "path": f"{path}/firstAvailable",
+         "value": [{"name": CLOSE_SUBREQUEST, **sub}, {"name": ANY_SUBREQUEST, **sub}]},
+    ]
+
+
+def _annotation_ops(parts: _Parts, add: dict[str, str]) -> list[dict[str, Any]]:
+    if parts.meta is None:
+        return [{"op": "add", "path": pointer(*parts.meta_path), "value": {"annotations": add}}]
+    if not isinstance(parts.meta.get("annotations"), Mapping):
+        return [{"op": "add", "path": pointer(*parts.meta_path, "annotations"), "value": add}]
+    return [{"op": "add", "path": pointer(*parts.meta_path, "annotations", key), "value": value}
+            for key, value in add.items()]
+
+
+def _note(request: DeviceRequest, why: str, intent: Intent, options: ClaimOptions) -> str:
+    name, count = request.name, request.exactly.count
+    if why == "above-one-numa-node":
+        return (f"gpupair: request {name!r} asks {count} devices, more than one NUMA node holds "
+                f"({options.gpus_per_numa}): left without a {NUMA_ATTRIBUTE} constraint; the fewest NUMA "
+                f"nodes is the extender's to judge")
+    if why == "constraints-full":
+        return f"gpupair: request {name!r} left as written: the claim already has {MAX_CONSTRAINTS} constraints"
+    return (f"gpupair: request {name!r} asks adminAccess, which a firstAvailable subrequest cannot: "
+            f"left as written ({intent.value} not applied)")
