@@ -29,6 +29,7 @@ from kubernetes_asyncio import client as k8s
 
 from extender.bind import Binder
 from extender.decision_tables import DecisionTables
+from extender.dra_nodes import DraNodes
 from gpupair.decisions import Decider
 from extender.evaluation import Evaluator
 from extender.filter import filter_nodes
@@ -77,6 +78,7 @@ class Extender:
     node_cache: NodeCache | None = None
     pod_watch: PodWatch | None = None
     heartbeats: Heartbeats | None = None
+    dra: DraNodes | None = None
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
@@ -84,7 +86,8 @@ class Extender:
         listed, nodes whose reporters write annotations only on change would look stale."""
         nodes = self.node_cache is None or self.node_cache.ready
         leases = self.heartbeats is None or self.heartbeats.listed
-        return nodes and leases and (self.pod_watch is None or self.pod_watch.listed)
+        dra = self.dra is None or self.dra.listed  # slices and claims: a DRA node's truth
+        return nodes and leases and dra and (self.pod_watch is None or self.pod_watch.listed)
 
 
 def assemble(
@@ -102,12 +105,16 @@ def assemble(
     reservation_timer: Callable[[], float] = time.monotonic,
     metrics: ExtenderMetrics | None = None,
     heartbeats: bool = False,
+    dra_driver: str = "",
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
-    the caller runs on ``Extender.heartbeats``)."""
+    the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
+    DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
+    runs on ``Extender.dra.slices`` and ``.claims``)."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
+    dra = DraNodes(dra_driver, decoder, clock) if dra_driver else None
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
     beats: Heartbeats | None = None
@@ -118,7 +125,7 @@ def assemble(
         metrics.watch_heartbeats(lambda: len(beats))
     if node_cache:
         # A report flows one way: the cache decodes it, then tells its listeners in order.
-        cache = NodeCache(decoder, clock)
+        cache = NodeCache(decoder, clock, dra)
         tables = DecisionTables(decider, cache.items, cache.get, alive)
         cache.subscribe(HoldsByReport(reservations))
         cache.subscribe(tables)
@@ -127,11 +134,11 @@ def assemble(
         metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive,
-                          default_intent=default_intent)
+                          default_intent=default_intent, dra=dra)
     requests = PodRequests(resource)
     pods = PodWatch(reservations, requests) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
-    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats)
+    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra)
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:

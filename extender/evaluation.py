@@ -24,6 +24,7 @@ from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
 from gpupair.intent import Intent, pod_intent
+from gpupair.report import TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender")
 
@@ -55,6 +56,7 @@ class Evaluator:
     seen_limit: int = 16384
     alive: Callable[[str], float | None] = lambda name: None  # a node's last Lease renewal
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
+    dra: Any = None  # DraNodes: nodes whose GPUs a DRA driver publishes; None without DRA
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
@@ -76,7 +78,10 @@ class Evaluator:
             return Offer(args.NodeNames, cache.get, self.uncached, cached=self.tables is not None)
         nodes = (args.Nodes.items if args.Nodes is not None else None) or []
         decode = self.decoder.decode
-        entries = {node["metadata"]["name"]: decode(node["metadata"].get("annotations")) for node in nodes}
+        if self.dra is None:
+            entries = {node["metadata"]["name"]: decode(node["metadata"].get("annotations")) for node in nodes}
+        else:
+            entries = {node["metadata"]["name"]: self._dra_or_annotated(node) for node in nodes}
         self.last_seen.update(entries)
         self._release_taken(entries)
         names = [node["metadata"]["name"] for node in nodes]
@@ -123,6 +128,11 @@ class Evaluator:
                                            intent)
 
     # ---- internals
+
+    def _dra_or_annotated(self, node: dict[str, Any]) -> ReportEntry:
+        name, annotations = node["metadata"]["name"], node["metadata"].get("annotations")
+        topology = annotations.get(TOPOLOGY_KEY) if isinstance(annotations, dict) else None
+        return self.dra.entry(name, topology) or self.decoder.decode(annotations)
 
     def held(self, offer: Offer) -> set[str]:
         """Offered names whose table entry does not apply: they hold reservations."""

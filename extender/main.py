@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import logging
 from typing import TYPE_CHECKING
 
-from gpupair.flags import add_default_placement, add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags
+from gpupair.flags import (
+    add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags,
+)
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)")
     add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
     add_default_placement(parser)
+    add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)")
     add_common_flags(parser)
 
 
@@ -72,6 +76,28 @@ async def _freeze_when_ready(cache, poll: float = 0.1) -> None:
     log.info("node cache frozen for the garbage collector", extra={"frozen": gc.get_freeze_count()})
 
 
+async def _dra_watches(api, dra, restarts) -> list:
+    """List+watch the driver's ResourceSlices and every ResourceClaim, where the API serves
+    resource.k8s.io/v1; on a cluster without it no node has a DRA picture."""
+    from kubernetes_asyncio import client as k8s
+
+    from extender.list_watch import ListWatch
+    from gpupair import kube
+
+    if not await kube.serves(api, "resource.k8s.io", "v1"):
+        log.info("the API serves no resource.k8s.io/v1: every node is judged by its reporter")
+        dra.mark_unserved()
+        return []
+    resource = k8s.ResourceV1Api(api)
+    slices = functools.partial(resource.list_resource_slice, field_selector=f"spec.driver={dra.driver}")
+    return [
+        ListWatch("resourceslices", slices, dra.slices,
+                  on_restart=lambda why: restarts.labels("resourceslices", why).inc()),
+        ListWatch("resourceclaims", resource.list_resource_claim_for_all_namespaces, dra.claims,
+                  on_restart=lambda why: restarts.labels("resourceclaims", why).inc()),
+    ]
+
+
 async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     from kubernetes_asyncio import client as k8s
 
@@ -99,6 +125,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         default_intent=Intent(args.default_placement),
         api_timeout=args.api_timeout,
         heartbeats=bool(args.lease_namespace),
+        dra_driver=args.dra_driver,
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts
@@ -111,6 +138,8 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
 
         watches.append(ListWatch("leases", list_leases(api, args.lease_namespace), extender.heartbeats,
                                  on_restart=lambda why: restarts.labels("leases", why).inc()))
+    if extender.dra is not None:
+        watches.extend(await _dra_watches(api, extender.dra, restarts))
     if extender.pod_watch is not None:
         watches.append(ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch,
                                  on_restart=lambda why: restarts.labels("pods", why).inc()))

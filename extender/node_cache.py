@@ -1,8 +1,11 @@
 """The extender's own view of every node's report, for NodeNames mode (nodeCacheCapable).
 
-Fed by a ListWatch on nodes. A node's annotations are decoded when they change, never per
-request: an event whose two report annotations equal the ones held keeps the entry (and its
-memoised decisions). Ready once the first list is in.
+One node picture, two sources. Fed by a ListWatch on nodes: a node's annotations are decoded
+when they change, never per request: an event whose report annotations equal the ones held
+keeps the entry (and its memoised decisions). Where a DRA driver publishes the node's GPUs
+(extender/dra_nodes.py), the entry comes from its ResourceSlices and claims instead, with the
+links of the reporter's topology annotation. Listeners see one entry per node, whichever source
+it came from. Ready once the first node list is in.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from extender.dra_nodes import DraNodes
 from extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.reservations import Reservations
 from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
@@ -42,12 +46,17 @@ class HoldsByReport:
 
 
 class NodeCache:
-    def __init__(self, decoder: ReportDecoder, clock: Callable[[], float] = time.time):
+    def __init__(self, decoder: ReportDecoder, clock: Callable[[], float] = time.time,
+                 dra: DraNodes | None = None):
         self._decoder = decoder
         self._clock = clock
+        self._dra = dra
         self._listeners: list[NodeListener] = []
-        self._entries: dict[str, ReportEntry] = {}
+        self._entries: dict[str, ReportEntry] = {}  # what readers see, from either source
+        self._annotated: dict[str, ReportEntry] = {}  # from the Node annotations
         self._raw: dict[str, tuple[Any, Any, Any]] = {}
+        if dra is not None:
+            dra.subscribe(self._dra_changed)
         self.ready = False
         self.decodes = 0  # annotation changes decoded, for tests and metrics
 
@@ -60,7 +69,7 @@ class NodeCache:
             if name:
                 seen.add(name)
                 self._update(name, node)
-        for name in [n for n in self._entries if n not in seen]:
+        for name in [n for n in self._annotated if n not in seen]:
             self._remove(name)
         if not self.ready:
             log.info("node cache ready", extra={"nodes": len(self._entries)})
@@ -99,11 +108,37 @@ class NodeCache:
         if not isinstance(annotations, dict):
             annotations = {}
         raw = (annotations.get(TOPOLOGY_KEY), annotations.get(FREE_KEY), annotations.get(ALLOCATIONS_KEY))
-        if self._raw.get(name) == raw and name in self._entries:
+        if self._raw.get(name) == raw and name in self._annotated:
             return
-        entry = self._decoder.decode(annotations)
+        self._annotated[name] = self._decoder.decode(annotations)
         self.decodes += 1
         self._raw[name] = raw
+        self._refresh(name)
+
+    def _remove(self, name: str) -> None:
+        if self._annotated.pop(name, None) is not None:
+            self._raw.pop(name, None)
+            self._refresh(name)
+
+    def _dra_changed(self, names: set[str]) -> None:
+        for name in sorted(names):
+            self._refresh(name)
+
+    def _refresh(self, name: str) -> None:
+        """Put the node's entry from whichever source has it (DRA first) and tell the listeners."""
+        entry = None
+        if self._dra is not None:
+            topology = self._raw.get(name, (None,))[0]
+            entry = self._dra.entry(name, topology)
+        if entry is None:
+            entry = self._annotated.get(name)
+        if entry is None:
+            if self._entries.pop(name, None) is not None:
+                for listener in self._listeners:
+                    listener.node_gone(name)
+            return
+        if self._entries.get(name) is entry:
+            return
         self._entries[name] = entry
         if entry.report is None:
             log.info("node report unusable", extra={"node": name, "why": entry.problem})
@@ -113,12 +148,6 @@ class NodeCache:
         now = self._clock()
         for listener in self._listeners:
             listener.node_changed(name, entry, now)
-
-    def _remove(self, name: str) -> None:
-        if self._entries.pop(name, None) is not None:
-            self._raw.pop(name, None)
-            for listener in self._listeners:
-                listener.node_gone(name)
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -139,6 +139,13 @@ class ReportDecoder:
             return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind)
         return ReportEntry(report, stale_after=self.stale_after)
 
+    def layout_of(self, topology: str) -> NodeLayout | None:
+        """The decoded topology annotation, or None when it does not decode."""
+        try:
+            return self._layout(topology)
+        except ReportError:
+            return None
+
     def _layout(self, topology: str) -> NodeLayout:
         layout = self._layouts.get(topology)
         if layout is None:

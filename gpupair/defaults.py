@@ -8,3 +8,4 @@ from __future__ import annotations
 RESOURCE_NAME = "nvidia.com/gpu"  # the extended resource the device plugin advertises
 REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
 TOKEN_AUDIENCE = "gpupair-reporter"  # the audience of the verifier's projected token
+DRA_DRIVER = "gpu.nvidia.com"  # the DRA driver (NVIDIA's) whose ResourceSlices publish the GPUs

@@ -235,3 +235,10 @@ def add_topology_file(parser: argparse.ArgumentParser, help: str, *, deprecated:
                       old_env: tuple[str, ...] | None = None) -> None:
     """A node's layout from a file, in any format gpupair.layout_file reads."""
     add_flag(parser, "--topology-file", "", help, deprecated=deprecated, old_env=old_env)
+
+
+def add_dra_driver(parser: argparse.ArgumentParser, help: str) -> None:
+    """The DRA driver whose devices are GPUs (resource.k8s.io/v1 ResourceSlices)."""
+    from gpupair.defaults import DRA_DRIVER
+
+    add_flag(parser, "--dra-driver", DRA_DRIVER, f"DRA driver that publishes the GPUs as devices; {help}")

@@ -227,3 +227,17 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out waiting for the API server"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def serves(api: k8s.ApiClient, group: str, version: str, timeout: float = 10.0) -> bool:
+    """Whether the API serves ``group/version`` (its discovery document answers). Only a 404
+    says no: on any other failure the caller's watches find out, and retry."""
+    try:
+        await api.call_api(f"/apis/{group}/{version}", "GET", header_params={"Accept": "application/json"},
+                           response_types_map={200: "object"}, auth_settings=["BearerToken"],
+                           _return_http_data_only=True, _request_timeout=timeout)
+    except ApiException as exc:
+        return exc.status != 404
+    except (OSError, asyncio.TimeoutError):
+        return True
+    return True

@@ -142,6 +142,7 @@ class NodeReport:
     fingerprint: str
     ledger: Ledger | None = None  # None: the reporter wrote none (older), or it was unusable
     ledger_problem: str = ""  # why a ledger that was there is not used
+    source: str = "reporter"  # reporter: the node's annotations; dra: its ResourceSlices and claims
 
     @property
     def layout(self) -> NodeLayout:

@@ -173,6 +173,14 @@ async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
             leases = ListWatch("leases", list_leases(api, "gpupair-system"), extender.heartbeats,
                                timeout_seconds=30, backoff_base=0.01, backoff_max=0.05)
             watches.append(leases)
+        if extender.dra is not None:  # dra_driver=...: the driver's ResourceSlices and every claim
+            resource = k8s.ResourceV1Api(api)
+            watches += [
+                ListWatch("resourceslices", resource.list_resource_slice, extender.dra.slices, timeout_seconds=30,
+                          backoff_base=0.01, backoff_max=0.05),
+                ListWatch("resourceclaims", resource.list_resource_claim_for_all_namespaces, extender.dra.claims,
+                          timeout_seconds=30, backoff_base=0.01, backoff_max=0.05),
+            ]
         tasks = [asyncio.create_task(w.run()) for w in watches]
         try:
             async with serving(extender) as client:

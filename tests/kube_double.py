@@ -19,6 +19,11 @@ implements them directly, following the apiserver's observable behaviour:
 * a TokenReview of a pod-bound token fails (HTTP 201, ``status.error``) once that pod is
   deleted or replaced by a namesake with another UID.
 
+resource.k8s.io/v1 (ResourceSlices, DeviceClasses, ResourceClaims and their templates) is
+served as stored objects with the kinds' selectable fields; a claim's ``/status`` writes the
+whole object. Nothing allocates: tests play kube-scheduler's allocator by writing
+``status.allocation`` themselves.
+
 Known simplifications: strategic merge patch merges maps like a JSON merge patch and merges
 lists only for a few keyed lists (conditions by type, containers by name); pods are deleted at
 once (no kubelet to wait for); ``limit``/``continue`` are ignored (a full list is a valid answer);
@@ -48,6 +53,10 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "pods": ("Pod", "v1", True),
     "events": ("Event", "v1", True),
     "leases": ("Lease", "coordination.k8s.io/v1", True),
+    "resourceslices": ("ResourceSlice", "resource.k8s.io/v1", False),
+    "deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
+    "resourceclaims": ("ResourceClaim", "resource.k8s.io/v1", True),
+    "resourceclaimtemplates": ("ResourceClaimTemplate", "resource.k8s.io/v1", True),
 }
 # Field selectors each resource accepts (others answer 400, like the apiserver).
 FIELD_LABELS: dict[str, set[str]] = {
@@ -63,6 +72,11 @@ FIELD_LABELS: dict[str, set[str]] = {
         "regarding.kind", "regarding.name", "regarding.namespace",
     },
     "leases": {"metadata.name", "metadata.namespace"},
+    # k8s.io/kubernetes pkg/registry/resource/*/strategy.go: the selectable fields of each kind
+    "resourceslices": {"metadata.name", "spec.nodeName", "spec.driver"},
+    "deviceclasses": {"metadata.name"},
+    "resourceclaims": {"metadata.name", "metadata.namespace"},
+    "resourceclaimtemplates": {"metadata.name", "metadata.namespace"},
 }
 REASONS = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -454,9 +468,10 @@ def _bool(query, name: str) -> bool:
 class KubeDouble:
     """The running server. See module docstring for the behaviour it copies."""
 
-    def __init__(self, store: Store | None = None, host: str = "127.0.0.1"):
+    def __init__(self, store: Store | None = None, host: str = "127.0.0.1", serve_dra: bool = True):
         self.store = store or Store()
         self.host = host
+        self.serve_dra = serve_dra  # False: an apiserver without resource.k8s.io/v1 (404s)
         self.port = 0
         self.requests: list[RecordedRequest] = []
         self.tokens: dict[str, TokenIdentity] = {}
@@ -562,6 +577,24 @@ class KubeDouble:
         r.add_get(leases + "/{resource:leases}", self._collection)
         r.add_route("*", leases + "/namespaces/{namespace}/{resource:leases}", self._collection)
         r.add_route("*", leases + "/namespaces/{namespace}/{resource:leases}/{name}", self._item)
+        dra = "/apis/resource.k8s.io/v1"
+        if self.serve_dra:
+            r.add_get(dra, self._dra_discovery)
+            r.add_route("*", dra + "/{resource:resourceslices|deviceclasses}", self._collection)
+            r.add_route("*", dra + "/{resource:resourceslices|deviceclasses}/{name}", self._item)
+            r.add_get(dra + "/{resource:resourceclaims|resourceclaimtemplates}", self._collection)
+            r.add_route("*", dra + "/namespaces/{namespace}/{resource:resourceclaims|resourceclaimtemplates}",
+                        self._collection)
+            r.add_route("*", dra + "/namespaces/{namespace}/{resource:resourceclaims|resourceclaimtemplates}/{name}",
+                        self._item)
+            r.add_route("*", dra + "/namespaces/{namespace}/{resource:resourceclaims}/{name}/status", self._item)
+
+    async def _dra_discovery(self, request: web.Request) -> web.Response:
+        resources = [{"name": name, "namespaced": namespaced, "kind": kind,
+                      "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}
+                     for name, (kind, version, namespaced) in RESOURCES.items() if version == "resource.k8s.io/v1"]
+        return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
+                                  "groupVersion": "resource.k8s.io/v1", "resources": resources})
 
     async def _version(self, request: web.Request) -> web.Response:
         return web.json_response({"major": "1", "minor": "36", "gitVersion": "v1.36.2"})

@@ -1,0 +1,219 @@
+"""The DRA source of the node picture: one driver's ResourceSlices and allocated ResourceClaims,
+kept by node from two list+watches, turned into report entries on demand.
+
+A node has a DRA picture when a slice of the configured driver names it (``spec.nodeName``);
+then its entry comes from here (gpupair/dra_picture.py), with the links of the node's reporter
+topology where one is published, and the reporter's own ``free`` annotation, which cannot see
+DRA grants, is not used. Entries are built once per change of the node's slices, claims or
+topology, and carry no staleness: the allocator writes every grant into the API before the pod
+is bound, so the picture is as current as the watch.
+
+Claims are found by pool: an allocation result names (driver, pool, device), and a pool belongs
+to the node whose slices publish it. A claim allocated before its node's slices are seen (the
+watches run side by side) is kept and counted as soon as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from extender.node_reports import ReportDecoder, ReportEntry
+from gpupair import dra
+from gpupair.dra_picture import Allocation, PictureError, allocation_of, build
+
+log = logging.getLogger("gpupair.extender.dra")
+
+ChangeListener = Callable[[set[str]], None]
+
+
+class DraNodes:
+    def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float]):
+        self.driver = driver
+        self._decoder = decoder
+        self._clock = clock
+        self._listeners: list[ChangeListener] = []
+        self._slices: dict[str, dra.ResourceSlice] = {}  # slice name -> slice (this driver, one node)
+        self._by_node: dict[str, dict[str, dra.ResourceSlice]] = defaultdict(dict)
+        self._pool_node: dict[str, str] = {}  # pool -> the node whose slices publish it
+        self._claims: dict[tuple[str, str], Allocation] = {}  # (namespace, name) -> its devices here
+        self._by_pool: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self._versions: dict[str, int] = defaultdict(int)  # bumped per change of a node's inputs
+        self._entries: dict[str, tuple[tuple[int, str | None], ReportEntry]] = {}
+        self.slices = _Handler(self._replace_slices, self._apply_slice)
+        self.claims = _Handler(self._replace_claims, self._apply_claim)
+        self.rejected = 0  # objects that did not fit their type, for tests and logs
+
+    @property
+    def listed(self) -> bool:
+        return self.slices.listed and self.claims.listed
+
+    def mark_unserved(self) -> None:
+        """The API serves no resource.k8s.io/v1: no node has a DRA picture, and none will."""
+        self.slices.listed = self.claims.listed = True
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    # ---- readers
+
+    def has(self, node: str) -> bool:
+        return bool(self._by_node.get(node))
+
+    def nodes(self) -> set[str]:
+        return {name for name, slices in self._by_node.items() if slices}
+
+    def entry(self, node: str, topology: str | None) -> ReportEntry | None:
+        """The node's entry from DRA (``topology``: its reporter's topology annotation, for the
+        links), or None when no slice of the driver names the node."""
+        if not self.has(node):
+            return None
+        key = (self._versions[node], topology if isinstance(topology, str) else None)
+        cached = self._entries.get(node)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        entry = self._build(node, key[1])
+        self._entries[node] = (key, entry)
+        return entry
+
+    def allocations(self, node: str) -> list[Allocation]:
+        pools = {s.spec.pool.name for s in self._by_node.get(node, {}).values()}
+        return [self._claims[key] for pool in sorted(pools) for key in sorted(self._by_pool.get(pool, ()))]
+
+    # ---- internals
+
+    def _build(self, node: str, topology: str | None) -> ReportEntry:
+        layout = self._decoder.layout_of(topology) if topology is not None else None
+        at = datetime.fromtimestamp(self._clock(), timezone.utc)
+        try:
+            picture = build(node, list(self._by_node[node].values()), self.allocations(node), self.driver, at,
+                            layout)
+        except PictureError as exc:
+            log.info("node DRA picture unusable", extra={"node": node, "why": str(exc)})
+            return ReportEntry(None, f"unusable DRA picture: {exc}", "invalid")
+        if picture.note:
+            log.info("node DRA picture with inferred links", extra={"node": node, "why": picture.note})
+        return ReportEntry(picture.report)
+
+    def _changed(self, nodes: set[str]) -> None:
+        nodes.discard("")
+        for node in nodes:
+            self._versions[node] += 1
+            if not self._by_node.get(node):
+                self._by_node.pop(node, None)
+                self._entries.pop(node, None)
+        if nodes:
+            for listener in self._listeners:
+                listener(nodes)
+
+    def _pool_nodes(self, pools: set[str]) -> set[str]:
+        return {self._pool_node[pool] for pool in pools if pool in self._pool_node}
+
+    # slices
+
+    def _replace_slices(self, items: list[dict[str, Any]]) -> None:
+        touched = set(self._by_node)
+        self._slices.clear()
+        self._by_node.clear()
+        self._pool_node.clear()
+        for obj in items:
+            self._put_slice(obj)
+        self._changed(touched | set(self._by_node))
+
+    def _apply_slice(self, event: str, obj: dict[str, Any]) -> None:
+        name = _name(obj)
+        old = self._slices.pop(name, None)
+        touched = set()
+        if old is not None:
+            node, pool = old.spec.nodeName, old.spec.pool.name
+            touched.add(node)
+            self._by_node[node].pop(name, None)
+            if not any(s.spec.pool.name == pool for s in self._by_node[node].values()):
+                self._pool_node.pop(pool, None)
+        if event != "DELETED":
+            touched.add(self._put_slice(obj))
+        self._changed(touched)
+
+    def _put_slice(self, obj: dict[str, Any]) -> str:
+        try:
+            item = dra.parse_slice(obj)
+        except dra.DRAWireError as exc:
+            self.rejected += 1
+            log.warning("ResourceSlice left out of the node picture", extra={"why": str(exc)})
+            return ""
+        if item.spec.driver != self.driver or not item.spec.nodeName:
+            return ""  # another driver's, or not one node's (allNodes, node selectors)
+        self._slices[item.metadata.name] = item
+        self._by_node[item.spec.nodeName][item.metadata.name] = item
+        self._pool_node[item.spec.pool.name] = item.spec.nodeName
+        return item.spec.nodeName
+
+    # claims
+
+    def _replace_claims(self, items: list[dict[str, Any]]) -> None:
+        pools = set(self._by_pool)
+        self._claims.clear()
+        self._by_pool.clear()
+        for obj in items:
+            pools |= self._put_claim(obj)
+        self._changed(self._pool_nodes(pools))
+
+    def _apply_claim(self, event: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        pools = self._drop_claim(key)
+        if event != "DELETED":
+            pools |= self._put_claim(obj)
+        self._changed(self._pool_nodes(pools))
+
+    def _drop_claim(self, key: tuple[str, str]) -> set[str]:
+        old = self._claims.pop(key, None)
+        if old is None:
+            return set()
+        pools = {pool for pool, _ in old.devices}
+        for pool in pools:
+            self._by_pool[pool].discard(key)
+            if not self._by_pool[pool]:
+                del self._by_pool[pool]
+        return pools
+
+    def _put_claim(self, obj: dict[str, Any]) -> set[str]:
+        try:
+            claim = dra.parse_claim(obj)
+        except dra.DRAWireError as exc:
+            self.rejected += 1
+            log.warning("ResourceClaim left out of the node picture", extra={"why": str(exc)})
+            return set()
+        allocation = allocation_of(claim, self.driver)
+        if allocation is None:
+            return set()
+        key = (allocation.namespace, allocation.name)
+        self._claims[key] = allocation
+        pools = {pool for pool, _ in allocation.devices}
+        for pool in pools:
+            self._by_pool[pool].add(key)
+        return pools
+
+
+class _Handler:
+    """A WatchHandler (extender/list_watch.py) over one kind."""
+
+    def __init__(self, replace: Callable[[list[dict[str, Any]]], None],
+                 apply: Callable[[str, dict[str, Any]], None]):
+        self._replace = replace
+        self.apply = apply
+        self.listed = False
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        self._replace(items)
+        self.listed = True
+
+
+def _name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""

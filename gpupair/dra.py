@@ -1,0 +1,224 @@
+"""resource.k8s.io/v1 on the wire (Kubernetes v1.36): the parts of ResourceSlice, ResourceClaim,
+ResourceClaimTemplate and DeviceClass that gpupair reads.
+
+Field names are Go's JSON names (k8s.io/api/resource/v1/types.go). Decoding is lenient about
+unknown fields, as Go's decoder is and as a newer apiserver needs, and strict about the types
+of the fields read: an object that does not fit is rejected whole with ``DRAWireError`` saying
+where, and the caller leaves it out of the node picture (and logs why) rather than guess.
+
+A device attribute is a one-of (``int``, ``bool``, ``string``, ``version``), and its name is
+either qualified (``resource.kubernetes.io/numaNode``) or short, the short form meaning the
+driver's own domain (``index`` in a slice of ``gpu.nvidia.com`` is ``gpu.nvidia.com/index``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from gpupair.wire import KubeWire, explain
+
+API_VERSION = "resource.k8s.io/v1"
+NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"  # KEP-6072's standard name
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+EXTENDED_RESOURCE_CLAIM_KEY = "resource.kubernetes.io/extended-resource-claim"  # set by kube-scheduler
+# Taint effects that keep the allocator off a device for requests that do not tolerate them.
+BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+MAX_DEVICES_PER_SLICE = 128  # the apiserver's ResourceSliceMaxDevices
+
+
+class DRAWireError(ValueError):
+    """A resource.k8s.io object that does not fit its type; the message says where."""
+
+
+class ObjectMeta(KubeWire):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    generateName: str = ""
+    creationTimestamp: datetime | None = Field(default=None, strict=False)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    deletionTimestamp: datetime | None = Field(default=None, strict=False)
+
+
+class DeviceAttribute(KubeWire):
+    int_: int | None = Field(default=None, alias="int")
+    bool_: bool | None = Field(default=None, alias="bool")
+    string: str | None = None
+    version: str | None = None
+
+    def value(self) -> Any:
+        for value in (self.int_, self.bool_, self.string, self.version):
+            if value is not None:
+                return value
+        return None
+
+
+class DeviceTaint(KubeWire):
+    key: str
+    value: str = ""
+    effect: str
+
+
+class Device(KubeWire):
+    name: str
+    attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
+    taints: list[DeviceTaint] = Field(default_factory=list)
+
+    def attribute(self, name: str, driver: str) -> Any:
+        """The attribute's value by its qualified or short name (short: the driver's domain)."""
+        domain, _, short = name.rpartition("/")
+        found = self.attributes.get(name)
+        if found is None and not domain:
+            found = self.attributes.get(f"{driver}/{name}")
+        elif found is None and domain == driver:
+            found = self.attributes.get(short)
+        return None if found is None else found.value()
+
+    def blocking_taints(self) -> list[DeviceTaint]:
+        return [t for t in self.taints if t.effect in BLOCKING_TAINT_EFFECTS]
+
+
+class ResourcePool(KubeWire):
+    name: str
+    generation: int = 0
+    resourceSliceCount: int = 0
+
+
+class ResourceSliceSpec(KubeWire):
+    driver: str
+    pool: ResourcePool
+    nodeName: str = ""
+    allNodes: bool = False
+    devices: list[Device] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
+
+
+class ResourceSlice(KubeWire):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceSliceSpec
+
+
+class DeviceSelector(KubeWire):
+    cel: dict[str, Any] | None = None
+
+
+class ExactDeviceRequest(KubeWire):
+    deviceClassName: str
+    allocationMode: str = "ExactCount"
+    count: int = 1
+    selectors: list[DeviceSelector] = Field(default_factory=list)
+
+
+class DeviceSubRequest(KubeWire):
+    name: str
+    deviceClassName: str
+    allocationMode: str = "ExactCount"
+    count: int = 1
+
+
+class DeviceRequest(KubeWire):
+    name: str
+    exactly: ExactDeviceRequest | None = None
+    firstAvailable: list[DeviceSubRequest] | None = None
+
+
+class DeviceConstraint(KubeWire):
+    requests: list[str] = Field(default_factory=list)
+    matchAttribute: str | None = None
+
+
+class DeviceClaim(KubeWire):
+    requests: list[DeviceRequest] = Field(default_factory=list)
+    constraints: list[DeviceConstraint] = Field(default_factory=list)
+
+
+class ResourceClaimSpec(KubeWire):
+    devices: DeviceClaim = Field(default_factory=DeviceClaim)
+
+
+class DeviceRequestAllocationResult(KubeWire):
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+class DeviceAllocationResult(KubeWire):
+    results: list[DeviceRequestAllocationResult] = Field(default_factory=list)
+
+
+class AllocationResult(KubeWire):
+    devices: DeviceAllocationResult = Field(default_factory=DeviceAllocationResult)
+    allocationTimestamp: datetime | None = Field(default=None, strict=False)
+
+
+class ResourceClaimConsumerReference(KubeWire):
+    apiGroup: str = ""
+    resource: str
+    name: str
+    uid: str = ""
+
+
+class ResourceClaimStatus(KubeWire):
+    allocation: AllocationResult | None = None
+    reservedFor: list[ResourceClaimConsumerReference] = Field(default_factory=list)
+
+
+class ResourceClaim(KubeWire):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
+    status: ResourceClaimStatus = Field(default_factory=ResourceClaimStatus)
+
+    def pods(self) -> list[ResourceClaimConsumerReference]:
+        """The pods the claim is reserved for (``reservedFor`` may name other consumers)."""
+        return [r for r in self.status.reservedFor if r.resource == "pods" and not r.apiGroup]
+
+
+class ResourceClaimTemplateSpec(KubeWire):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
+
+
+class ResourceClaimTemplate(KubeWire):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceClaimTemplateSpec
+
+
+class DeviceClassSpec(KubeWire):
+    selectors: list[DeviceSelector] = Field(default_factory=list)
+    extendedResourceName: str | None = None
+
+
+class DeviceClass(KubeWire):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
+
+
+def _parse(model: type[KubeWire], obj: Any) -> Any:
+    if not isinstance(obj, dict):
+        raise DRAWireError(f"{model.__name__} must be a JSON object, got {type(obj).__name__}")
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+        raise DRAWireError(f"{model.__name__} {name or '?'}: {explain(exc)}") from None
+
+
+def parse_slice(obj: Any) -> ResourceSlice:
+    return _parse(ResourceSlice, obj)
+
+
+def parse_claim(obj: Any) -> ResourceClaim:
+    return _parse(ResourceClaim, obj)
+
+
+def parse_template(obj: Any) -> ResourceClaimTemplate:
+    return _parse(ResourceClaimTemplate, obj)
+
+
+def parse_device_class(obj: Any) -> DeviceClass:
+    return _parse(DeviceClass, obj)

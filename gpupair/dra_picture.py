@@ -1,0 +1,250 @@
+"""A node's GPU picture from DRA: its ResourceSlices and the allocated ResourceClaims. Pure.
+
+On a node whose GPUs are devices of a DRA driver, kube-scheduler's allocator writes every
+grant into a claim's ``status.allocation``, so what is taken is exact and already in the API:
+no reporter ledger, no TTL. This module turns a node's slices and the claims allocated from
+its pools into the same ``NodeReport`` the reporter's annotations decode to, so placement,
+decisions, reservations, the verbs and ``status`` work on it unchanged.
+
+- **Devices.** Only devices of the configured driver, published for this node (``nodeName``),
+  that are GPUs (the NVIDIA driver's ``type`` attribute is ``gpu``; MIG and other types are left
+  out). A pool counts at its newest generation only, and only when all of its
+  ``resourceSliceCount`` slices at that generation are in (the allocator, too, waits for a
+  complete pool); a device name twice in one pool makes the pool invalid.
+- **Links.** Where the node's reporter published ``gpupair.io/topology``, its measured links
+  are used, each DRA device matched by uuid or PCI id. Otherwise they are inferred from the
+  standard attributes: same ``pcieRoot`` is ``PHB`` (at most a host bridge apart: the inference
+  cannot tell ``PIX``/``PXB`` from ``PHB``, nor see NVLink), same ``numaNode`` is ``NODE``,
+  else ``SYS``. A device without ``numaNode`` (the driver omits it where sysfs says -1) and no
+  reporter topology leaves the node without a usable picture, with the reason: guessing its
+  socket is exactly the mistake gpupair exists to prevent.
+- **Taken.** Every device named in an allocation result of this driver and pool, whether or
+  not the claim is reserved for a pod yet (an allocated claim's devices are the allocator's,
+  whatever happens next). The ledger lists, per pod in ``reservedFor``, the devices of its
+  claims. A device with a ``NoSchedule``/``NoExecute`` taint is unhealthy, never free.
+  A result naming a device no slice shows (gone with a driver restart) takes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpupair import dra
+from gpupair.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
+from gpupair.report import Ledger, NodeReport, encode_topology, fingerprint
+
+SAME_ROOT, SAME_NUMA, CROSS_NUMA = "PHB", "NODE", "SYS"
+GPU_TYPES = ("gpu",)  # the NVIDIA driver's ``type`` attribute; devices without one count as GPUs
+SOURCE = "dra"
+
+
+class PictureError(ValueError):
+    """The node's DRA objects give no usable picture; the message says why."""
+
+
+@dataclass(frozen=True)
+class DraDevice:
+    """One published GPU: where it is (pool, name) and what it is."""
+
+    pool: str
+    name: str
+    index: int | None
+    uuid: str
+    pci_bus_id: str  # canonical (layout.normalize_pci), or "" when unknown
+    numa_node: int  # NO_NUMA when unknown
+    pcie_root: str
+    tainted: bool = False
+
+
+@dataclass(frozen=True)
+class DraPicture:
+    """A node's DRA report, and how its devices map to layout indices."""
+
+    report: NodeReport
+    devices: dict[tuple[str, str], int]  # (pool, device name) -> layout index
+    inferred: bool  # links inferred from attributes (no reporter topology matched)
+    note: str = ""  # why the reporter's topology was not used, when it was there
+
+
+@dataclass
+class Allocation:
+    """What one allocated claim takes on one node: its devices, and the pods it is reserved for."""
+
+    namespace: str
+    name: str
+    devices: tuple[tuple[str, str], ...]  # (pool, device name) of this node's driver
+    pods: tuple[tuple[str, str], ...] = ()  # (pod name, pod uid)
+    allocated_at: datetime | None = None
+
+
+@dataclass
+class NodeSlices:
+    """The slices of one driver published for one node, by slice name."""
+
+    slices: dict[str, dra.ResourceSlice] = field(default_factory=dict)
+
+    def pools(self) -> set[str]:
+        return {s.spec.pool.name for s in self.slices.values()}
+
+
+def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
+    """The claim's devices of ``driver``; None when it is not allocated or takes none of them."""
+    allocation = claim.status.allocation
+    if allocation is None:
+        return None
+    devices = tuple((r.pool, r.device) for r in allocation.devices.results if r.driver == driver)
+    if not devices:
+        return None
+    pods = tuple((p.name, p.uid) for p in claim.pods())
+    return Allocation(claim.metadata.namespace, claim.metadata.name, devices, pods,
+                      allocation.allocationTimestamp)
+
+
+def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[DraDevice]:
+    """The GPUs of complete pools at their newest generation, in slice order (by pool, then
+    slice name, then position), as the allocator walks them."""
+    by_pool: dict[str, list[dra.ResourceSlice]] = defaultdict(list)
+    for item in slices:
+        if item.spec.driver == driver:
+            by_pool[item.spec.pool.name].append(item)
+    found: list[DraDevice] = []
+    for pool in sorted(by_pool):
+        newest = max(s.spec.pool.generation for s in by_pool[pool])
+        current = sorted((s for s in by_pool[pool] if s.spec.pool.generation == newest),
+                         key=lambda s: s.metadata.name)
+        wanted = max(s.spec.pool.resourceSliceCount for s in current)
+        if len(current) < wanted:
+            raise PictureError(f"DRA pool {pool} is incomplete: {len(current)} of {wanted} "
+                               f"ResourceSlices at generation {newest}")
+        names: set[str] = set()
+        for item in current:
+            for device in item.spec.devices:
+                if device.name in names:
+                    raise PictureError(f"DRA pool {pool} lists device {device.name} twice")
+                names.add(device.name)
+                gpu = _gpu(pool, device, driver)
+                if gpu is not None:
+                    found.append(gpu)
+    return found
+
+
+def _gpu(pool: str, device: dra.Device, driver: str) -> DraDevice | None:
+    kind = device.attribute("type", driver)
+    if kind is not None and kind not in GPU_TYPES:
+        return None
+    index = device.attribute("index", driver)
+    numa = device.attribute(dra.NUMA_ATTRIBUTE, driver)
+    pci = device.attribute(dra.PCI_BUS_ID_ATTRIBUTE, driver)
+    try:
+        pci = normalize_pci(pci) if isinstance(pci, str) and pci else ""
+    except ValueError:
+        pci = ""
+    root = device.attribute(dra.PCIE_ROOT_ATTRIBUTE, driver)
+    uuid = device.attribute("uuid", driver)
+    return DraDevice(
+        pool=pool, name=device.name,
+        index=index if isinstance(index, int) and not isinstance(index, bool) else None,
+        uuid=uuid if isinstance(uuid, str) else "",
+        pci_bus_id=pci,
+        numa_node=numa if isinstance(numa, int) and not isinstance(numa, bool) and numa >= 0 else NO_NUMA,
+        pcie_root=root if isinstance(root, str) else "",
+        tainted=bool(device.blocking_taints()),
+    )
+
+
+def _matched(devices: list[DraDevice], topology: NodeLayout) -> dict[tuple[str, str], int] | str:
+    """Each device's index in the reporter's topology, or why they do not all match."""
+    by_uuid, by_pci = topology.by_uuid(), topology.by_pci()
+    mapping: dict[tuple[str, str], int] = {}
+    for device in devices:
+        index = by_uuid.get(device.uuid) if device.uuid else None
+        if index is None and device.pci_bus_id:
+            index = by_pci.get(device.pci_bus_id)
+        if index is None:
+            return f"DRA device {device.pool}/{device.name} matches no GPU of the reporter's topology"
+        if index in mapping.values():
+            return f"two DRA devices match GPU{index} of the reporter's topology"
+        mapping[(device.pool, device.name)] = index
+    return mapping
+
+
+def inferred_layout(devices: list[DraDevice]) -> tuple[NodeLayout, dict[tuple[str, str], int]]:
+    """A layout from the attributes alone. Devices are numbered by their ``index`` attribute
+    where every device has a distinct one, else by PCI id, else in slice order."""
+    missing = [d for d in devices if d.numa_node == NO_NUMA]
+    if missing:
+        raise PictureError(
+            f"DRA device {missing[0].pool}/{missing[0].name} has no {dra.NUMA_ATTRIBUTE} attribute and no "
+            "gpupair reporter topology matches it: its socket is unknown")
+    indices = [d.index for d in devices]
+    if None not in indices and sorted(indices) == list(range(len(devices))):
+        ordered = sorted(devices, key=lambda d: d.index)
+    elif all(d.pci_bus_id for d in devices):
+        ordered = sorted(devices, key=lambda d: d.pci_bus_id)
+    else:
+        ordered = list(devices)
+    n = len(ordered)
+
+    def label(a: DraDevice, b: DraDevice) -> str:
+        if a is b:
+            return "X"
+        if a.numa_node != b.numa_node:
+            return CROSS_NUMA
+        return SAME_ROOT if a.pcie_root and a.pcie_root == b.pcie_root else SAME_NUMA
+
+    layout = NodeLayout(
+        devices=tuple(Device(index=i, uuid=d.uuid, pci_bus_id=d.pci_bus_id, numa_node=d.numa_node,
+                             pcie_root=d.pcie_root) for i, d in enumerate(ordered)),
+        links=tuple(tuple(label(ordered[i], ordered[j]) for j in range(n)) for i in range(n)),
+    )
+    return layout, {(d.pool, d.name): i for i, d in enumerate(ordered)}
+
+
+def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[Allocation], driver: str,
+          at: datetime, topology: NodeLayout | None = None) -> DraPicture:
+    """The node's report from DRA; raises PictureError saying why there is none."""
+    slices = [s for s in slices if s.spec.driver == driver]
+    devices = current_devices(slices, driver)
+    if not devices:
+        raise PictureError(f"no GPU devices of DRA driver {driver} on node {node}")
+    note = ""
+    mapping: dict[tuple[str, str], int] | str = "no gpupair reporter topology on the node"
+    if topology is not None:
+        mapping = _matched(devices, topology)
+        if isinstance(mapping, str):
+            note = mapping
+    if isinstance(mapping, str):
+        layout, mapping = inferred_layout(devices)
+        inferred = True
+    else:
+        layout, inferred = topology, False
+    assert layout is not None
+    tainted = frozenset(mapping[(d.pool, d.name)] for d in devices if d.tainted)
+    taken: set[int] = set()
+    pods: dict[tuple[str, str], set[int]] = defaultdict(set)
+    uids: dict[tuple[str, str], str] = {}
+    for allocation in allocations:
+        held = {mapping[key] for key in allocation.devices if key in mapping}
+        taken |= held
+        for pod, uid in allocation.pods:
+            if held:
+                pods[(allocation.namespace, pod)] |= held
+                if uid:
+                    uids[(allocation.namespace, pod)] = uid
+    free = frozenset(mapping.values()) - taken - tainted
+    topology_json = encode_topology(layout)
+    generation = max(s.spec.pool.generation for s in slices)
+    report = NodeReport(
+        state=NodeState(layout, free),
+        unhealthy=tainted,
+        generation=generation,
+        reported_at=at,
+        fingerprint=fingerprint(topology_json),
+        ledger=Ledger({key: frozenset(v) for key, v in pods.items()}, uids),
+        source=SOURCE,
+    )
+    return DraPicture(report, dict(mapping), inferred, note)
+

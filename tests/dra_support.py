@@ -1,0 +1,102 @@
+"""DRA objects for tests, shaped as the real control plane stored them (shared/fixtures/real-k8s/dra/):
+seed-like nodes published as NVIDIA's GPU driver does, claims allocated as kube-scheduler's
+allocator writes them, and a stand-in for that allocator (first fit in slice order)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import uuid as uuidlib
+from collections.abc import Iterable
+from typing import Any
+
+from tests.real_k8s import REAL_K8S
+
+DRA = REAL_K8S / "dra"
+DRIVER = "gpu.nvidia.com"
+FRAGMENTED = {"dra-node-1": {3, 4}, "dra-node-2": {2, 3, 4, 5}, "dra-node-3": {0, 1}, "dra-node-4": {4, 5, 6, 7}}
+_SEQ = itertools.count()
+
+
+def recorded(name: str) -> Any:
+    return json.loads((DRA / name).read_text())
+
+
+def recorded_claims() -> list[dict[str, Any]]:
+    return recorded("resourceclaims-allocated.json")["items"]
+
+
+def node_slice(node: str, *, name: str = "", pool: str = "", generation: int = 1, slice_count: int = 1,
+               devices: Iterable[int] = range(8), numa: bool = True, driver: str = DRIVER) -> dict[str, Any]:
+    """The recorded dra-node-1 slice, published for ``node``: devices gpu-<i> for ``devices``,
+    uuids GPU-<node>-<i>, the seed's bus ids and one PCIe root per GPU; without ``numa`` the
+    driver omits numaNode (sysfs said -1)."""
+    obj = copy.deepcopy(recorded("resourceslice-dra-node-1.json"))
+    for key in ("creationTimestamp", "resourceVersion", "uid", "generation"):
+        obj["metadata"].pop(key, None)
+    obj["metadata"]["name"] = name or f"{node}-gpu"
+    spec = obj["spec"]
+    spec.update(nodeName=node, driver=driver,
+                pool={"name": pool or node, "generation": generation, "resourceSliceCount": slice_count})
+    wanted = set(devices)
+    spec["devices"] = [d for d in spec["devices"] if d["attributes"]["index"]["int"] in wanted]
+    for device in spec["devices"]:
+        device["attributes"]["uuid"]["string"] = f"GPU-{node}-{device['attributes']['index']['int']}"
+        if not numa:
+            device["attributes"].pop("resource.kubernetes.io/numaNode")
+    return obj
+
+
+def allocated_claim(namespace: str, name: str, node: str, devices: Iterable[int], *, pod: str | None = "",
+                    pod_uid: str = "", request: str = "gpus", pool: str = "", driver: str = DRIVER,
+                    constraint: str | None = None) -> dict[str, Any]:
+    """A claim as kube-scheduler leaves it after allocating it on ``node`` (the recorded
+    plain-1 claim, reshaped); ``pod=None``: allocated but not reserved for a pod yet."""
+    obj = copy.deepcopy(next(c for c in recorded_claims() if c["metadata"]["name"].startswith("plain-1")))
+    for key in ("creationTimestamp", "resourceVersion", "uid", "generateName", "ownerReferences"):
+        obj["metadata"].pop(key, None)
+    obj["metadata"].update(name=name, namespace=namespace)
+    devices = sorted(devices)
+    obj["spec"]["devices"]["requests"][0].update(name=request)
+    obj["spec"]["devices"]["requests"][0]["exactly"]["count"] = len(devices)
+    if constraint:
+        obj["spec"]["devices"]["constraints"] = [{"matchAttribute": constraint, "requests": [request]}]
+    allocation = obj["status"]["allocation"]
+    allocation["devices"]["results"] = [
+        {"device": f"gpu-{i}", "driver": driver, "pool": pool or node, "request": request} for i in devices]
+    allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] = [node]
+    if pod is None:
+        obj["status"]["reservedFor"] = []
+    else:
+        pod = pod or name
+        obj["status"]["reservedFor"] = [{"name": pod, "resource": "pods",
+                                         "uid": pod_uid or str(uuidlib.UUID(int=next(_SEQ) + 1))}]
+    return obj
+
+
+def busy_claims(node: str, taken: Iterable[int], namespace: str = "dra-probe") -> list[dict[str, Any]]:
+    """One-device claims pinning ``taken``, as the recorded busy-* claims did."""
+    return [allocated_claim(namespace, f"busy-{node}-{i}", node, [i]) for i in taken]
+
+
+def fragmented_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The acceptance's four DRA nodes (free {3,4} | {2,3,4,5} | {0,1} | {4,5,6,7}): slices and claims."""
+    slices = [node_slice(node) for node in FRAGMENTED]
+    claims = [c for node, free in FRAGMENTED.items() for c in busy_claims(node, set(range(8)) - free)]
+    return slices, claims
+
+
+def first_fit(slices: list[dict[str, Any]], claims: list[dict[str, Any]], node: str, count: int,
+              same_numa: bool = False) -> list[int] | None:
+    """The allocator's pick on one node: the first ``count`` free devices in slice order (the
+    first combination in that order meeting a numaNode constraint, with ``same_numa``)."""
+    taken = {(r["pool"], r["device"]) for c in claims for r in
+             ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])}
+    free = [(d["attributes"]["index"]["int"], d["attributes"].get("resource.kubernetes.io/numaNode", {}).get("int"))
+            for s in slices if s["spec"]["nodeName"] == node for d in s["spec"]["devices"]
+            if (s["spec"]["pool"]["name"], d["name"]) not in taken]
+    for combo in itertools.combinations(free, count):
+        if not same_numa or len({numa for _, numa in combo}) == 1:
+            return [index for index, _ in combo]
+    return None

@@ -1,0 +1,158 @@
+"""The extender's node picture on DRA nodes: ResourceSlices and claims from the API double's
+list+watch (real HTTP), beside device-plugin nodes judged by their reports."""
+
+from __future__ import annotations
+
+from gpupair import kube
+from gpupair.report import TOPOLOGY_KEY
+from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice
+from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
+from tests.kube_double import KubeDouble, kube_client_for, make_node, running_kube_double
+from tests.layouts import seed_layout
+
+
+def dra_node(name: str, annotations: dict[str, str] | None = None) -> dict:
+    """A Node whose GPUs only DRA publishes: nvidia.com/gpu is not in its allocatable."""
+    node = make_node(name, gpus=0, annotations=annotations)
+    node["status"]["allocatable"].pop("nvidia.com/gpu", None)
+    node["status"]["capacity"].pop("nvidia.com/gpu", None)
+    return node
+
+
+def seed_fragmented(double) -> tuple[list, list]:
+    slices, claims = fragmented_cluster()
+    for name in FRAGMENTED:
+        double.store.create("nodes", dra_node(name))
+    for obj in slices:
+        double.store.create("resourceslices", obj)
+    for obj in claims:
+        double.store.create("resourceclaims", obj, obj["metadata"]["namespace"])
+    return slices, claims
+
+
+async def filter_names(k, names: list[str], gpus: int = 2) -> dict:
+    status, body = await k.client.post("filter", args_body(pod_object(gpus), names=names))
+    assert status == 200, body
+    return body
+
+
+async def test_fragmented_dra_nodes_pass_only_where_a_close_pair_is_free():
+    async with running_kube_double() as double:
+        seed_fragmented(double)
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready, what="nodes, slices and claims listed")
+            body = await filter_names(k, list(FRAGMENTED))
+            four = await filter_names(k, list(FRAGMENTED), gpus=4)
+    assert body["NodeNames"] == ["dra-node-2", "dra-node-3", "dra-node-4"]
+    assert body["FailedNodes"] == {"dra-node-1": "need 2 GPUs on one NUMA node; free: NUMA0=1 NUMA1=1"}
+    assert four["NodeNames"] == ["dra-node-4"]
+
+
+async def test_an_allocation_written_by_the_scheduler_reaches_the_picture():
+    async with running_kube_double() as double:
+        slices, claims = seed_fragmented(double)
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            # kube-scheduler's allocator: the first fit in slice order on dra-node-3 takes gpu-0, gpu-1
+            pick = first_fit(slices, claims, "dra-node-3", 2)
+            assert pick == [0, 1]
+            claim = allocated_claim("team", "train-gpus-x1", "dra-node-3", pick, pod="train")
+            double.store.create("resourceclaims", claim, "team")
+            cache = k.extender.node_cache
+            await eventually(lambda: cache.get("dra-node-3").report.state.free == frozenset(), what="claim seen")
+            body = await filter_names(k, ["dra-node-3"])
+            ledger = cache.get("dra-node-3").report.ledger
+            double.store.delete("resourceclaims", "train-gpus-x1", "team")
+            await eventually(lambda: cache.get("dra-node-3").report.state.free == {0, 1}, what="claim gone")
+    assert body["FailedNodes"] == {"dra-node-3": "need 2 GPUs on one NUMA node; free: NUMA0=0 NUMA1=0"}
+    assert ledger.devices_of("team", "train") == {0, 1}
+
+
+async def test_each_node_is_judged_by_its_own_source():
+    both_layout = seed_layout("GPU-both")
+    async with running_kube_double() as double:
+        # a device-plugin node: its reporter's report (free 0 and 4: no close pair)
+        double.store.create("nodes", make_node("plugin", annotations=report_annotations({0, 4}, node="plugin")))
+        # a reporter and a DRA driver: the reporter publishes the topology alone, DRA says what is free
+        double.store.create("nodes", dra_node("both", annotations={
+            TOPOLOGY_KEY: report_annotations(set(), node="both")[TOPOLOGY_KEY]}))
+        double.store.create("resourceslices", node_slice("both"))
+        # a DRA driver alone: links inferred from the attributes
+        double.store.create("nodes", dra_node("dra-only"))
+        double.store.create("resourceslices", node_slice("dra-only"))
+        double.store.create("resourceclaims", allocated_claim("t", "c", "dra-only", [0, 1, 2]), "t")
+        # neither: no report at all
+        double.store.create("nodes", dra_node("bare"))
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            body = await filter_names(k, ["plugin", "both", "dra-only", "bare"])
+            cache = k.extender.node_cache
+            sources = {name: cache.get(name).report.source for name in ("plugin", "both", "dra-only")}
+            both, dra_only = cache.get("both").report, cache.get("dra-only").report
+    assert body["NodeNames"] == ["both", "dra-only"]
+    assert body["FailedNodes"] == {
+        "plugin": "need 2 GPUs on one NUMA node; free: NUMA0=1 NUMA1=1",
+        "bare": "no gpupair report (gpupair.io/topology missing)",
+    }
+    assert sources == {"plugin": "reporter", "both": "dra", "dra-only": "dra"}
+    assert both.layout == both_layout  # the reporter's measured links
+    assert both.state.free == frozenset(range(8))  # not the reporter's: DRA knows the grants
+    assert dra_only.state.free == frozenset(range(3, 8))
+    assert dra_only.layout.link(0, 1) == "NODE"  # inferred: a root complex per GPU, one NUMA node
+
+
+async def test_a_slice_replaced_by_a_new_pool_generation_updates_the_picture():
+    async with running_kube_double() as double:
+        double.store.create("nodes", dra_node("n"))
+        double.store.create("resourceslices", node_slice("n"))
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            cache = k.extender.node_cache
+            assert cache.get("n").report.layout.size == 8
+            double.store.create("resourceslices", node_slice("n", name="n-gpu-2", generation=2, devices=range(4)))
+            await eventually(lambda: cache.get("n").report.layout.size == 4, what="generation 2")
+            double.store.delete("resourceslices", "n-gpu-2")
+            double.store.delete("resourceslices", "n-gpu")
+            await eventually(lambda: cache.get("n").report is None, what="slices gone")
+            problem = cache.get("n").problem
+    assert problem == "no gpupair report (gpupair.io/topology missing)"  # back to the annotations
+
+
+async def test_a_malformed_slice_is_left_out_and_the_rest_still_decides():
+    async with running_kube_double() as double:
+        seed_fragmented(double)
+        bad = node_slice("dra-node-9")
+        bad["spec"]["devices"][0]["attributes"]["index"] = {"int": "zero"}
+        double.store.create("resourceslices", bad)
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            body = await filter_names(k, ["dra-node-3", "dra-node-9"])
+            rejected = k.extender.dra.rejected
+    assert body["NodeNames"] == ["dra-node-3"]
+    assert "not in the extender's node cache" in body["FailedNodes"]["dra-node-9"]
+    assert rejected == 1
+
+
+async def test_readiness_waits_for_the_slices_and_claims():
+    async with running_kube_double() as double:
+        seed_fragmented(double)
+        double.fail_next("/apis/resource.k8s.io/v1/resourceclaims", status=500, times=3)
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(lambda: k.extender.node_cache.ready and k.extender.dra.slices.listed)
+            early = k.extender.ready()
+            await eventually(k.extender.ready, what="claims listed after the failures")
+    assert early is False
+
+
+async def test_the_api_without_resource_k8s_io_serves_no_dra_pictures():
+    without = KubeDouble(serve_dra=False)
+    await without.start()
+    try:
+        async with kube_client_for(without) as api:
+            missing = await kube.serves(api, "resource.k8s.io", "v1")
+    finally:
+        await without.stop()
+    async with running_kube_double() as double:
+        async with kube_client_for(double) as api:
+            present = await kube.serves(api, "resource.k8s.io", "v1")
+    assert (missing, present) == (False, True)
