@@ -1,0 +1,153 @@
+"""deploy/components/dra on every overlay: it renders, every object validates strictly, the claim
+webhook entries are the pod entries' twins for resource.k8s.io claims, and the extender and the
+reporter gain exactly the read access the DRA picture and verdicts need."""
+
+from __future__ import annotations
+
+import copy
+
+import celpy
+import kubernetes_validate
+import pytest
+
+from gpupair.intent import Intent
+from tests.deploy.test_deploy import CRD_GROUPS, K8S_VERSION, api_group, rules_of
+from tests.deploy_manifests import (
+    DEPLOY,
+    OVERLAYS,
+    container,
+    env_of,
+    find,
+    needs_kubectl,
+    of_kind,
+    pod_spec,
+    render,
+    render_consumer,
+)
+from tests.webhook.claim_shapes import plain_claim
+from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+
+pytestmark = needs_kubectl
+
+CLAIM_RULES = [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}]
+_rendered: dict[str, list[dict]] = {}
+
+
+@pytest.fixture
+def with_dra(tmp_path_factory):
+    """overlay -> its objects with the dra component added, as an operator's kustomization adds it."""
+    def render_with(overlay: str) -> list[dict]:
+        if overlay not in _rendered:
+            _rendered[overlay] = render_consumer(tmp_path_factory.mktemp(f"dra-{overlay}"), {
+                "resources": [f"{{deploy}}/overlays/{overlay}"],
+                "components": ["{deploy}/components/dra"],
+            })
+        return copy.deepcopy(_rendered[overlay])
+    return render_with
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_component_renders_and_validates_on_every_overlay(overlay, with_dra):
+    objs = with_dra(overlay)
+    keys = [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs]
+    assert len(keys) == len(set(keys))
+    plain = render(overlay)
+    assert sorted(keys) == sorted((o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+                                  for o in plain), "it changes objects, it adds none"
+    for obj in objs:
+        if api_group(obj) not in CRD_GROUPS:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_claim_entry_is_its_pod_entrys_twin(overlay, with_dra):
+    (config,) = of_kind(with_dra(overlay), "MutatingWebhookConfiguration")
+    (plain,) = of_kind(render(overlay), "MutatingWebhookConfiguration")
+    pods, claims = config["webhooks"][:4], config["webhooks"][4:]
+    assert pods == plain["webhooks"], "the pod entries are left as they are"
+    assert [h["name"] for h in claims] == ["claims.gpupair.io"] + [f"{i.value}.claims.gpupair.io" for i in Intent]
+    for pod_entry, claim_entry in zip(pods, claims):
+        assert claim_entry["rules"] == CLAIM_RULES
+        assert "matchConditions" not in claim_entry
+        twin = {k: v for k, v in pod_entry.items() if k not in ("name", "rules", "matchConditions")}
+        assert {k: v for k, v in claim_entry.items() if k not in ("name", "rules")} == twin
+        assert claim_entry["failurePolicy"] == "Ignore" and claim_entry["timeoutSeconds"] == 5
+    assert "caBundle" not in str(claims)
+
+
+def test_the_pod_entries_match_conditions_would_skip_every_claim():
+    """Why the claims have entries of their own: on a claim the pod entries' CEL fails
+    (no spec.containers), and an erroring matchCondition under failurePolicy Ignore skips the
+    webhook."""
+    (config,) = of_kind(render("self-managed"), "MutatingWebhookConfiguration")
+    condition = next(c for c in config["webhooks"][0]["matchConditions"] if c["name"] == "asks-for-gpus")
+    env = celpy.Environment()
+    program = env.program(env.compile(condition["expression"]))
+    with pytest.raises(celpy.CELEvalError, match="containers"):
+        program.evaluate({"object": celpy.json_to_cel(plain_claim())})
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rbac_adds_only_read_access_to_slices_and_claims(overlay, with_dra):
+    objs, plain = with_dra(overlay), render(overlay)
+    added = {account: rules_of(objs, account) - rules_of(plain, account)
+             for account in ("gpupair-extender", "gpupair-reporter", "gpupair-webhook", "gpupair-certs")}
+    dra = "resource.k8s.io"
+    assert added["gpupair-extender"] == {(dra, resource, verb, "*", "*") for resource in ("resourceslices", "resourceclaims")
+                                         for verb in ("get", "list", "watch")}
+    assert added["gpupair-reporter"] == {(dra, "resourceslices", "list", "*", "*"),
+                                         (dra, "resourceslices", "watch", "*", "*"),
+                                         (dra, "resourceclaims", "get", "*", "*"),
+                                         (dra, "resourceclaims", "list", "*", "*"),
+                                         (dra, "resourceclaims", "watch", "*", "*")}
+    assert added["gpupair-webhook"] == added["gpupair-certs"] == set()
+    assert all(rules_of(plain, a) <= rules_of(objs, a) for a in added), "nothing taken away"
+    webhook = find(objs, "ServiceAccount", "gpupair-webhook")
+    assert webhook["automountServiceAccountToken"] is False, "the webhook still needs no API access"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
+    objs = with_dra(overlay)
+    extender = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
+    reporter = env_of(container(objs, "DaemonSet", "gpupair-reporter", "reporter"))
+    webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
+    assert extender["GPUPAIR_DRA_DRIVER"] == reporter["GPUPAIR_DRA_DRIVER"] == "gpu.nvidia.com"
+    assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(DEFAULT_GPU_DEVICE_CLASSES)
+    assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
+    # added to each container's environment; the rest is the overlay's
+    plain = render(overlay)
+    for kind, name, c, new in (
+            ("Deployment", "gpupair-extender", "extender", {"GPUPAIR_DRA_DRIVER"}),
+            ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_DRA_DRIVER"}),
+            ("Deployment", "gpupair-webhook", "webhook",
+             {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"})):
+        before, after = env_of(container(plain, kind, name, c)), env_of(container(objs, kind, name, c))
+        assert set(after) - set(before) == new and before.items() <= after.items(), name
+    assert pod_spec(find(objs, "Deployment", "gpupair-webhook"))["automountServiceAccountToken"] is False
+
+
+def test_the_components_variables_are_current_flag_variables(with_dra):
+    from gpupair.cli_reference import command_parsers
+
+    current = {name: {a.gpupair_env.env for a in parser._actions if hasattr(a, "gpupair_env")}
+               for name, parser in command_parsers().items()}
+    flags = {name: {s for action in parser._actions for s in action.option_strings}
+             for name, parser in command_parsers().items()}
+    objs = with_dra("self-managed")
+    webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
+    assert {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"} <= current["webhook"]
+    assert {k for k in webhook if k.startswith("GPUPAIR_")} <= current["webhook"]
+    for command, kind, name in (("extender", "Deployment", "gpupair-extender"), ("reporter", "DaemonSet", "gpupair-reporter")):
+        if "--dra-driver" not in flags[command]:
+            pytest.skip(f"gpupair {command} has no --dra-driver yet (issue 17)")
+        env = env_of(container(objs, kind, name, command))
+        assert {k for k in env if k.startswith("GPUPAIR_")} <= current[command], command
+
+
+def test_the_install_guide_says_how_to_add_it():
+    guide = (DEPLOY / "README.md").read_text()
+    assert "components/dra" in guide and "resource.k8s.io" in guide
+    text = (DEPLOY / "components/dra/kustomization.yaml").read_text()
+    assert "components: [<path-or-url>/deploy/components/dra]" in text
