@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from gpupair import report
 from gpupair.layout import NodeLayout
+from typing import TYPE_CHECKING
+
 from reporter.allocations import PodResourcesError
 from reporter.heartbeat import LeaseKeeper, Renewal
 from reporter.metrics import ReporterMetrics
@@ -25,6 +27,9 @@ from reporter.nvml_discovery import DiscoveryResult, NvmlUnavailable
 from reporter.publisher import Outcome, Publisher
 from reporter.scan import AllocationSource, ScanResult, compute
 from reporter.topology_source import LayoutSource
+
+if TYPE_CHECKING:
+    from reporter.dra_node import DraNode
 
 log = logging.getLogger("gpupair.reporter.loop")
 
@@ -42,6 +47,7 @@ class ReporterLoop:
         layout_file: str = "",
         clock: Callable[[], float] = time.monotonic,
         lease: LeaseKeeper | None = None,
+        dra: DraNode | None = None,
     ) -> None:
         if scan_interval <= 0:
             raise ValueError(f"scan interval must be positive, got {scan_interval}")
@@ -49,6 +55,9 @@ class ReporterLoop:
         self.allocations = allocations
         self.publisher = publisher
         self.lease = lease
+        self.dra = dra  # publishes the topology alone while a DRA driver publishes the GPUs
+        if dra is not None:
+            dra.layout = self.layout  # its verdicts map claims onto this layout
         self.metrics = metrics
         self.scan_interval = scan_interval
         self.rediscover_after = rediscover_after
@@ -127,6 +136,8 @@ class ReporterLoop:
             self.metrics.set_free(scan.free_by_numa(), len(scan.unhealthy))
             self.last_scan = scan
             if self.publisher is not None:
+                if self.dra is not None:
+                    self.publisher.topology_only = await self.dra.check()
                 self.last_outcome = await self.publisher.publish(scan)
                 self._count(self.last_outcome)
                 if self.lease is not None and self.last_outcome in PUBLISHED:

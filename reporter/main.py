@@ -56,6 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "seconds between liveness signals: renewals of this node's Lease (with --lease-namespace '': "
              "re-writes of the unchanged annotations)")
     flags.add_lease_namespace(parser, "where this node's liveness Lease is renewed; '' for no Lease")
+    flags.add_dra_driver(parser, "where its slices name this node, the report is the topology alone and "
+                                 "multi-GPU DRA pods get verdicts from their claims ('' for none)")
     add_flag(parser, "--lease-duration", 120, "leaseDurationSeconds written on the Lease (for people and "
              "tools reading it; the extender goes by its own --stale-after)")
     add_flag(parser, "--annotation-refresh", 90.0,
@@ -133,6 +135,15 @@ def lease_keeper(args: argparse.Namespace, api: Any) -> LeaseKeeper | None:
                        interval=args.heartbeat, duration=args.lease_duration)
 
 
+def dra_node(args: argparse.Namespace, api: Any) -> Any:
+    """This node's DRA side (reporter/dra_node.py), or None with --dra-driver ''."""
+    if not args.dra_driver:
+        return None
+    from reporter.dra_node import DraNode
+
+    return DraNode(api, args.node_name, args.dra_driver)  # the loop gives it its layout
+
+
 # --- the verdict endpoint -----------------------------------------------------------------
 # POST /v1/verify runs inside this process, on this port (reporter/verification.py).
 
@@ -180,7 +191,8 @@ async def run_once(args: argparse.Namespace) -> int:
             publisher = None if api is None else publisher_for(args, api)
             loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
                                 layout_file="" if args.dry_run else args.layout_file,  # a dry run writes nothing
-                                lease=None if api is None else lease_keeper(args, api))
+                                lease=None if api is None else lease_keeper(args, api),
+                                dra=None if api is None else dra_node(args, api))
             discovery = await loop.refresh_topology()
             if discovery is None:
                 print("gpupair reporter: no GPU layout (see the log)", file=sys.stderr)
@@ -216,7 +228,7 @@ async def run_service(args: argparse.Namespace) -> int:
         allocations = allocation_source(args, client)
         publisher = publisher_for(args, api)
         loop = ReporterLoop(topology, allocations, publisher, metrics, scan_interval=args.scan_interval,
-                            layout_file=args.layout_file, lease=lease_keeper(args, api))
+                            layout_file=args.layout_file, lease=lease_keeper(args, api), dra=dra_node(args, api))
         if isinstance(allocations, StaticAllocations):
             discovery = await loop.refresh_topology()
             if discovery is not None:
@@ -227,9 +239,14 @@ async def run_service(args: argparse.Namespace) -> int:
         if args.checkpoint_file:
             watch = CheckpointWatch(args.checkpoint_file)
             tasks.append(asyncio.create_task(watch.run(wake.set, stop, args.checkpoint_poll), name="checkpoint"))
+        if loop.dra is not None:
+            from reporter.dra_node import serve_verdicts
+
+            tasks.append(asyncio.create_task(serve_verdicts(loop.dra, stop), name="dra-verdicts"))
         log.info("reporter started", extra={"node": args.node_name, "layout": topology.description,
                                              "allocations": allocations.description,
                                              "lease": f"{args.lease_namespace}/{args.node_name}" if args.lease_namespace else "",
+                                             "dra_driver": args.dra_driver,
                                              "annotation_refresh_s": publisher.heartbeat})
         try:
             await serve(app, args.host, args.port)  # returns on SIGTERM/SIGINT

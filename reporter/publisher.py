@@ -9,6 +9,11 @@ After a failed write the publisher waits, exponentially longer up to ``backoff_c
 jitter, before it tries again whatever the scans say: a struggling API server gets no storm
 from every node at once.
 
+On a node whose GPUs a DRA driver publishes (``topology_only``), the kubelet's PodResources
+shows none of the allocator's grants, so a free list from it would be wrong: the report is the
+topology alone, and ``free`` and ``allocations`` are removed (the extender takes what is free
+from the claims; an extender older than DRA sees no report there, and says so).
+
 The generation only grows: each write uses max(last + 1, wall-clock milliseconds), so a
 restarted reporter moves forward of the generations it wrote before.
 
@@ -28,6 +33,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, encode_topology
 from reporter.scan import ScanResult
 
 log = logging.getLogger("gpupair.reporter.publisher")
@@ -89,14 +95,21 @@ class Publisher:
         self.last: Written | None = None
         self._last_key: tuple | None = None
         self.last_error: str = ""
+        self.topology_only = False  # a DRA driver publishes this node's GPUs
 
-    @staticmethod
-    def key(scan: ScanResult) -> tuple:
+    def key(self, scan: ScanResult) -> tuple:
         """What makes two reports the same: everything but time and generation.
 
         The layout compares as a frozen value (the same object scan after scan), so no scan
         re-encodes the topology just to find it unchanged."""
+        if self.topology_only:
+            return (scan.layout, "topology-only")
         return (scan.layout, scan.free, scan.unhealthy, scan.holders)
+
+    def annotations(self, scan: ScanResult, generation: int, at: datetime) -> dict[str, str | None]:
+        if self.topology_only:
+            return {TOPOLOGY_KEY: encode_topology(scan.layout), FREE_KEY: None, ALLOCATIONS_KEY: None}
+        return scan.annotations(generation, at)
 
     def due(self, scan: ScanResult) -> Outcome:
         """What ``publish`` would do now, without doing it."""
@@ -119,7 +132,7 @@ class Publisher:
             return outcome
         # Spend the generation before the write: a write that timed out may still have landed.
         self.generation = self.next_generation()
-        annotations = scan.annotations(self.generation, self._wall())
+        annotations = self.annotations(scan, self.generation, self._wall())
         try:
             await asyncio.wait_for(self._write(annotations), timeout=self.timeout)
         except Exception as error:  # noqa: BLE001 - any failure: back off and retry later
@@ -135,6 +148,7 @@ class Publisher:
             extra={
                 "why": outcome.value,
                 "generation": self.generation,
+                "topology_only": self.topology_only,
                 "free": sorted(scan.free),
                 "unhealthy": sorted(scan.unhealthy),
             },

@@ -241,39 +241,54 @@ class VerifyService:
 
     async def _record(self, pod: dict[str, Any], identity: PodIdentity, result: verdict.Verdict,
                       current: dict[str, str]) -> None:
-        wanted = result.annotations()
-        if all(current.get(key) == value for key, value in wanted.items()):
-            return  # already written by an earlier call (a restarted sidecar): no new patch or event
         try:
-            await patch_annotations(self.api, "pod", identity.pod_name, identity.namespace, wanted)
+            await record_verdict(self.api, pod, result, current)
         except ApiException as exc:
             raise Refused(503, f"cannot write the verdict annotations: apiserver answered {exc.status}",
                           retry_after=5) from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise Refused(503, f"cannot write the verdict annotations: {exc}", retry_after=5) from None
-        log.info("verdict written", extra={"pod": f"{identity.namespace}/{identity.pod_name}",
-                                           **{key.split("/", 1)[1]: value for key, value in wanted.items()}})
-        if result.result != verdict.PASS:
-            await self._warn(pod, result)
 
-    async def _warn(self, pod: dict[str, Any], result: verdict.Verdict) -> None:
-        message = (f"granted {result.granted} on {result.numa} with worst link {result.link}: "
-                   "a multi-GPU set should sit on one NUMA node without a SYS (cross-socket) link")
-        try:
-            await create_event(self.api, pod, FAIL_REASON, message, type="Warning", component=COMPONENT,
-                               action="Verify")
-        except (ApiException, OSError, asyncio.TimeoutError, ValueError) as exc:
-            # The annotations already say FAIL; a lost event must not hide that.
-            log.warning("could not record the FAIL event", extra={"error": str(exc)})
+
+async def record_verdict(api: k8s.ApiClient, pod: dict[str, Any], result: verdict.Verdict,
+                         current: dict[str, str]) -> bool:
+    """Write the verdict annotations on the pod (and a Warning Event on FAIL) with the reporter's
+    own credentials; False when the pod already carries them. API errors are the caller's."""
+    meta = pod.get("metadata") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    wanted = result.annotations()
+    if all(current.get(key) == value for key, value in wanted.items()):
+        return False  # already written by an earlier call (a restarted sidecar): no new patch or event
+    await patch_annotations(api, "pod", name, namespace, wanted)
+    log.info("verdict written", extra={"pod": f"{namespace}/{name}",
+                                       **{key.split("/", 1)[1]: value for key, value in wanted.items()}})
+    if result.result != verdict.PASS:
+        await _warn(api, pod, result)
+    return True
+
+
+async def _warn(api: k8s.ApiClient, pod: dict[str, Any], result: verdict.Verdict) -> None:
+    message = (f"granted {result.granted} on {result.numa} with worst link {result.link}: "
+               "a multi-GPU set should sit on one NUMA node without a SYS (cross-socket) link")
+    pod = {"kind": "Pod", "apiVersion": "v1", **pod}
+    try:
+        await create_event(api, pod, FAIL_REASON, message, type="Warning", component=COMPONENT, action="Verify")
+    except (ApiException, OSError, asyncio.TimeoutError, ValueError) as exc:
+        # The annotations already say FAIL; a lost event must not hide that.
+        log.warning("could not record the FAIL event", extra={"error": str(exc)})
 
 
 def _planned(annotations: dict[str, str], identity: PodIdentity) -> tuple[int, ...] | None:
+    return planned_set(annotations, f"{identity.namespace}/{identity.pod_name}")
+
+
+def planned_set(annotations: dict[str, str], pod: str) -> tuple[int, ...] | None:
+    """The extender's plan from ``gpupair.io/planned``; None without one or when unreadable."""
     raw = annotations.get(verdict.PLANNED_KEY)
     if not raw:
         return None
     try:
         return verdict.parse_set(raw)
     except ValueError:
-        log.warning("ignoring an unreadable plan", extra={"pod": f"{identity.namespace}/{identity.pod_name}",
-                                                          "planned": raw})
+        log.warning("ignoring an unreadable plan", extra={"pod": pod, "planned": raw})
         return None

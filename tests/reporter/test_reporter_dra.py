@@ -1,0 +1,150 @@
+"""The reporter on a node whose GPUs a DRA driver publishes: the topology alone, and verdicts from
+claims, against the API double over real HTTP (the recorded pods and claims of a v1.36.2 cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import datetime, timezone
+
+from gpupair import report, verdict
+from reporter.dra_node import DraNode, claim_names, serve_verdicts
+from reporter.main import node_writer
+from reporter.publisher import Publisher
+from reporter.scan import ScanResult
+from tests.dra_support import DRIVER, allocated_claim, node_slice, recorded, recorded_claims
+from tests.extender_support import eventually
+from tests.kube_double import kube_client_for, make_node, running_kube_double
+from tests.layouts import seed_layout
+
+AT = datetime(2026, 12, 1, 9, 32, tzinfo=timezone.utc)
+
+
+def recorded_pod(name: str) -> dict:
+    pod = copy.deepcopy(next(p for p in recorded("pods-with-claims.json")["items"] if p["metadata"]["name"] == name))
+    pod["status"]["phase"] = "Running"
+    return pod
+
+
+def seed_recorded(double, node: str) -> None:
+    """The recorded pods bound to ``node``, their claims, and the node's slice."""
+    double.store.create("nodes", make_node(node, gpus=0))
+    double.store.create("resourceslices", node_slice(node))
+    for claim in recorded_claims():
+        if claim["status"]["allocation"]["devices"]["results"][0]["pool"] == node:
+            double.store.create("resourceclaims", copy.deepcopy(claim), claim["metadata"]["namespace"])
+    for pod in recorded("pods-with-claims.json")["items"]:
+        if pod["spec"]["nodeName"] == node:
+            double.store.create("pods", recorded_pod(pod["metadata"]["name"]), "dra-probe")
+
+
+def test_claim_names_read_templates_direct_claims_and_the_extended_resource_claim():
+    assert claim_names(recorded_pod("numa-1")) == ["numa-1-gpus-rn5bf"]
+    assert claim_names(recorded_pod("ext-1")) == ["ext-1-extended-resources-mmkzd"]
+    direct = recorded_pod("plain-1")
+    direct["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "shared-pair"}]
+    direct["status"].pop("resourceClaimStatuses")
+    assert claim_names(direct) == ["shared-pair"]
+
+
+def test_topology_only_publishes_the_layout_and_removes_free_and_ledger():
+    layout = seed_layout("GPU-n")
+    scan = ScanResult(layout=layout, free=frozenset({0, 1}), unhealthy=frozenset(), allocated=frozenset(), holders=())
+    publisher = Publisher(lambda annotations: None)
+    full = publisher.annotations(scan, 1, AT)
+    publisher.topology_only = True
+    only = publisher.annotations(scan, 1, AT)
+    moved = ScanResult(layout=layout, free=frozenset({2}), unhealthy=frozenset(), allocated=frozenset(), holders=())
+    assert report.FREE_KEY in full and full[report.FREE_KEY] is not None
+    assert only == {report.TOPOLOGY_KEY: full[report.TOPOLOGY_KEY], report.FREE_KEY: None,
+                    report.ALLOCATIONS_KEY: None}
+    assert publisher.key(scan) == publisher.key(moved)  # PodResources churn writes nothing
+
+
+async def test_a_dra_node_is_found_and_its_report_becomes_the_topology_alone():
+    layout = seed_layout("GPU-dra-node-1")
+    async with running_kube_double() as double:
+        annotations = report.encode_annotations(layout, frozenset(range(8)), 1, AT, holders=())
+        double.store.create("nodes", make_node("dra-node-1", annotations=annotations))
+        double.store.create("nodes", make_node("plugin-node"))
+        double.store.create("resourceslices", node_slice("dra-node-1"))
+        async with kube_client_for(double) as api:
+            here = DraNode(api, "dra-node-1", DRIVER)
+            there = DraNode(api, "plugin-node", DRIVER)
+            found = (await here.check(), await there.check())
+            publisher = Publisher(node_writer(api, "dra-node-1"))
+            publisher.topology_only = here.active
+            scan = ScanResult(layout=layout, free=frozenset(range(8)), unhealthy=frozenset(), allocated=frozenset(), holders=())
+            await publisher.publish(scan)
+        written = double.store.node("dra-node-1")["metadata"]["annotations"]
+    assert found == (True, False)
+    assert written[report.TOPOLOGY_KEY] == annotations[report.TOPOLOGY_KEY]
+    assert report.FREE_KEY not in written and report.ALLOCATIONS_KEY not in written
+
+
+async def test_a_refused_slice_list_means_device_plugin_mode():
+    async with running_kube_double() as double:
+        double.fail_next("/apis/resource.k8s.io/v1/resourceslices", status=403)
+        async with kube_client_for(double) as api:
+            node = DraNode(api, "n", DRIVER)
+            assert await node.check() is False
+
+
+async def test_dra_pods_get_verdicts_from_their_claims_and_a_cross_numa_pair_fails_with_an_event():
+    async with running_kube_double() as double:
+        seed_recorded(double, "dra-node-1")  # plain-1: gpu-3 + gpu-4, NUMA0 + NUMA1
+        seed_recorded(double, "dra-node-2")  # numa-1: gpu-0 + gpu-1; ext-1: gpu-2 + gpu-3
+        async with kube_client_for(double) as api:
+            stop = asyncio.Event()
+            nodes = {}
+            tasks = []
+            for name in ("dra-node-1", "dra-node-2"):
+                layout = seed_layout(f"GPU-{name}")
+                nodes[name] = DraNode(api, name, DRIVER, lambda layout=layout: layout)
+                await nodes[name].check()
+                tasks.append(asyncio.create_task(serve_verdicts(nodes[name], stop)))
+
+            def verdicts():
+                return {p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(verdict.VERDICT_KEY)
+                        for p in double.store.items("pods")}
+
+            await eventually(lambda: None not in verdicts().values(), what="verdicts on every multi-GPU DRA pod")
+            stop.set()
+            await asyncio.gather(*tasks)
+        pods = {p["metadata"]["name"]: p["metadata"]["annotations"] for p in double.store.items("pods")}
+        events = double.store.items("events")
+    assert pods["plain-1"][verdict.VERDICT_KEY] == "FAIL"
+    assert pods["plain-1"][verdict.GRANTED_KEY] == "GPU3+GPU4"
+    assert pods["plain-1"][verdict.NUMA_KEY] == "NUMA0+NUMA1" and pods["plain-1"][verdict.LINK_KEY] == "SYS"
+    assert pods["plain-1"][verdict.PCI_KEY] == "00000000:61:00.0+00000000:81:00.0"
+    assert pods["numa-1"][verdict.VERDICT_KEY] == "PASS" and pods["numa-1"][verdict.GRANTED_KEY] == "GPU0+GPU1"
+    assert pods["ext-1"][verdict.VERDICT_KEY] == "PASS" and pods["ext-1"][verdict.GRANTED_KEY] == "GPU2+GPU3"
+    [event] = events
+    assert event["regarding"]["name"] == "plain-1" and event["type"] == "Warning"
+    assert event["reason"] == "GPUPlacementFailed"
+
+
+async def test_one_gpu_pods_get_no_verdict_and_a_missing_claim_is_retried():
+    async with running_kube_double() as double:
+        double.store.create("resourceslices", node_slice("n"))
+        one = recorded_pod("plain-1")
+        one["spec"]["nodeName"] = "n"
+        one["metadata"].update(name="one", uid="uid-one")
+        one["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "one-gpus"}]
+        double.store.create("resourceclaims", allocated_claim("dra-probe", "one-gpus", "n", [5], pod="one"),
+                            "dra-probe")
+        late = copy.deepcopy(one)
+        late["metadata"].update(name="late", uid="uid-late")
+        late["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "late-gpus"}]
+        async with kube_client_for(double) as api:
+            layout = seed_layout("GPU-n")
+            node = DraNode(api, "n", DRIVER, lambda: layout)
+            await node.check()
+            assert await node.judge(one) is True  # done: one GPU needs no verdict
+            assert await node.judge(late) is False  # its claim is not there yet
+            double.store.create("resourceclaims", allocated_claim("dra-probe", "late-gpus", "n", [4, 5],
+                                                                  pod="late"), "dra-probe")
+            double.store.create("pods", late, "dra-probe")
+            assert await node.judge(double.store.pod("dra-probe", "late")) is True
+        written = double.store.pod("dra-probe", "late")["metadata"]["annotations"]
+    assert written[verdict.GRANTED_KEY] == "GPU4+GPU5" and written[verdict.VERDICT_KEY] == "PASS"
