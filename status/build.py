@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpupair import dra
 from gpupair import report as codec
+from gpupair.dra_picture import Allocation, PictureError, allocation_of, build as build_picture
 from gpupair.layout import NodeLayout
 from gpupair.placement import numa_label
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
@@ -53,6 +55,9 @@ class Listing:
     events: Sequence[Mapping[str, Any]] | None
     unseen: list[Unseen] = field(default_factory=list)
     leases: Mapping[str, datetime] = field(default_factory=dict)  # node -> its reporter Lease's renewTime
+    slices: Sequence[Mapping[str, Any]] = ()  # ResourceSlices of the DRA driver
+    claims: Sequence[Mapping[str, Any]] = ()  # every ResourceClaim
+    dra_driver: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,17 +95,19 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
           layouts: LayoutCache | None = None) -> StatusView:
     layouts = layouts or LayoutCache()
     bound = bound_gpu_pods(listing.pods or (), options.resource)
+    dra_nodes = DraListing(listing.slices, listing.claims, listing.dra_driver)
     nodes = []
     used: set[str] = set()
     for node in sorted(listing.nodes, key=lambda n: str(meta(n).get("name") or "")):
-        if not _is_gpu_node(node, options.resource):
+        name = str(meta(node).get("name") or "")
+        if not _is_gpu_node(node, options.resource) and name not in dra_nodes:
             continue
         topology = annotations(node).get(codec.TOPOLOGY_KEY)
         if topology is not None:
             used.add(topology)
-        name = str(meta(node).get("name") or "")
+        dra = dra_nodes.report(name, layouts.get(topology), now) if name in dra_nodes else None
         nodes.append(node_view(node, bound.get(name, ()), now, options, layouts.get(topology),
-                               listing.leases.get(name)))
+                               listing.leases.get(name), dra))
     layouts.keep_only(used)
     return StatusView(
         generatedAt=now, staleAfterSeconds=options.stale_after, nodes=nodes,
@@ -112,6 +119,43 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
         ),
         unseen=list(listing.unseen),
     )
+
+
+class DraListing:
+    """The listed ResourceSlices and claims of one DRA driver, by node (gpupair/dra_picture.py)."""
+
+    def __init__(self, slices: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]], driver: str):
+        self.driver = driver
+        self._slices: dict[str, list[dra.ResourceSlice]] = {}
+        self._allocations: list[Allocation] = []
+        if not driver:
+            return
+        for obj in slices:
+            try:
+                item = dra.parse_slice(obj)
+            except dra.DRAWireError:
+                continue  # the extender logs these; status shows what it can
+            if item.spec.driver == driver and item.spec.nodeName:
+                self._slices.setdefault(item.spec.nodeName, []).append(item)
+        for obj in claims:
+            try:
+                allocation = allocation_of(dra.parse_claim(obj), driver)
+            except dra.DRAWireError:
+                continue
+            if allocation is not None:
+                self._allocations.append(allocation)
+
+    def __contains__(self, node: str) -> bool:
+        return node in self._slices
+
+    def report(self, node: str, topology: NodeLayout | None, now: datetime) -> codec.NodeReport | codec.ReportError:
+        slices = self._slices[node]
+        pools = {s.spec.pool.name for s in slices}
+        mine = [a for a in self._allocations if any(pool in pools for pool, _ in a.devices)]
+        try:
+            return build_picture(node, slices, mine, self.driver, now, topology).report
+        except PictureError as exc:
+            return codec.ReportError(f"unusable DRA picture: {exc}")
 
 
 def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
@@ -130,19 +174,24 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, layout: NodeLayout | None = None, renewed: datetime | None = None) -> NodeView:
-    """``renewed``: the node's reporter Lease renewTime, a second heartbeat next to reportedAt."""
+              options: Options, layout: NodeLayout | None = None, renewed: datetime | None = None,
+              dra: codec.NodeReport | codec.ReportError | None = None) -> NodeView:
+    """``renewed``: the node's reporter Lease renewTime, a second heartbeat next to reportedAt.
+    ``dra``: the node's picture from its ResourceSlices and claims, where a DRA driver publishes
+    its GPUs (or why there is none); it stands in for the annotations' report."""
     name = str(meta(node).get("name") or "")
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     try:
-        decoded = codec.decode_annotations(annotations(node), layout=layout)
+        if isinstance(dra, codec.ReportError):
+            raise dra
+        decoded = dra if dra is not None else codec.decode_annotations(annotations(node), layout=layout)
     except codec.ReportError as exc:
         return NodeView(name=name, state="missing" if exc.kind == "missing" else "invalid", reason=exc.reason,
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
                         reserved=empty, ledgerProblem="")
-    beats = [freshness.Heartbeat("report", decoded.reported_at)]
-    if renewed is not None:
+    beats = [freshness.Heartbeat("dra" if dra is not None else "report", decoded.reported_at)]
+    if renewed is not None and dra is None:
         beats.append(freshness.Heartbeat("lease", renewed))
     live = freshness.classify(beats, now, options.stale_after)
     assert live is not None  # a decoded report always has its own heartbeat

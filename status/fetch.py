@@ -45,43 +45,55 @@ async def _read(call, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     return items if isinstance(items, list) else []
 
 
-async def _no_leases() -> list[dict[str, Any]]:
+async def _none() -> list[dict[str, Any]]:
     return []
 
 
 async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: str = "",
-                       timeout: float = 30.0, lease_namespace: str = "gpupair-system") -> Listing:
+                       timeout: float = 30.0, lease_namespace: str = "gpupair-system",
+                       dra_driver: str = "") -> Listing:
     """``lease_namespace``: where the reporters renew their node Leases ('' to judge freshness
-    from the reports alone)."""
+    from the reports alone). ``dra_driver``: list its ResourceSlices and every claim too, for the
+    nodes whose GPUs it publishes ('' for none)."""
     core = k8s.CoreV1Api(api)
+    resource = k8s.ResourceV1Api(api)
+    slices_call = (_read(resource.list_resource_slice, field_selector=f"spec.driver={dra_driver}")
+                   if dra_driver else _none())
+    claims_call = _read(resource.list_resource_claim_for_all_namespaces) if dra_driver else _none()
     leases_call = (_read(k8s.CoordinationV1Api(api).list_namespaced_lease, lease_namespace,
-                         label_selector=HEARTBEAT_SELECTOR) if lease_namespace else _no_leases())
+                         label_selector=HEARTBEAT_SELECTOR) if lease_namespace else _none())
     if namespace:
         pods_call = _read(core.list_namespaced_pod, namespace, field_selector=LIVE_PODS)
         events_call = _read(core.list_namespaced_event, namespace, field_selector=WARNINGS)
     else:
         pods_call = _read(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)
         events_call = _read(core.list_event_for_all_namespaces, field_selector=WARNINGS)
-    nodes, pods, events, leases = await asyncio.gather(
+    nodes, pods, events, leases, slices, claims = await asyncio.gather(
         asyncio.wait_for(_read(core.list_node, label_selector=node_selector or None), timeout),
         asyncio.wait_for(pods_call, timeout), asyncio.wait_for(events_call, timeout),
-        asyncio.wait_for(leases_call, timeout), return_exceptions=True)
+        asyncio.wait_for(leases_call, timeout), asyncio.wait_for(slices_call, timeout),
+        asyncio.wait_for(claims_call, timeout), return_exceptions=True)
     if isinstance(nodes, BaseException):
         if not isinstance(nodes, Exception):
             raise nodes
         raise NodesNotVisible(f"cannot list nodes: {describe_error(nodes)}") from nodes
     unseen = []
-    for resource, result, where in (("pods", pods, namespace), ("events", events, namespace),
-                                    ("leases", leases, lease_namespace)):
+    for kind, result, where in (("pods", pods, namespace), ("events", events, namespace),
+                                ("leases", leases, lease_namespace), ("resourceslices", slices, ""),
+                                ("resourceclaims", claims, "")):
         if isinstance(result, BaseException):
+            if kind.startswith("resource") and getattr(result, "status", None) == 404:
+                continue  # no resource.k8s.io/v1 on this cluster: no DRA nodes to show
             if not isinstance(result, Exception):
                 raise result
             where = f" in namespace {where}" if where else ""
-            unseen.append(Unseen(resource=resource, reason=f"cannot list {resource}{where}: {describe_error(result)}"))
+            unseen.append(Unseen(resource=kind, reason=f"cannot list {kind}{where}: {describe_error(result)}"))
     return Listing(nodes=nodes,
                    pods=None if isinstance(pods, BaseException) else pods,
                    events=None if isinstance(events, BaseException) else events,
-                   unseen=unseen, leases={} if isinstance(leases, BaseException) else _renewals(leases))
+                   unseen=unseen, leases={} if isinstance(leases, BaseException) else _renewals(leases),
+                   slices=[] if isinstance(slices, BaseException) else slices,
+                   claims=[] if isinstance(claims, BaseException) else claims, dra_driver=dra_driver)
 
 
 def _renewals(leases: list[dict[str, Any]]) -> dict[str, datetime]:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Literal
 
 State = Literal["fresh", "stale", "missing", "invalid"]
-Source = Literal["report", "lease"]
+Source = Literal["report", "lease", "dra"]  # dra: ResourceSlices and claims, current as listed
 
 
 @dataclass(frozen=True)

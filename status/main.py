@@ -17,7 +17,7 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
-from gpupair.flags import UsageError, add_kube_flags, add_log_level, add_resource_name
+from gpupair.flags import UsageError, add_dra_driver, add_kube_flags, add_log_level, add_resource_name
 from gpupair.service import add_flag
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -43,6 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "namespace of the reporters' node Leases, a heartbeat newer than the report ('' to skip)")
     add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list")
     add_resource_name(parser)
+    add_dra_driver(parser, "nodes it publishes are shown from their ResourceSlices and claims, marked DRA ('' to skip)")
     add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take")
     add_flag(parser, "--now", "", "judge ages as of this RFC 3339 time instead of the clock (reproducible output)")
     add_kube_flags(parser)
@@ -91,7 +92,7 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
                 try:
                     with paused_gc():
                         listing = await list_cluster(api, args.selector, args.namespace, args.request_timeout,
-                                                     args.lease_namespace)
+                                                     args.lease_namespace, args.dra_driver)
                         view = build(listing, fixed_now or datetime.now(timezone.utc), options, layouts)
                         frame = _format(view, args.output)
                 except NodesNotVisible as exc:

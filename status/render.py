@@ -45,7 +45,8 @@ def _largest(node: NodeView) -> str:
 
 
 def _note(node: NodeView, wide: bool) -> str:
-    parts = [node.reason] if node.reason else []
+    parts = ["DRA"] if node.heartbeatSource == "dra" else []  # its GPUs are a DRA driver's devices
+    parts += [node.reason] if node.reason else []
     if node.reserved.unplaced:
         parts.append(f"+{node.reserved.unplaced} reserved on devices not yet known")
     if node.ledgerProblem:

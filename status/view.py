@@ -49,9 +49,10 @@ class NodeView(_View):
     name: str
     state: NodeState
     reason: str = Field(description="why the report is not fresh; empty when it is")
-    heartbeatSource: Literal["report", "lease"] | None = Field(
+    heartbeatSource: Literal["report", "lease", "dra"] | None = Field(
         description="what the age is measured from: the newest of the free report's reportedAt and the "
-                    "renewTime of the node's reporter Lease")
+                    "renewTime of the node's reporter Lease; dra: the node's GPUs are DRA devices, its picture "
+                    "comes from its ResourceSlices and the allocated ResourceClaims as listed now")
     heartbeatAt: datetime | None
     ageSeconds: float | None
     generation: int | None

@@ -98,7 +98,9 @@ async def test_one_list_call_per_kind_and_no_per_node_request(fleet, tmp_path):
     assert code == 0
     gets = sorted((r.method, r.path) for r in fleet.requests)
     assert gets == [("GET", "/api/v1/events"), ("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods"),
-                    ("GET", "/apis/coordination.k8s.io/v1/namespaces/gpupair-system/leases")]
+                    ("GET", "/apis/coordination.k8s.io/v1/namespaces/gpupair-system/leases"),
+                    ("GET", "/apis/resource.k8s.io/v1/resourceclaims"),
+                    ("GET", "/apis/resource.k8s.io/v1/resourceslices")]
     (leases,) = [r for r in fleet.requests if "leases" in r.path]
     assert leases.query["labelSelector"] == "gpupair.io/heartbeat=node"  # not the extender's leader Lease
 
@@ -304,3 +306,32 @@ def test_a_topology_that_does_not_decode_is_invalid_with_the_codec_reason():
     node["metadata"]["annotations"][codec.TOPOLOGY_KEY] = "{not json"
     view = build(Listing(nodes=[node], pods=[], events=[]), NOW).nodes[0]
     assert view.state == "invalid" and view.reason.startswith("gpupair.io/topology rejected")
+
+
+# ---- DRA nodes
+
+
+async def test_dra_nodes_show_the_same_map_marked_dra(tmp_path):
+    from tests.dra_support import fragmented_cluster, node_slice
+
+    store = Store()
+    slices, claims = fragmented_cluster()
+    for obj in slices:
+        store.create("nodes", make_node(obj["spec"]["nodeName"], gpus=0))
+        store.create("resourceslices", obj)
+    for obj in claims:
+        store.create("resourceclaims", obj, obj["metadata"]["namespace"])
+    bad = node_slice("dra-node-5", numa=False)
+    store.create("nodes", make_node("dra-node-5", gpus=0))
+    store.create("resourceslices", bad)
+    async with running_kube_double(store) as double:
+        code, out, err = await status(double, tmp_path, "-o", "wide")
+        _, skipped, _ = await status(double, tmp_path, "--dra-driver", "")
+    assert (code, err) == (0, "")
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("dra-node")}
+    assert "NUMA0 ■■■□  NUMA1 □■■■" in lines["dra-node-1"] and " fresh " in lines["dra-node-1"]
+    assert "NUMA0 ■■■■  NUMA1 □□□□" in lines["dra-node-4"] and "4 NUMA1" in lines["dra-node-4"]
+    assert all(" dra " in line and line.rstrip().endswith("DRA") for name, line in lines.items()
+               if name != "dra-node-5")
+    assert " invalid " in lines["dra-node-5"] and "no resource.kubernetes.io/numaNode attribute" in lines["dra-node-5"]
+    assert "dra-node" not in skipped  # without the driver these nodes have no GPUs to show
