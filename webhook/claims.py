@@ -72,7 +72,7 @@ class ClaimOptions:
 @dataclass(frozen=True)
 class ClaimPlan:
     ops: list[dict[str, Any]]
-    outcome: str  # claim-constrained | claim-prioritized | claim-unchanged
+    outcome: str  # claim-constrained | claim-prioritized | claim-annotated | claim-unchanged
     placement: str = ""  # the intent applied ("" when it did not come into it)
     devices: int = 0  # devices asked by the requests changed
     changed: tuple[str, ...] = ()  # names of the requests changed
@@ -266,7 +266,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     # The claims a template yields must be decided as the template was: they carry the intent.
     if (ops or source == "template") and PLACEMENT_KEY not in annotations:
         ops += _annotation_ops(parts, {PLACEMENT_KEY: intent.value})
-    outcome = "claim-unchanged"
+    outcome = "claim-annotated" if ops else "claim-unchanged"  # annotated: a template's intent handed on
     if changed:
         outcome = "claim-constrained" if intent is Intent.REQUIRED else "claim-prioritized"
     return ClaimPlan(ops, outcome, intent.value, count, tuple(changed), left, notes)

@@ -305,6 +305,7 @@ def test_a_templates_own_annotation_is_handed_to_its_claims():
     template = annotated(plain_template(), "none")
     result = plan(template, namespace=Intent.REQUIRED)
     assert result.ops == [{"op": "add", "path": "/spec/metadata/annotations", "value": {PLACEMENT_KEY: "none"}}]
+    assert result.outcome == "claim-annotated" and result.changed == ()
     claim = claim_from_template(apply(template, result.ops))
     assert plan(claim, namespace=Intent.REQUIRED).ops == []
     # the same in spec.metadata already: nothing to hand on
