@@ -46,7 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)")
     add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
     add_default_placement(parser)
-    add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)")
+    add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)", on=False)
     add_common_flags(parser)
 
 

@@ -237,8 +237,10 @@ def add_topology_file(parser: argparse.ArgumentParser, help: str, *, deprecated:
     add_flag(parser, "--topology-file", "", help, deprecated=deprecated, old_env=old_env)
 
 
-def add_dra_driver(parser: argparse.ArgumentParser, help: str) -> None:
-    """The DRA driver whose devices are GPUs (resource.k8s.io/v1 ResourceSlices)."""
+def add_dra_driver(parser: argparse.ArgumentParser, help: str, *, on: bool = True) -> None:
+    """The DRA driver whose devices are GPUs (resource.k8s.io/v1 ResourceSlices). ``on=False``:
+    off unless set, for services whose RBAC for DRA comes with deploy/components/dra."""
     from gpupair.defaults import DRA_DRIVER
 
-    add_flag(parser, "--dra-driver", DRA_DRIVER, f"DRA driver that publishes the GPUs as devices; {help}")
+    add_flag(parser, "--dra-driver", DRA_DRIVER if on else "",
+             f"DRA driver that publishes the GPUs as devices (e.g. {DRA_DRIVER}); {help}")

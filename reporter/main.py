@@ -57,7 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "re-writes of the unchanged annotations)")
     flags.add_lease_namespace(parser, "where this node's liveness Lease is renewed; '' for no Lease")
     flags.add_dra_driver(parser, "where its slices name this node, the report is the topology alone and "
-                                 "multi-GPU DRA pods get verdicts from their claims ('' for none)")
+                                 "multi-GPU DRA pods get verdicts from their claims ('' for none)", on=False)
     add_flag(parser, "--lease-duration", 120, "leaseDurationSeconds written on the Lease (for people and "
              "tools reading it; the extender goes by its own --stale-after)")
     add_flag(parser, "--annotation-refresh", 90.0,

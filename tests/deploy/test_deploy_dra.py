@@ -97,10 +97,9 @@ def test_rbac_adds_only_read_access_to_slices_and_claims(overlay, with_dra):
     assert added["gpupair-extender"] == {(dra, resource, verb, "*", "*") for resource in ("resourceslices", "resourceclaims")
                                          for verb in ("get", "list", "watch")}
     assert added["gpupair-reporter"] == {(dra, "resourceslices", "list", "*", "*"),
-                                         (dra, "resourceslices", "watch", "*", "*"),
                                          (dra, "resourceclaims", "get", "*", "*"),
-                                         (dra, "resourceclaims", "list", "*", "*"),
-                                         (dra, "resourceclaims", "watch", "*", "*")}
+                                         ("", "pods", "list", "*", "*"),
+                                         ("", "pods", "watch", "*", "*")}
     assert added["gpupair-webhook"] == added["gpupair-certs"] == set()
     assert all(rules_of(plain, a) <= rules_of(objs, a) for a in added), "nothing taken away"
     webhook = find(objs, "ServiceAccount", "gpupair-webhook")
@@ -113,14 +112,14 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
     extender = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
     reporter = env_of(container(objs, "DaemonSet", "gpupair-reporter", "reporter"))
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
-    assert extender["GPUPAIR_DRA_DRIVER"] == reporter["GPUPAIR_DRA_DRIVER"] == "gpu.nvidia.com"
+    assert extender["GPUPAIR_EXTENDER_DRA_DRIVER"] == reporter["GPUPAIR_REPORTER_DRA_DRIVER"] == "gpu.nvidia.com"
     assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(DEFAULT_GPU_DEVICE_CLASSES)
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
     # added to each container's environment; the rest is the overlay's
     plain = render(overlay)
     for kind, name, c, new in (
-            ("Deployment", "gpupair-extender", "extender", {"GPUPAIR_DRA_DRIVER"}),
-            ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_DRA_DRIVER"}),
+            ("Deployment", "gpupair-extender", "extender", {"GPUPAIR_EXTENDER_DRA_DRIVER"}),
+            ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_REPORTER_DRA_DRIVER"}),
             ("Deployment", "gpupair-webhook", "webhook",
              {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"})):
         before, after = env_of(container(plain, kind, name, c)), env_of(container(objs, kind, name, c))
