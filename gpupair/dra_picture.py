@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpupair import dra
@@ -104,8 +104,11 @@ def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
 
 
 def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[DraDevice]:
-    """The GPUs of complete pools at their newest generation, in slice order (by pool, then
-    slice name, then position), as the allocator walks them."""
+    """The GPUs of complete pools at their newest generation, in the order the allocator walks
+    them: pool by pool, slice by slice, each slice's devices in order. The allocator takes pools
+    from a Go map and slices as its lister lists them, neither in a set order; gpupair assumes
+    pool name, then slice name (one pool of one slice per node, as NVIDIA's driver publishes, has
+    one order only)."""
     by_pool: dict[str, list[dra.ResourceSlice]] = defaultdict(list)
     for item in slices:
         if item.spec.driver == driver:
@@ -222,6 +225,10 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
     else:
         layout, inferred = topology, False
     assert layout is not None
+    walk = [mapping[(d.pool, d.name)] for d in devices]  # slice order, as the allocator walks
+    walk += [i for i in range(layout.size) if i not in set(walk)]  # GPUs no slice offers: never free
+    if walk != list(range(layout.size)):
+        layout = replace(layout, walk=tuple(walk))
     tainted = frozenset(mapping[(d.pool, d.name)] for d in devices if d.tainted)
     taken: set[int] = set()
     pods: dict[tuple[str, str], set[int]] = defaultdict(set)

@@ -37,9 +37,14 @@ class NodeLayout:
     devices: tuple[Device, ...]
     links: tuple[tuple[str, ...], ...]
     p2p: tuple[tuple[bool | None, ...], ...] | None = None
+    # The order a DRA allocator walks the devices (their order in the ResourceSlices), where it
+    # is not index order; None: index order. Not part of the reporter's topology annotation.
+    walk: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.devices)
+        if self.walk is not None and sorted(self.walk) != list(range(n)):
+            raise ValueError(f"walk order must list each of the {n} devices once")
         for position, device in enumerate(self.devices):
             if device.index != position:
                 raise ValueError(f"device at position {position} has index {device.index}")
@@ -62,6 +67,10 @@ class NodeLayout:
     @property
     def size(self) -> int:
         return len(self.devices)
+
+    @property
+    def walk_order(self) -> tuple[int, ...]:
+        return self.walk if self.walk is not None else tuple(range(len(self.devices)))
 
     def link(self, i: int, j: int) -> str:
         return self.links[i][j]

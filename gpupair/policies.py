@@ -1,4 +1,4 @@
-"""Device-plugin allocation policies: which free GPUs a plugin hands a pod asking for k.
+"""Allocation policies: which free GPUs a pod asking for k is handed on a node.
 
 The scheduler only picks the node; on the node the device plugin picks the devices. gpupair
 models the two behaviours the field report compared, as small interchangeable policies that the
@@ -10,6 +10,12 @@ simulator and the extender share:
   single best set greedily: it looks for the partition of *all* free GPUs into sets of size k
   with the highest total score, then returns the best set of that partition. Greedy picking can
   strand the remaining GPUs in poor sets; partition-optimal keeps future pods well placed too.
+- ``dra-first-fit``: kube-scheduler's structured DRA allocator (v1.36, allocator_stable.go), which
+  picks the devices itself where a DRA driver publishes the GPUs. Its depth-first search walks
+  the devices in ResourceSlice order and takes the first full solution: for k devices without a
+  constraint, the first k free ones in that order; with ``matchAttribute:
+  resource.kubernetes.io/numaNode`` (``dra-first-fit-numa``), the first k free devices of the
+  first NUMA node, in that order, that has k free. Nothing scores topology or fragmentation.
 """
 
 from __future__ import annotations
@@ -117,7 +123,39 @@ def _best_set(
     return tuple(ordered[p] for p in range(n) if chosen & bits[p])
 
 
-POLICIES: dict[str, Policy] = {"naive": NaivePolicy(), "aligned": AlignedPolicy()}
+class FirstFitPolicy:
+    """The structured allocator's pick for one request of k devices (``same_numa``: under a
+    numaNode constraint). A device without a NUMA node fails the constraint, as a device without
+    the attribute does. Checked against a transcription of allocateOne in
+    tests/core/test_dra_first_fit.py."""
+
+    def __init__(self, same_numa: bool = False):
+        self.same_numa = same_numa
+        self.name = "dra-first-fit-numa" if same_numa else "dra-first-fit"
+
+    def pick(self, layout: NodeLayout, free: frozenset[int], k: int) -> tuple[int, ...] | None:
+        if k <= 0:
+            return ()
+        order = [i for i in layout.walk_order if i in free]
+        if len(order) < k:
+            return None
+        if not self.same_numa:
+            return tuple(sorted(order[:k]))
+        for position, first in enumerate(order):
+            numa = layout.devices[first].numa_node
+            if numa < 0:
+                continue
+            mates = [i for i in order[position + 1:] if layout.devices[i].numa_node == numa]
+            if len(mates) >= k - 1:
+                return tuple(sorted([first, *mates[:k - 1]]))
+        return None
+
+
+POLICIES: dict[str, Policy] = {
+    "naive": NaivePolicy(), "aligned": AlignedPolicy(),
+    "dra-first-fit": FirstFitPolicy(), "dra-first-fit-numa": FirstFitPolicy(same_numa=True),
+}
+
 
 
 def policy_named(name: str) -> Policy:

@@ -156,3 +156,19 @@ async def test_the_api_without_resource_k8s_io_serves_no_dra_pictures():
         async with kube_client_for(double) as api:
             present = await kube.serves(api, "resource.k8s.io", "v1")
     assert (missing, present) == (False, True)
+
+
+async def test_nodes_mode_judges_dra_nodes_from_the_watched_slices_too():
+    from tests.extender_support import make_extender, node_object, serving
+
+    slices, claims = fragmented_cluster()
+    extender = make_extender(node_cache=False, dra_driver=DRIVER)
+    extender.dra.slices.replace(slices)
+    extender.dra.claims.replace(claims)
+    nodes = [node_object(name) for name in ("dra-node-1", "dra-node-3")]
+    nodes.append(node_object("plugin", report_annotations({0, 1}, node="plugin")))
+    async with serving(extender) as client:
+        status, body = await client.post("filter", args_body(pod_object(2), nodes=nodes))
+    assert status == 200
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["dra-node-3", "plugin"]
+    assert body["FailedNodes"] == {"dra-node-1": "need 2 GPUs on one NUMA node; free: NUMA0=1 NUMA1=1"}
