@@ -71,7 +71,7 @@ class ReportEntry:
             return NodeView(name, None, self.problem, hold.devices, hold.count)
         if stale:
             return NodeView(name, None, self.problem_when_stale(alive), hold.devices, hold.count)
-        return NodeView(name, self.report.state, "", hold.devices, hold.count)
+        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.report.source)
 
     def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
                alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:

@@ -25,6 +25,10 @@ from gpupair.intent import Intent
 from gpupair.layout import NodeState
 from gpupair.policies import POLICIES, Policy
 
+from gpupair.verdict import format_set
+
+DRA = "dra"  # NodeReport.source of a node whose GPUs a DRA driver publishes
+
 
 class Unreported(str, Enum):
     """What to do with a node whose report is missing, undecodable or stale."""
@@ -42,6 +46,7 @@ class NodeView:
     problem: str = ""  # why there is no usable report
     reserved: frozenset[int] = field(default_factory=frozenset)
     held: int = 0  # GPUs of pods bound here, not yet in the report, devices unknown
+    source: str = "reporter"  # dra: a DRA driver publishes the GPUs, kube-scheduler's allocator picks
 
     def available(self) -> NodeState | None:
         """Free devices less those planned for pods bound here but not yet in the report, and
@@ -81,8 +86,12 @@ class FilterOutcome:
 
 @dataclass(frozen=True)
 class Decider:
-    policy: Policy = POLICIES["aligned"]
+    policy: Policy = POLICIES["aligned"]  # the device plugin's, on device-plugin nodes
     unreported: Unreported = Unreported.FAIL
+    dra_policy: Policy = POLICIES["dra-first-fit"]  # the allocator's, on DRA nodes
+
+    def policy_for(self, node: NodeView) -> Policy:
+        return self.dra_policy if node.source == DRA else self.policy
 
     def decide(self, gpus: int, node: NodeView, intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """Whether a pod asking ``gpus`` under ``intent`` may go to ``node``, and how well it
@@ -104,10 +113,18 @@ class Decider:
             if len(state.free) < gpus:
                 return NodeDecision(node.name, False, reason=(
                     f"need {gpus} GPUs ({intent.value} placement); free: {placement.free_summary(state)}"))
-        plan = self.policy.pick(state.layout, state.free, gpus)
+        plan = self.policy_for(node).pick(state.layout, state.free, gpus)
         if plan is None:
             # A 1-GPU pod with nothing free here: kube-scheduler's own fit check decides.
             return NodeDecision(node.name, True)
+        if close and gpus > 1 and node.source == DRA and not placement.is_close(state, plan):
+            # A close set is free, but the allocator takes the first fit in slice order, and
+            # nobody can steer it for a pod whose claim kube-scheduler writes itself.
+            if intent is Intent.REQUIRED:
+                return NodeDecision(node.name, False, reason=(
+                    f"the allocator would take {format_set(plan)} ({state.layout.worst_link(plan)}); "
+                    f"free: {placement.free_summary(state)}"))
+            close = False
         if intent is Intent.NONE or not close:
             return NodeDecision(node.name, True, plan=plan)
         score = placement.score(state, plan)

@@ -85,6 +85,12 @@ def chosen_numa_nodes(state: NodeState, chosen: tuple[int, ...]) -> set[int]:
     return {state.layout.numa_of(i) for i in chosen}
 
 
+def is_close(state: NodeState, chosen: tuple[int, ...]) -> bool:
+    """Whether the set spans no more NUMA nodes than the hardware needs for its size."""
+    needed = min_numa_nodes(state.layout, len(chosen))
+    return needed is not None and len(chosen_numa_nodes(state, chosen)) <= needed
+
+
 def best_fit(state: NodeState, chosen: tuple[int, ...]) -> float:
     """0..1, higher when the NUMA nodes the set uses have the fewest free devices left after it.
 

@@ -71,6 +71,7 @@ class NodeSituation:
     others: Hold = NO_HOLD  # what the node owes pods that are not victims
     unhealthy: frozenset[int] = frozenset()
     claimed: frozenset[int] = frozenset()  # devices the ledger gives pods that are not victims
+    source: str = "reporter"  # dra: a victim's devices come from its claims, the allocator picks
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ class Preemption:
                           - node.claimed - known)
         hold = merge_holds(staying)
         state = NodeState(node.state.layout, node.state.free | (freed - node.unhealthy))
-        return self.decider.decide(self.gpus, NodeView(node.name, state, "", hold.devices, hold.count), self.intent)
+        return self.decider.decide(self.gpus, NodeView(node.name, state, "", hold.devices, hold.count, node.source),
+                                   self.intent)
 
     def judge(self, node: NodeSituation, victims: Sequence[Victim], gpus_of: Sequence[VictimGPUs]) -> NodeVerdict:
         everyone = tuple(victims)

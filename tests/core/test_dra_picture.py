@@ -169,3 +169,27 @@ def test_unknown_fields_from_a_newer_apiserver_are_ignored():
     obj["spec"]["futureField"] = {"x": 1}
     obj["spec"]["devices"][0]["bindsToNode"] = True
     assert dra.parse_slice(obj).spec.devices[0].name == "gpu-0"
+
+
+@pytest.mark.parametrize("intent, passes, score", [("required", False, 0), ("preferred", True, 0), ("none", True, 0)])
+def test_a_dra_node_whose_first_fit_is_not_close_is_judged_by_the_allocators_pick(intent, passes, score):
+    from gpupair.intent import Intent
+
+    result = picture([node_slice("n")], busy_claims("n", {0, 1, 2}), node="n")  # free GPU3 | GPU4..7
+    decision = Decider().decide(2, NodeView("n", result.report.state, source="dra"), Intent(intent))
+    plugin = Decider().decide(2, NodeView("n", result.report.state), Intent(intent))
+    assert (decision.passes, decision.score) == (passes, score)
+    if passes:
+        assert decision.plan == (3, 4)  # what the allocator takes, whatever gpupair would like
+    else:
+        assert decision.reason == "the allocator would take GPU3+GPU4 (SYS); free: NUMA0=1 NUMA1=4"
+    assert plugin.passes and plugin.plan != (3, 4)  # a device plugin node: the aligned plugin's pick
+
+
+def test_a_dra_node_whose_first_fit_is_close_scores_that_pick():
+    from gpupair import placement
+
+    state = picture([node_slice("n")], busy_claims("n", {0, 1}), node="n").report.state
+    decision = Decider().decide(2, NodeView("n", state, source="dra"))
+    assert decision.passes and decision.plan == (2, 3)
+    assert decision.score == placement.score(state, (2, 3))
