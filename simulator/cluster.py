@@ -85,10 +85,20 @@ class SimNode:
         self.reported_ledger = Ledger({keys[pod]: frozenset(d) for pod, d in self.allocated.items()},
                                       {key: pod for pod, key in keys.items()})
 
-    def close_set_free(self, request: PodRequest) -> bool:
-        """The pod fits here now, really: cpu and memory, and GPUs within the fewest NUMA nodes."""
-        return self.usage().fits(request) and (
-            request.gpus <= 0 or placement.fit(NodeState(self.layout, self.actual_free()), request.gpus).feasible)
+    def close_set_free(self, request: PodRequest, allocator: Policy | None = None) -> bool:
+        """The pod fits here now, really: cpu and memory, and GPUs within the fewest NUMA nodes.
+        With ``allocator`` (the DRA path, where kube-scheduler's allocator picks and nobody else
+        does): the set it would take is that close."""
+        return self.usage().fits(request) and (request.gpus <= 0 or self.close_pick(request.gpus, allocator))
+
+    def close_pick(self, gpus: int, allocator: Policy | None = None) -> bool:
+        """A set of ``gpus`` within the fewest NUMA nodes is free here (``allocator``: and it is
+        the one the allocator takes)."""
+        state = NodeState(self.layout, self.actual_free())
+        if allocator is None:
+            return placement.fit(state, gpus).feasible
+        chosen = allocator.pick(self.layout, state.free, gpus)
+        return chosen is not None and placement.is_close(state, chosen)
 
 
 @dataclass
@@ -123,10 +133,11 @@ class Cluster:
         sim.allocated.pop(pod, None)
         sim.bound.pop(pod, None)
 
-    def close_set_free(self, request: PodRequest, skip: Container[str] = ()) -> bool:
+    def close_set_free(self, request: PodRequest, skip: Container[str] = (), allocator: Policy | None = None) -> bool:
         """Some node (but those in ``skip``) could really take the pod now, its GPUs within the
-        fewest NUMA nodes: a pod left pending then waits for no reason but the scheduler's picture."""
-        return any(sim.close_set_free(request) for name, sim in self.nodes.items() if name not in skip)
+        fewest NUMA nodes (``allocator``: as the DRA allocator would take them): a pod left pending
+        then waits for no reason but the scheduler's picture."""
+        return any(sim.close_set_free(request, allocator) for name, sim in self.nodes.items() if name not in skip)
 
     def report_all(self) -> None:
         for sim in self.nodes.values():

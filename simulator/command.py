@@ -9,11 +9,18 @@ from pathlib import Path
 
 from gpupair.flags import UsageError, add_log_level, add_topology_file
 from gpupair.service import add_flag
+from simulator.dra import DEFAULT_DRA_PAIRS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--scenario", "seed", "seed: replay the field report; fleet: many nodes over time; "
-             "replay: a recorded cluster state (--state) pod by pod", choices=["seed", "fleet", "replay"])
+             "replay: a recorded cluster state (--state) pod by pod; fragmentation: on empty nodes, one-GPU pods "
+             "first, then large pods (--small-pods, --large-pods, --large-gpus): how many large pods fit",
+             choices=["seed", "fleet", "replay", "fragmentation"])
+    add_flag(parser, "--path", "device-plugin",
+             "how the nodes hand out GPUs: device-plugin (kube-scheduler counts GPUs, the plugin on the node picks "
+             "them: --configs), dra (a DRA driver publishes them, kube-scheduler's allocator picks the first fit in "
+             "ResourceSlice order: --dra-configs), or both, one table each", choices=["device-plugin", "dra", "both"])
     add_flag(parser, "--seed", 1, "random seed; the same seed gives the same results")
     add_flag(parser, "--configs", "kube+naive,kube+aligned,gpupair+aligned",
              "comma-separated SCHEDULER+PLUGIN pairs (schedulers: kube = kube-scheduler alone, gpupair = "
@@ -21,6 +28,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "gpupair-nopreempt = the same extender without the preempt verb, gpupair-legacy = "
              "the extender's accounting before the ledger, as a baseline: guessed sets held until shown taken "
              "or --reservation-ttl; plugins: naive, aligned)")
+    add_flag(parser, "--dra-configs", DEFAULT_DRA_PAIRS,
+             "with --path dra or both: comma-separated SCHEDULER+FORM pairs (schedulers as in --configs; forms: "
+             "extended = pods asking limits nvidia.com/gpu served from DRA, the claim made by kube-scheduler; "
+             "claim = a claim without constraint; claim-numa = with matchAttribute resource.kubernetes.io/numaNode, "
+             "the webhook's required rewrite; claim-first-available = firstAvailable [numa, any], its preferred "
+             "rewrite)")
     add_flag(parser, "--scheduler-profile", "default,gpu-binpack,gpu-spread",
              "comma-separated kube-scheduler profiles to run every configuration under: default (the default "
              "profile: cpu and memory scored, GPUs not), gpu-binpack (NodeResourcesFit MostAllocated with "
@@ -58,6 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--rounds", 10, "seed scenario: rounds per run")
     add_flag(parser, "--pods-per-round", 2, "seed scenario: pods created together each round")
     add_flag(parser, "--gpus", 2, "seed scenario: GPUs each pod asks for")
+    add_flag(parser, "--small-pods", 4, "fragmentation scenario: one-GPU pods created first")
+    add_flag(parser, "--large-pods", 8, "fragmentation scenario: large pods created after them")
+    add_flag(parser, "--large-gpus", 4, "fragmentation scenario: GPUs each large pod asks for")
     add_flag(parser, "--steps", 400, "fleet scenario: time steps")
     add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step")
     add_flag(parser, "--output", "gpupair-simulate.tsv",
@@ -78,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpupair.layout_file import read_layout
     from simulator import output
-    from simulator.configs import parse_configs
+    from simulator.configs import DEVICE_PLUGIN, DRA, parse_configs, parse_paths
     from simulator.fleet import FleetScenario, run_fleet
     from simulator.interference import Interference
     from simulator.seed_scenario import SeedScenario, run_seed_scenario
@@ -86,18 +102,27 @@ def run(args: argparse.Namespace) -> int:
     from simulator.workload import PodMix, parse_intent_mix
 
     try:
-        configs = parse_configs(args.configs, args.scheduler_profile)
+        paths = parse_paths(args.path)
+        by_path = {DEVICE_PLUGIN: parse_configs(args.configs, args.scheduler_profile) if DEVICE_PLUGIN in paths else [],
+                   DRA: parse_configs(args.dra_configs, args.scheduler_profile, DRA) if DRA in paths else []}
+        configs = by_path[DEVICE_PLUGIN] + by_path[DRA]
         layout = read_layout(args.topology_file) if args.topology_file else seed_layout()
         resources = _resources(args)
         resources["interference"] = Interference(args.plugin_deviation, args.pinned_share, args.reservation_ttl)
         mix = PodMix(args.high_priority_share, parse_intent_mix(args.intent_mix))
         if args.scenario != "fleet" and mix != PodMix():
             raise ValueError("--high-priority-share and --intent-mix apply to --scenario fleet only")
+        for flag in ("small_pods", "large_pods", "large_gpus"):
+            if getattr(args, flag) < (2 if flag == "large_gpus" else 0):
+                raise ValueError(f"--{flag.replace('_', '-')}: must be at least {2 if flag == 'large_gpus' else 0}, "
+                                 f"not {getattr(args, flag)}")
     except ValueError as exc:  # LayoutFileError is one
         raise UsageError(str(exc)) from None
 
     if args.scenario == "replay":
         return _replay(args, configs, layout)
+    if args.scenario == "fragmentation":
+        return _fragmentation(args, by_path, layout, resources)
 
     if args.scenario == "seed":
         scenario = SeedScenario(
@@ -110,11 +135,14 @@ def run(args: argparse.Namespace) -> int:
         )
         bar = tqdm(total=len(configs) * scenario.runs * scenario.rounds, desc="rounds",
                    disable=None if args.progress else True, file=sys.stderr, leave=False)
-        results = [run_seed_scenario(c, layout, scenario, args.seed, bar.update) for c in configs]
+        runs = {path: [run_seed_scenario(c, layout, scenario, args.seed, bar.update) for c in group]
+                for path, group in by_path.items() if group}
         bar.close()
+        results = [result for group in runs.values() for result in group]
         try:
             written = output.write_tsv(Path(args.output), results)
-            summary = output.write_summary(Path(args.output), output.seed_table(results))
+            summaries = [output.write_summary(Path(args.output), output.seed_table(group), _summary_part(path))
+                         for path, group in runs.items()]
         except OSError as exc:  # an image's read-only working directory, say
             print(f"gpupair simulate: cannot write the TSV: {exc}; run it where you can write, or pass --output",
                   file=sys.stderr)
@@ -122,8 +150,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{scenario.nodes} nodes x {layout.size} GPUs; {scenario.runs} runs x {scenario.rounds} rounds x "
               f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; "
               f"{_describe(resources)}; seed {args.seed}")
-        print(output.seed_summary(results))
-        print(f"TSV: {summary}, " + ", ".join(str(p) for p in written))
+        for path, group in runs.items():
+            _heading(path, len(runs))
+            print(output.seed_summary(group))
+        print("TSV: " + ", ".join(map(str, summaries)) + ", " + ", ".join(str(p) for p in written))
         if args.verdicts:
             output.write_verdicts(Path(args.verdicts), results)
             print(f"verdict annotations: {args.verdicts}")
@@ -136,19 +166,26 @@ def run(args: argparse.Namespace) -> int:
                              **resources)
     bar = tqdm(total=len(configs) * scenario.steps, desc="steps", disable=None if args.progress else True,
                file=sys.stderr, leave=False)
-    fleet = [run_fleet(c, layout, scenario, args.seed, bar.update) for c in configs]
+    runs = {path: [run_fleet(c, layout, scenario, args.seed, bar.update) for c in group]
+            for path, group in by_path.items() if group}
     bar.close()
+    fleet = [result for group in runs.values() for result in group]
     print(f"fleet: {scenario.nodes} nodes x {layout.size} GPUs, {scenario.steps} steps, "
           f"{scenario.arrivals_per_step} arrivals/step, pod sizes "
           + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes)
           + "".join(f"; {part}" for part in (_describe(resources), mix.describe()) if part) + f"; seed {args.seed}")
-    print(output.fleet_summary(fleet))
-    written = [output.write_summary(Path(args.output), output.fleet_table(fleet))]
+    written = []
+    for path, group in runs.items():
+        _heading(path, len(runs))
+        print(output.fleet_summary(group))
+        written.append(output.write_summary(Path(args.output), output.fleet_table(group), _summary_part(path)))
     preemption = mix.high_priority_share > 0
     if preemption:
-        print("\npreemption (high-priority pods):")
-        print(output.preemption_summary(fleet))
-        written.append(output.write_summary(Path(args.output), output.preemption_table(fleet), "preemption"))
+        for path, group in runs.items():
+            print("\npreemption (high-priority pods)" + (", DRA path:" if path == DRA else ":"))
+            print(output.preemption_summary(group))
+            written.append(output.write_summary(Path(args.output), output.preemption_table(group),
+                                                "dra.preemption" if path == DRA else "preemption"))
     print("TSV: " + ", ".join(map(str, written)))
     if args.plot:
         output.plot_fleet(Path(args.plot), fleet, preemption)
@@ -157,6 +194,48 @@ def run(args: argparse.Namespace) -> int:
 
 
 GIB = 1024**3
+
+
+def _summary_part(path: str) -> str:
+    """``<stem>.summary.tsv`` for the device-plugin path, as before the DRA path; ``<stem>.dra.summary.tsv``."""
+    return "dra.summary" if path == "dra" else "summary"
+
+
+def _heading(path: str, paths: int) -> None:
+    """A line above each table when it is not the device-plugin table alone (the output before DRA)."""
+    if path == "dra":
+        print(("\n" if paths > 1 else "") + "DRA path: kube-scheduler's allocator picks the devices (first fit in "
+              "ResourceSlice order); configuration = SCHEDULER+FORM")
+    elif paths > 1:
+        print("device-plugin path: kube-scheduler counts GPUs, the device plugin picks them; "
+              "configuration = SCHEDULER+PLUGIN")
+
+
+def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: dict) -> int:
+    """Small pods, then large ones, on empty nodes, each configuration of each path."""
+    from simulator import output
+    from simulator.fragmentation import FragmentationScenario, run_fragmentation
+
+    scenario = FragmentationScenario(nodes=args.nodes or 4, small=args.small_pods, large=args.large_pods,
+                                     large_gpus=args.large_gpus, per_gpu=resources["per_gpu"],
+                                     node_milli_cpu=resources["node_milli_cpu"], node_memory=resources["node_memory"])
+    if scenario.large_gpus > layout.size:
+        raise UsageError(f"--large-gpus: {scenario.large_gpus} is more than a node's {layout.size} GPUs")
+    runs = {path: [run_fragmentation(c, layout, scenario, args.seed) for c in group]
+            for path, group in by_path.items() if group}
+    fit = scenario.large_fit(layout)
+    print(f"fragmentation: {scenario.nodes} empty nodes x {layout.size} GPUs; {scenario.small} one-GPU pods, then "
+          f"{scenario.large} pods x {scenario.large_gpus} GPUs, one at a time; "
+          + (f"{fit} large pods fit with the one-GPU pods packed best; " if fit is not None else "")
+          + f"{_describe(resources)}; seed {args.seed}")
+    written = []
+    for path, group in runs.items():
+        _heading(path, len(runs))
+        print(output.fragmentation_summary(group))
+        written.append(output.write_summary(Path(args.output), output.fragmentation_table(group),
+                                            f"fragmentation.{_summary_part(path)}"))
+    print("TSV: " + ", ".join(map(str, written)))
+    return 0
 
 
 def _resources(args: argparse.Namespace) -> dict:

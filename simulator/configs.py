@@ -1,13 +1,21 @@
-"""A configuration: a kube-scheduler profile, with or without gpupair, and a device-plugin policy."""
+"""A configuration: a kube-scheduler profile, with or without gpupair, and a device-plugin policy
+(the device-plugin path) or the form in which pods ask for DRA devices (the DRA path)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from gpupair.reservations import DEFAULT_TTL
 from gpupair.policies import Policy, policy_named
+from gpupair.decisions import DRA, Decider
+from simulator.interference import Interference
+from simulator.dra import FORMS, Form, form_named
 from simulator.kube_scoring import PROFILES, Profile
 from simulator.schedulers import SCHEDULERS, Scheduler
+
+DEVICE_PLUGIN = "device-plugin"
+PATHS = (DEVICE_PLUGIN, DRA)
 
 # Before profiles, kube-scheduler alone was called "default"; that name now belongs to the profile.
 SCHEDULER_ALIASES = {"default": "kube"}
@@ -16,8 +24,16 @@ SCHEDULER_ALIASES = {"default": "kube"}
 @dataclass(frozen=True)
 class Config:
     scheduler: str  # "kube" (kube-scheduler alone) | "gpupair" (with the extender) | "gpupair-legacy"
-    plugin: str  # "naive" | "aligned"
+    plugin: str  # "naive" | "aligned"; on the DRA path a key of simulator.dra.FORMS
     profile: str = "default"  # a key of kube_scoring.PROFILES
+
+    @property
+    def path(self) -> str:
+        return DRA if self.plugin in FORMS else DEVICE_PLUGIN
+
+    @property
+    def form(self) -> Form | None:
+        return FORMS.get(self.plugin)
 
     @property
     def pair(self) -> str:
@@ -33,22 +49,42 @@ class Config:
         return PROFILES[self.profile]
 
     def new_scheduler(self, reservation_ttl: float = DEFAULT_TTL) -> Scheduler:
-        return SCHEDULERS[self.scheduler](self.scheduler_profile, reservation_ttl)
+        scheduler = SCHEDULERS[self.scheduler](self.scheduler_profile, reservation_ttl)
+        form = self.form
+        if form is not None:  # the DRA path: the allocator picks, the extender decides on it
+            scheduler.dra = form
+            if scheduler.extender is not None:
+                scheduler.extender.decider = Decider(dra_policy=form.policy)
+                scheduler.extender.source = DRA
+        return scheduler
 
     @property
     def policy(self) -> Policy:
-        return policy_named(self.plugin)
+        """What picks the devices on the node: the device plugin's policy, or the allocator's."""
+        form = self.form
+        return form.policy if form is not None else policy_named(self.plugin)
+
+    def allocator(self, interference: Interference, rng: random.Random) -> Policy:
+        """What grants the devices when a pod is admitted: the device plugin, deviating as
+        ``interference`` says; on the DRA path kube-scheduler's allocator, which never deviates
+        from its own walk."""
+        return self.policy if self.form is not None else interference.plugin(self.policy, rng)
 
     @classmethod
-    def parse(cls, text: str, profile: str = "default") -> "Config":
+    def parse(cls, text: str, profile: str = "default", path: str = DEVICE_PLUGIN) -> "Config":
         scheduler, _, plugin = text.partition("+")
         scheduler = SCHEDULER_ALIASES.get(scheduler, scheduler)
+        slot = "FORM" if path == DRA else "PLUGIN"
         if scheduler not in SCHEDULERS or not plugin:
-            raise ValueError(f"configuration {text!r}: expected SCHEDULER+PLUGIN, e.g. gpupair+aligned "
+            example = "gpupair+claim-numa" if path == DRA else "gpupair+aligned"
+            raise ValueError(f"configuration {text!r}: expected SCHEDULER+{slot}, e.g. {example} "
                              f"(schedulers: {', '.join(SCHEDULERS)})")
         if profile not in PROFILES:
             raise ValueError(f"scheduler profile {profile!r}: expected one of {', '.join(PROFILES)}")
-        policy_named(plugin)
+        if path == DRA:
+            form_named(plugin)
+        else:
+            policy_named(plugin)
         return cls(scheduler, plugin, profile)
 
 
@@ -58,13 +94,29 @@ def split_name(name: str) -> tuple[str, str]:
     return profile, pair
 
 
-def parse_configs(configs: str, profiles: str) -> list[Config]:
-    """Every SCHEDULER+PLUGIN pair under every profile, profile by profile."""
+def parse_configs(configs: str, profiles: str, path: str = DEVICE_PLUGIN) -> list[Config]:
+    """Every SCHEDULER+PLUGIN pair (on the DRA path SCHEDULER+FORM) under every profile, profile
+    by profile."""
     pairs = [text.strip() for text in configs.split(",") if text.strip()]
     names = [name.strip() for name in profiles.split(",") if name.strip()]
+    flag = "--dra-configs" if path == DRA else "--configs"
     if not pairs or not names:
-        raise ValueError("--configs and --scheduler-profile each need at least one entry")
-    return [Config.parse(pair, profile) for profile in names for pair in pairs]
+        raise ValueError(f"{flag} and --scheduler-profile each need at least one entry")
+    try:
+        return [Config.parse(pair, profile, path) for profile in names for pair in pairs]
+    except ValueError as exc:
+        if path == DRA:
+            raise ValueError(f"{flag}: {exc}") from None
+        raise
+
+
+def parse_paths(text: str) -> tuple[str, ...]:
+    """``--path``: device-plugin, dra, or both (in that order)."""
+    if text == "both":
+        return PATHS
+    if text not in PATHS:
+        raise ValueError(f"--path: {text!r} is not one of {', '.join(PATHS)}, both")
+    return (text,)
 
 
 # The field report's comparison, plus gpupair: kube-scheduler with the old and the new plugin,

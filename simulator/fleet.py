@@ -33,6 +33,7 @@ from gpupair import placement
 from gpupair.decisions import Decider, NodeView
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout, NodeState
+from gpupair.policies import Policy
 from gpupair.verdict import classify
 from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
@@ -131,12 +132,10 @@ def arrivals(scenario: FleetScenario, seed: int) -> list[Arrival]:
     return stream
 
 
-def _tightest_possible(cluster: Cluster, gpus: int) -> bool:
-    """Some node could hold the pod within the fewest NUMA nodes its hardware allows."""
-    return any(
-        placement.fit(NodeState(sim.layout, sim.actual_free()), gpus).feasible
-        for sim in cluster.nodes.values()
-    )
+def _tightest_possible(cluster: Cluster, gpus: int, allocator: Policy | None = None) -> bool:
+    """Some node could hold the pod within the fewest NUMA nodes its hardware allows (on the DRA
+    path: the allocator's pick there is that close)."""
+    return any(sim.close_pick(gpus, allocator) for sim in cluster.nodes.values())
 
 
 def _pinned_node(cluster: Cluster, request: PodRequest, rng: random.Random) -> str | None:
@@ -161,7 +160,7 @@ def run_fleet(
 ) -> FleetResult:
     rng = random.Random(f"fleet-scheduler/{seed}")
     others = random.Random(f"fleet-pinned/{seed}")  # where pinned pods' creators put them
-    plugin = scenario.interference.plugin(config.policy, random.Random(f"fleet-plugin/{seed}"))
+    plugin = config.allocator(scenario.interference, random.Random(f"fleet-plugin/{seed}"))
     stream = arrivals(scenario, seed)
     cluster = Cluster.of({f"gpu-node-{i + 1:03d}": layout for i in range(scenario.nodes)},
                          scenario.node_milli_cpu, scenario.node_memory)
@@ -176,6 +175,7 @@ def run_fleet(
     upcoming = iter(stream)
     next_arrival = next(upcoming, None)
     needed = {k: placement.min_numa_nodes(layout, k) for k, _ in scenario.sizes}
+    reach = config.policy if config.form is not None else None  # DRA: only the allocator's pick counts
 
     for step in range(scenario.steps):
         cluster.now = step * scenario.step_seconds
@@ -214,7 +214,7 @@ def run_fleet(
                 # Nodes kept for a nominated pod (preemption) count as full for these figures.
                 if any(sim.usage().fits(request) for name, sim in cluster.nodes.items() if name not in room):
                     result.fragmentation_pending.add(pod.pod)
-                    if cluster.close_set_free(request, room):  # a subset: a close set fits by count too
+                    if cluster.close_set_free(request, room, reach):  # a subset: a close set fits by count too
                         result.no_reason_pending.add(pod.pod)
                 if pod.priority > 0:  # PostFilter: only a pod above some other may preempt
                     target = _preempt(pod, request, cluster, scheduler, (running, ranks, placed), room,
@@ -226,7 +226,7 @@ def run_fleet(
             cluster.bind(pod.pod, request, node)
             # Kubelet admits it as it is bound. Judged before this pod's own grant, and only
             # where a SYS grant can be counted.
-            tight_elsewhere = pod.gpus >= 2 and _tightest_possible(cluster, pod.gpus)
+            tight_elsewhere = pod.gpus >= 2 and _tightest_possible(cluster, pod.gpus, reach)
             granted = cluster.allocate(pod.pod, node, plugin)
             if granted is None:  # cannot happen: binding counted the GPUs
                 continue

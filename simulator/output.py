@@ -9,6 +9,7 @@ from pathlib import Path
 from gpupair.verdict import TSV_HEADER
 from simulator.configs import split_name
 from simulator.fleet import FleetResult
+from simulator.fragmentation import FragmentationResult
 from simulator.seed_scenario import ConfigResult
 
 
@@ -187,3 +188,16 @@ def _finish(fig, axes, path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
+
+
+def fragmentation_table(results: Sequence[FragmentationResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
+    """Small pods, then large ones: where the small pods went and how many large pods fit after them."""
+    rows = [(*split_name(r.config), r.small_placed, len(r.nodes_with_small), r.large_placed, r.sys_grants,
+             r.large_pending, r.fragmentation_pending) for r in results]
+    header = ("profile", "configuration", "one-GPU placed", "nodes they took", "large placed", "SYS grants",
+              "large pending", "pending (fragmentation)")
+    return header, rows
+
+
+def fragmentation_summary(results: Sequence[FragmentationResult]) -> str:
+    return _table(*fragmentation_table(results))

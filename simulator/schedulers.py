@@ -24,6 +24,12 @@ its last report, on the cluster's simulated clock:
   commit c2caa39, its reservations and pod watch). Reports carry no ledger; a plan ends only when
   a report shows all its devices taken, or at its TTL; a pod bound by others is reserved the set
   the extender predicts the plugin will pick, ended the same way.
+
+On the DRA path (``KubeScheduler.dra``, simulator/dra.py) DynamicResources' Filter also runs the
+allocator on the node's really free devices (kube-scheduler's own claim cache, in-flight
+allocations included): a node where it finds none fails. Its Score adds the ``firstAvailable``
+points; claim pods' GPUs are not scored by NodeResourcesFit; the extender decides on
+``NodeView(source="dra")``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from gpupair.decisions import Decider, NodeDecision, NodeView
 from gpupair.intent import Intent
 from gpupair.reservations import DEFAULT_TTL, Reservation, Reservations
 from simulator.cluster import NAMESPACE, Cluster
+from simulator.dra import Form, dynamic_resources_scores
 from simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
 from simulator.preemption import PreemptVerb
 
@@ -70,10 +77,11 @@ class GpupairExtender:
     watch; the nodes' reports, with their ledgers (``ledger=False``: the accounting before it)."""
 
     def __init__(self, decider: Decider | None = None, ledger: bool = True, ttl: float = DEFAULT_TTL,
-                 preempt_verb: bool = False):
+                 preempt_verb: bool = False, source: str = "reporter"):
         self.decider = decider or Decider()
         self.ledger = ledger
         self.preempt_verb = preempt_verb  # registered with preemptVerb
+        self.source = source  # NodeView.source of every node: "dra" on the DRA path
         self.now = 0.0
         self.reservations = Reservations(ttl=ttl, timer=lambda: self.now)
 
@@ -85,7 +93,8 @@ class GpupairExtender:
     def _decide(self, gpus: int, cluster: Cluster, name: str, exclude: str | None = None,
                 intent: Intent = Intent.REQUIRED) -> NodeDecision:
         hold = self.reservations.hold(name, exclude)
-        view = NodeView(name, cluster.nodes[name].reported_state(), reserved=hold.devices, held=hold.count)
+        view = NodeView(name, cluster.nodes[name].reported_state(), reserved=hold.devices, held=hold.count,
+                        source=self.source)
         return self.decider.decide(gpus, view, intent)
 
     def bind(self, pod: str, node: str, decision: NodeDecision, gpus: int) -> None:
@@ -124,6 +133,7 @@ def select_host(scores: dict[str, int], rng: random.Random | None) -> str:
 class KubeScheduler:
     profile: Profile
     extender: GpupairExtender | None = None
+    dra: Form | None = None  # the DRA path: how the pods ask for their devices
 
     @property
     def name(self) -> str:
@@ -143,8 +153,24 @@ class KubeScheduler:
             self.extender, gpus, intent, candidates, cluster)
 
     def scores(self, request: PodRequest, usages: dict[str, NodeUsage]) -> dict[str, int]:
-        """Each node's total from the profile's score plugins, in node order."""
+        """Each node's total from the profile's score plugins, in node order. A claim pod
+        requests no ``nvidia.com/gpu``: its GPUs are not scored."""
+        if self.dra is not None and not self.dra.scored_gpus:
+            request = PodRequest(0, request.milli_cpu, request.memory)
         return {name: self.profile.score(request, usage) for name, usage in usages.items()}
+
+    def _allocations(self, request: PodRequest, cluster: Cluster, names: list[str]) -> dict[str, int] | None:
+        """On the DRA path, per node where the allocator finds devices for the pod's claim, the
+        subrequest it used; None on the device-plugin path."""
+        if self.dra is None or request.gpus <= 0:
+            return None
+        picks = {}
+        for name in names:
+            sim = cluster.nodes[name]
+            index, chosen = self.dra.policy.subrequest(sim.layout, sim.actual_free(), request.gpus)
+            if chosen is not None:
+                picks[name] = index
+        return picks
 
     def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random | None,
                  intent: Intent = Intent.REQUIRED, nominated: Mapping[str, Sequence[PodRequest]] | None = None,
@@ -159,6 +185,10 @@ class KubeScheduler:
                 sim = cluster.nodes[name]
                 fit_usages[name] = NodeUsage.of(usages[name].allocatable, [*sim.bound.values(), *requests])
         feasible = [name for name, usage in fit_usages.items() if usage.fits(request)]
+        picks = self._allocations(request, cluster, feasible)
+        if picks is not None:  # DynamicResources' Filter: the allocator found devices there
+            feasible = [name for name in feasible if name in picks]
+            intent = self.dra.intent or intent
         if nominated_node in feasible:
             feasible = [nominated_node, *(name for name in feasible if name != nominated_node)]
         # managedResources: nvidia.com/gpu, so only pods asking GPUs reach the extender.
@@ -175,6 +205,9 @@ class KubeScheduler:
             chosen = feasible[0]
         else:
             scores = self.scores(request, {name: usages[name] for name in feasible})
+            if picks is not None:
+                dynamic = dynamic_resources_scores(self.dra, {name: picks[name] for name in feasible})
+                scores = {name: score + dynamic[name] for name, score in scores.items()}
             if extender is not None:
                 scale = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
                 scores = {name: score + decisions[name].score * scale for name, score in scores.items()}

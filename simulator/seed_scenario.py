@@ -125,7 +125,7 @@ def run_seed_scenario(
         rng = random.Random(f"{seed}/{run}")
         ties = random.Random(f"{seed}/{run}/ties")  # apart, so tie-breaking never shifts the load
         pins = random.Random(f"{seed}/{run}/pinned")
-        plugin = interference.plugin(config.policy, random.Random(f"{seed}/{run}/plugin"))
+        plugin = config.allocator(interference, random.Random(f"{seed}/{run}/plugin"))
         cluster = Cluster.of({f"gpu-node-{i + 1}": layout for i in range(scenario.nodes)},
                              scenario.node_milli_cpu, scenario.node_memory)
         scheduler = config.new_scheduler(interference.reservation_ttl)
@@ -145,8 +145,9 @@ def run_seed_scenario(
             for pod in pods:
                 node = scheduler.schedule(pod, request, cluster, ties)
                 if node is None:
+                    reach = config.policy if config.form is not None else None  # DRA: the allocator's pick
                     result.samples.append(Sample(config.name, run, round_number, pod, "Pending", None, None,
-                                                 cluster.close_set_free(request)))
+                                                 cluster.close_set_free(request, allocator=reach)))
                     continue
                 cluster.bind(pod, request, node)
                 placed.append((pod, node))
