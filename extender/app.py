@@ -31,6 +31,7 @@ from extender.bind import Binder
 from extender.decision_tables import DecisionTables
 from extender.dra_nodes import DraNodes
 from gpupair.decisions import Decider
+from gpupair.defaults import DRA_DRIVER
 from extender.evaluation import Evaluator
 from extender.filter import filter_nodes
 from extender.heartbeats import Heartbeats
@@ -106,15 +107,17 @@ def assemble(
     metrics: ExtenderMetrics | None = None,
     heartbeats: bool = False,
     dra_driver: str = "",
+    gpu_device_classes: frozenset[str] = frozenset({DRA_DRIVER}),
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
     DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
-    runs on ``Extender.dra.slices`` and ``.claims``)."""
+    runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
+    whose devices are GPUs, to count what a claim pod asks."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
-    dra = DraNodes(dra_driver, decoder, clock) if dra_driver else None
+    dra = DraNodes(dra_driver, decoder, clock, gpu_device_classes) if dra_driver else None
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
     beats: Heartbeats | None = None
@@ -135,7 +138,7 @@ def assemble(
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive,
                           default_intent=default_intent, dra=dra)
-    requests = PodRequests(resource)
+    requests = PodRequests(resource, claims=dra.pod_demand if dra is not None else None)
     pods = PodWatch(reservations, requests) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra)

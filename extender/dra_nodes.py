@@ -23,7 +23,9 @@ from typing import Any
 
 from extender.node_reports import ReportDecoder, ReportEntry
 from gpupair import dra
-from gpupair.dra_picture import Allocation, PictureError, allocation_of, build
+from gpupair.defaults import DRA_DRIVER
+from gpupair.dra_picture import Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names
+from gpupair.pod_request import PodRequestError
 
 log = logging.getLogger("gpupair.extender.dra")
 
@@ -31,8 +33,10 @@ ChangeListener = Callable[[set[str]], None]
 
 
 class DraNodes:
-    def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float]):
+    def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
+                 gpu_classes: frozenset[str] = frozenset({DRA_DRIVER})):
         self.driver = driver
+        self.gpu_classes = gpu_classes
         self._decoder = decoder
         self._clock = clock
         self._listeners: list[ChangeListener] = []
@@ -41,6 +45,8 @@ class DraNodes:
         self._pool_node: dict[str, str] = {}  # pool -> the node whose slices publish it
         self._claims: dict[tuple[str, str], Allocation] = {}  # (namespace, name) -> its devices here
         self._by_pool: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self._demands: dict[tuple[str, str], Demand] = {}  # every claim asking GPUs, allocated or not
+        self._known: set[tuple[str, str]] = set()  # every claim seen
         self._versions: dict[str, int] = defaultdict(int)  # bumped per change of a node's inputs
         self._entries: dict[str, tuple[tuple[int, str | None], ReportEntry]] = {}
         self.slices = _Handler(self._replace_slices, self._apply_slice)
@@ -78,6 +84,27 @@ class DraNodes:
         entry = self._build(node, key[1])
         self._entries[node] = (key, entry)
         return entry
+
+    def pod_demand(self, pod: Any) -> Demand | None:
+        """The GPUs a pod's own claims ask (kube-scheduler's extended-resource claim aside: the
+        pod's nvidia.com/gpu request counts those) and the allocator's policy for them; None for
+        a pod without GPU claims. PodRequestError when a claim is not in the watch yet."""
+        names = claim_names(pod, extended=False)  # that one is made at binding, from the request
+        if not names:
+            return None
+        namespace = ((pod.get("metadata") or {}).get("namespace") or "") if isinstance(pod, dict) else ""
+        demands = []
+        for name in names:
+            demand = self._demands.get((namespace, name))
+            if demand is None:
+                if (namespace, name) not in self._known:
+                    raise PodRequestError(f"ResourceClaim {namespace}/{name} not seen by the extender yet")
+                continue
+            demands.append(demand)
+        if not demands:
+            return None
+        policies = {d.policy for d in demands}
+        return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit")
 
     def allocations(self, node: str) -> list[Allocation]:
         pools = {s.spec.pool.name for s in self._by_node.get(node, {}).values()}
@@ -157,6 +184,8 @@ class DraNodes:
         pools = set(self._by_pool)
         self._claims.clear()
         self._by_pool.clear()
+        self._demands.clear()
+        self._known.clear()
         for obj in items:
             pools |= self._put_claim(obj)
         self._changed(self._pool_nodes(pools))
@@ -171,6 +200,8 @@ class DraNodes:
         self._changed(self._pool_nodes(pools))
 
     def _drop_claim(self, key: tuple[str, str]) -> set[str]:
+        self._demands.pop(key, None)
+        self._known.discard(key)
         old = self._claims.pop(key, None)
         if old is None:
             return set()
@@ -188,10 +219,15 @@ class DraNodes:
             self.rejected += 1
             log.warning("ResourceClaim left out of the node picture", extra={"why": str(exc)})
             return set()
+        key = (claim.metadata.namespace, claim.metadata.name)
+        self._known.add(key)
+        if claim.metadata.annotations.get(dra.EXTENDED_RESOURCE_CLAIM_KEY) != "true":
+            demand = claim_demand(claim, self.gpu_classes)
+            if demand.gpus:
+                self._demands[key] = demand
         allocation = allocation_of(claim, self.driver)
         if allocation is None:
             return set()
-        key = (allocation.namespace, allocation.name)
         self._claims[key] = allocation
         pools = {pool for pool, _ in allocation.devices}
         for pool in pools:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 
 from extender.decision_tables import DecisionTables
 from gpupair.decisions import Decider, NodeDecision
@@ -24,6 +24,8 @@ from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
 from gpupair.intent import Intent, pod_intent
+from gpupair.pod_request import PodRequestError
+from gpupair.policies import POLICIES
 from gpupair.report import TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender")
@@ -43,6 +45,7 @@ class Offer:
     unknown: ReportEntry  # stands in for a name the lookup does not know
     nodes: list[dict[str, Any]] | None = None  # Nodes mode: the Node objects, to hand back
     cached: bool = False  # NodeNames mode with a synced node cache: tables apply
+    decider: Decider | None = None  # a claim pod's: the allocator's policy for its claims
 
 
 @dataclass
@@ -65,10 +68,41 @@ class Evaluator:
         self.no_cache = ReportEntry(None, NO_CACHE_PROBLEM, "missing")
         # Nodes mode: the last report each node showed, so bind can plan without a node cache.
         self.last_seen: LRUCache = LRUCache(self.seen_limit)
+        self._claim_policies: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> policy, for bind
+        self._variants: dict[str, Decider] = {}
 
     # ---- one request
 
     def offer(self, args: ExtenderArgs) -> Offer:
+        """The request's nodes; for a pod with DRA claims, decided with the allocator's policy for
+        them (the tables hold the default one's decisions, so they do not apply)."""
+        offer = self._offer(args)
+        policy = self._claim_policy(args.Pod)
+        if policy is not None:
+            offer.decider, offer.cached = self._variant(policy), False
+        return offer
+
+    def _claim_policy(self, pod: Any) -> str | None:
+        if self.dra is None:
+            return None
+        try:
+            demand = self.dra.pod_demand(pod)
+        except PodRequestError:
+            return None  # the verb's request check has said so already
+        if demand is None:
+            return None
+        uid = (pod.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid:
+            self._claim_policies[uid] = demand.policy
+        return demand.policy
+
+    def _variant(self, policy: str) -> Decider:
+        variant = self._variants.get(policy)
+        if variant is None:
+            variant = self._variants[policy] = replace(self.decider, dra_policy=POLICIES[policy])
+        return variant
+
+    def _offer(self, args: ExtenderArgs) -> Offer:
         if args.NodeNames is not None:
             cache = self.node_cache
             if cache is None:
@@ -92,7 +126,7 @@ class Evaluator:
         """One decision per name (default: every offered name), in order."""
         now = self.clock()
         holds = self.reservations.by_node()
-        decider, entry_of, unknown, alive = self.decider, offer.entry_of, offer.unknown, self.alive
+        decider, entry_of, unknown, alive = offer.decider or self.decider, offer.entry_of, offer.unknown, self.alive
         return [
             (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name),
                                                intent)
@@ -124,8 +158,9 @@ class Evaluator:
                    intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """The decision for one node now, counting the holds of other pods only."""
         hold = self.reservations.hold(node, exclude=exclude_uid)
-        return self.entry_for(node).decide(self.decider, node, gpus, hold, self.clock(), self.alive(node),
-                                           intent)
+        policy = self._claim_policies.get(exclude_uid) if exclude_uid else None
+        decider = self._variant(policy) if policy else self.decider
+        return self.entry_for(node).decide(decider, node, gpus, hold, self.clock(), self.alive(node), intent)
 
     # ---- internals
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from gpupair.flags import (
     add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags,
 )
+from gpupair.defaults import DRA_DRIVER
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
     add_default_placement(parser)
     add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)", on=False)
+    add_flag(parser, "--gpu-device-classes", DRA_DRIVER,
+             "DRA DeviceClasses whose devices are GPUs (comma-separated): what a pod's claims ask of them "
+             "counts as its GPU request")
     add_common_flags(parser)
 
 
@@ -126,6 +130,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         api_timeout=args.api_timeout,
         heartbeats=bool(args.lease_namespace),
         dra_driver=args.dra_driver,
+        gpu_device_classes=frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip()),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts

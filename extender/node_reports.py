@@ -46,7 +46,7 @@ class ReportEntry:
                 f"gpupair report from {_utc(report.reported_at.timestamp())} is older than {stale_after:.0f}s: "
                 "is the gpupair reporter running on this node?"
             )
-        self._memo: dict[tuple[int, Hold, bool, Intent], NodeDecision] = {}
+        self._memo: dict[tuple[int, Hold, bool, Intent, str], NodeDecision] = {}
 
     def stale_at_with(self, alive: float | None) -> float | None:
         """When the report turns stale given the node's last Lease renewal (epoch seconds, None
@@ -82,7 +82,7 @@ class ReportEntry:
         if hold.devices and self.report is not None:
             # Planned devices the report already shows taken change nothing: one memo key.
             hold = Hold(hold.devices & self.report.state.free, hold.count)
-        key = (gpus, hold, stale, intent)
+        key = (gpus, hold, stale, intent, decider.dra_policy.name)  # claim pods decide with their policy
         decision = self._memo.get(key)
         if decision is None:
             decision = decider.decide(gpus, self.view(name, hold, stale, alive), intent)

@@ -18,20 +18,28 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from collections.abc import Callable
+
+from gpupair.dra_picture import Demand
 from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError, gpu_request
 
 
 class PodRequests:
-    def __init__(self, resource: str, ttl: float = 600.0, maxsize: int = 100_000):
+    def __init__(self, resource: str, ttl: float = 600.0, maxsize: int = 100_000,
+                 claims: Callable[[Any], Demand | None] | None = None):
         self.resource = resource
+        self.claims = claims  # the GPUs a pod's own DRA claims ask (extender/dra_nodes.py)
         self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> GPUs, from request bodies
         self._intents: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> placement intent, same
         self._unbound: dict[str, int] = {}  # uid -> GPUs, GPU pods the pod watch sees unbound
 
     def of(self, pod: Any) -> int:
-        """GPUs ``pod`` asks for (its effective request); PodRequestError if it cannot tell."""
-        return gpu_request(pod, self.resource)
+        """GPUs ``pod`` asks for (its effective request, and its claims' GPUs on a DRA
+        cluster); PodRequestError if it cannot tell."""
+        gpus = gpu_request(pod, self.resource)
+        demand = self.claims(pod) if self.claims is not None else None
+        return gpus + demand.gpus if demand is not None else gpus
 
     def remember(self, pod: Any, gpus: int, intent: Intent | None = None) -> None:
         """A pod seen in a filter or prioritize body (and the intent it was decided under)."""

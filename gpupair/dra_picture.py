@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from gpupair import dra
 from gpupair.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
@@ -255,3 +256,69 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
     )
     return DraPicture(report, dict(mapping), inferred, note)
 
+
+
+def claim_names(pod: Any, extended: bool = True) -> list[str]:
+    """The ResourceClaims a pod uses: from its claim statuses (templates, resolved by the
+    resourceclaim controller), its direct claims and, with ``extended``, the claim kube-scheduler
+    makes for its extended-resource request. Tolerant of any shape: the pod may come from a
+    request body."""
+    if not isinstance(pod, dict):
+        return []
+    spec, status = pod.get("spec"), pod.get("status")
+    spec, status = spec if isinstance(spec, dict) else {}, status if isinstance(status, dict) else {}
+    entries = [*_dicts(status.get("resourceClaimStatuses")), *_dicts(spec.get("resourceClaims"))]
+    if extended:
+        entries += _dicts([status.get("extendedResourceClaimStatus")])
+    names = {entry.get("resourceClaimName") for entry in entries}
+    return sorted(n for n in names if isinstance(n, str) and n)
+
+
+def _dicts(value: Any) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a claim asks of GPU DeviceClasses, and how the allocator will pick for it."""
+
+    gpus: int
+    policy: str  # a gpupair.policies name: dra-first-fit, dra-first-fit-numa or dra-first-available
+
+
+def _constrained(claim: dra.ResourceClaim, request: str, subrequest: str | None = None) -> bool:
+    """Whether a numaNode matchAttribute constraint covers the (sub)request (no ``requests``:
+    every request)."""
+    names = {request} if subrequest is None else {request, f"{request}/{subrequest}"}
+    return any(c.matchAttribute == dra.NUMA_ATTRIBUTE and (not c.requests or names & set(c.requests))
+               for c in claim.spec.devices.constraints)
+
+
+def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Demand:
+    """The claim's GPUs (ExactCount requests of a GPU class; a firstAvailable request counts its
+    first subrequest, the one the allocator tries first) and the allocator's pick for them. The
+    webhook's ``preferred`` rewrite (a constrained first subrequest, an unconstrained second) is
+    dra-first-available."""
+    gpus, policies = 0, set()
+    for request in claim.spec.devices.requests:
+        if request.exactly is not None:
+            asked = request.exactly
+            if asked.deviceClassName not in gpu_classes or asked.allocationMode != "ExactCount":
+                continue
+            gpus += asked.count
+            policies.add("dra-first-fit-numa" if _constrained(claim, request.name) else "dra-first-fit")
+        elif request.firstAvailable:
+            first = request.firstAvailable[0]
+            if first.deviceClassName not in gpu_classes or first.allocationMode != "ExactCount":
+                continue
+            gpus += first.count
+            if not _constrained(claim, request.name, first.name):
+                policies.add("dra-first-fit")
+            elif len(request.firstAvailable) > 1 and not _constrained(claim, request.name,
+                                                                         request.firstAvailable[1].name):
+                policies.add("dra-first-available")
+            else:
+                policies.add("dra-first-fit-numa")
+    if len(policies) == 1:
+        return Demand(gpus, policies.pop())
+    return Demand(gpus, "dra-first-fit")  # several GPU requests: the unconstrained walk bounds them

@@ -151,9 +151,21 @@ class FirstFitPolicy:
         return None
 
 
+class FirstAvailablePolicy:
+    """A ``firstAvailable`` request of a constrained subrequest, then the same unconstrained
+    (the webhook's ``preferred`` rewrite): the allocator tries the first on the node and falls
+    back to the second."""
+
+    name = "dra-first-available"
+
+    def pick(self, layout: NodeLayout, free: frozenset[int], k: int) -> tuple[int, ...] | None:
+        return FirstFitPolicy(same_numa=True).pick(layout, free, k) or FirstFitPolicy().pick(layout, free, k)
+
+
 POLICIES: dict[str, Policy] = {
     "naive": NaivePolicy(), "aligned": AlignedPolicy(),
     "dra-first-fit": FirstFitPolicy(), "dra-first-fit-numa": FirstFitPolicy(same_numa=True),
+    "dra-first-available": FirstAvailablePolicy(),
 }
 
 

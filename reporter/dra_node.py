@@ -32,7 +32,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupair import dra, verdict
-from gpupair.dra_picture import PictureError, allocation_of, build
+from gpupair.dra_picture import PictureError, allocation_of, build, claim_names
 from gpupair.intent import pod_intent
 from gpupair.layout import NodeLayout
 from reporter.verification import planned_set, record_verdict
@@ -248,16 +248,6 @@ async def serve_verdicts(node: DraNode, stop: asyncio.Event, poll: float = 5.0) 
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def claim_names(pod: dict[str, Any]) -> list[str]:
-    """The ResourceClaims a pod uses: from its claim statuses (templates, resolved by the
-    resourceclaim controller), its direct claims, and kube-scheduler's extended-resource claim."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    names = [s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []]
-    names += [c.get("resourceClaimName") for c in spec.get("resourceClaims") or []]
-    names.append((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName"))
-    return sorted({n for n in names if isinstance(n, str) and n})
 
 
 def _awaits_verdict(pod: dict[str, Any], node: str) -> bool:

@@ -193,3 +193,28 @@ def test_a_dra_node_whose_first_fit_is_close_scores_that_pick():
     decision = Decider().decide(2, NodeView("n", state, source="dra"))
     assert decision.passes and decision.plan == (2, 3)
     assert decision.score == placement.score(state, (2, 3))
+
+
+def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
+    from gpupair.dra_picture import Demand, claim_demand
+
+    classes = frozenset({DRIVER})
+    claims = {c["metadata"]["name"].split("-")[0]: dra.parse_claim(c) for c in recorded_claims()}
+    assert claim_demand(claims["numa"], classes) == Demand(2, "dra-first-fit-numa")
+    assert claim_demand(claims["plain"], classes) == Demand(2, "dra-first-fit")
+    assert claim_demand(claims["plain"], frozenset({"other.example.com"})).gpus == 0
+    rewritten = recorded_claims()[-1]  # the webhook's preferred rewrite of a 2-GPU request
+    rewritten["spec"]["devices"] = {
+        "requests": [{"name": "gpus", "firstAvailable": [
+            {"name": "numa", "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 2},
+            {"name": "any", "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 2}]}],
+        "constraints": [{"matchAttribute": dra.NUMA_ATTRIBUTE, "requests": ["gpus/numa"]}]}
+    assert claim_demand(dra.parse_claim(rewritten), classes) == Demand(2, "dra-first-available")
+
+
+def test_first_available_takes_the_close_set_where_one_is_free_and_any_set_otherwise():
+    from gpupair.policies import POLICIES
+
+    layout = seed_layout()
+    assert POLICIES["dra-first-available"].pick(layout, frozenset({3, 4, 5}), 2) == (4, 5)
+    assert POLICIES["dra-first-available"].pick(layout, frozenset({3, 4}), 2) == (3, 4)

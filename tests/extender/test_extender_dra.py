@@ -3,9 +3,12 @@ list+watch (real HTTP), beside device-plugin nodes judged by their reports."""
 
 from __future__ import annotations
 
+import copy
+import json
+
 from gpupair import kube
 from gpupair.report import TOPOLOGY_KEY
-from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice
+from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice, recorded
 from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
 from tests.kube_double import KubeDouble, kube_client_for, make_node, running_kube_double
 from tests.layouts import seed_layout
@@ -234,3 +237,131 @@ async def test_twenty_extended_resource_pods_on_the_fragmented_dra_nodes_get_no_
     _, claims = fragmented_cluster()
     alone = {node: layout.worst_link(first_fit(slices, claims, node, 2)) for node in FRAGMENTED}
     assert alone == {"dra-node-1": "SYS", "dra-node-2": "NODE", "dra-node-3": "NODE", "dra-node-4": "NODE"}
+
+
+# ---- claim pods (the extender registered without managedResources)
+
+
+def claim_pod(double, name: str, claim: str) -> dict:
+    """A pod using one claim by name, as the resourceclaim controller leaves a template pod."""
+    from tests.kube_double import make_pod
+
+    pod = make_pod(name, "ml", gpus=0)
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    return double.store.create("pods", pod, "ml")
+
+
+def gpu_claim(name: str, count: int, numa: bool) -> dict:
+    """A claim as a user (or the webhook's ``required``) writes it, not allocated yet."""
+    obj = copy.deepcopy(recorded("resourceclaimtemplate-pair-numa.json")["spec"]["spec"])
+    obj["devices"]["requests"][0]["exactly"]["count"] = count
+    if not numa:
+        obj["devices"].pop("constraints")
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "ml"}, "spec": obj}
+
+
+async def place_claim_pods(double, k, pods: list[tuple[str, int, bool]], choose) -> dict[str, list[int]]:
+    """kube-scheduler for claim pods: the extender's filter and prioritize (when ``k``), a node
+    chosen by ``choose`` among those where the allocator finds devices, the allocator's pick
+    written into the claim, then bind. Returns pod -> devices for the pods placed."""
+    placed = {}
+    slices = double.store.items("resourceslices")
+    for name, count, numa in pods:
+        double.store.create("resourceclaims", gpu_claim(f"{name}-gpus", count, numa), "ml")
+        created = claim_pod(double, name, f"{name}-gpus")
+        pod = {**created, "kind": "Pod", "apiVersion": "v1"}
+        feasible = [n for n in FRAGMENTED if first_fit(slices, double.store.items("resourceclaims"), n, count,
+                                                       same_numa=numa) is not None]
+        scores = {n: 0 for n in feasible}
+        if k is not None and feasible:
+            await eventually(lambda: watched(k.extender.dra, pod), what="the claim watched")
+            _, filtered = await k.client.post("filter", args_body(pod, names=feasible))
+            _, ranked = await k.client.post("prioritize", args_body(pod, names=filtered["NodeNames"]))
+            scores = {s["Host"]: s["Score"] for s in ranked}
+        if not scores:
+            continue
+        node = choose(scores, double)
+        pick = first_fit(slices, double.store.items("resourceclaims"), node, count, same_numa=numa)
+        allocated = allocated_claim("ml", f"{name}-gpus", node, pick, pod=name, pod_uid=created["metadata"]["uid"],
+                                    constraint="resource.kubernetes.io/numaNode" if numa else None)
+        double.store.update("resourceclaims", f"{name}-gpus", "ml", allocated)
+        if k is not None:
+            meta = created["metadata"]
+            _, bound = await k.client.post("bind", {"PodName": name, "PodNamespace": "ml", "PodUID": meta["uid"],
+                                                    "Node": node})
+            assert bound == {"Error": ""}
+            await eventually(lambda: not k.extender.reservations.by_node(), what="the claim seen")
+        placed[name] = pick
+    return placed
+
+
+def watched(dra, pod) -> bool:
+    from gpupair.pod_request import PodRequestError
+
+    try:
+        return dra.pod_demand(pod) is not None
+    except PodRequestError:
+        return False
+
+
+def spread(scores: dict[str, int], double) -> str:
+    """kube-scheduler alone: every feasible node ties on GPUs; its default profile spreads by
+    requests, and pods that asked nothing else go to the least loaded node."""
+    load = {n: sum(len(((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", []))
+                   for c in double.store.items("resourceclaims")
+                   if n in json.dumps((c.get("status") or {}).get("allocation", {}).get("nodeSelector", {})))
+            for n in scores}
+    return min(scores, key=lambda n: (load[n], n))
+
+
+def best_score(scores: dict[str, int], double) -> str:
+    """With gpupair's prioritize at weight 5 over scores that tie otherwise."""
+    return max(sorted(scores), key=lambda n: scores[n])
+
+
+ONE_THEN_FOUR = [(f"one-{i}", 1, False) for i in range(4)] + [(f"four-{i}", 4, True) for i in range(8)]
+
+
+async def test_one_gpu_then_four_gpu_claims_best_fit_keeps_whole_numa_nodes_free():
+    async with running_kube_double() as double:
+        for name in FRAGMENTED:
+            double.store.create("nodes", dra_node(name))
+            double.store.create("resourceslices", node_slice(name))
+        alone = await place_claim_pods(double, None, ONE_THEN_FOUR, spread)
+    async with running_kube_double() as double:
+        for name in FRAGMENTED:
+            double.store.create("nodes", dra_node(name))
+            double.store.create("resourceslices", node_slice(name))
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            with_gpupair = await place_claim_pods(double, k, ONE_THEN_FOUR, best_score)
+    fours = [name for name in with_gpupair if name.startswith("four")]
+    assert sum(name.startswith("four") for name in alone) == 4  # the spread one-GPU claims broke NUMA0 everywhere
+    assert len(fours) == 7  # all four one-GPU claims packed into one NUMA node: 7 of the 8 fit
+
+
+async def test_the_preempt_verb_reads_a_dra_victims_devices_from_its_claim():
+    from tests.dra_support import busy_claims
+    from tests.extender_support import make_extender, serving
+    from tests.real_k8s import load
+
+    body = load("preempt-cache-true-high-gpu2.json")["request"]
+    victims = {node: [p["UID"] for p in body["NodeNameToMetaVictims"][node]["Pods"]] for node in ("pn-1", "pn-2")}
+    held = {"pn-1": [3, 4], "pn-2": [2, 3]}  # pn-1's victims hold one GPU per socket
+    slices, claims = [], []
+    for node in ("pn-1", "pn-2"):
+        slices.append(node_slice(node))
+        for uid, device in zip(victims[node], held[node]):
+            claims.append(allocated_claim("pre-true", f"low-{uid[:4]}-gpus", node, [device], pod=f"low-{uid[:4]}",
+                                          pod_uid=uid))
+        claims += busy_claims(node, set(range(8)) - set(held[node]), namespace="others")
+    extender = make_extender(node_cache=True, dra_driver=DRIVER)
+    extender.dra.slices.replace(slices)
+    extender.dra.claims.replace(claims)
+    extender.node_cache.replace([dra_node("pn-1"), dra_node("pn-2")])
+    async with serving(extender) as client:
+        status, answer = await client.post("preempt", body)
+    assert status == 200
+    assert answer == {"NodeNameToMetaVictims": {"pn-2": body["NodeNameToMetaVictims"]["pn-2"]}}

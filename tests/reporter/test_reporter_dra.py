@@ -8,7 +8,8 @@ import copy
 from datetime import datetime, timezone
 
 from gpupair import report, verdict
-from reporter.dra_node import DraNode, claim_names, serve_verdicts
+from gpupair.dra_picture import claim_names
+from reporter.dra_node import DraNode, serve_verdicts
 from reporter.main import node_writer
 from reporter.publisher import Publisher
 from reporter.scan import ScanResult
