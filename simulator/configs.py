@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gpupair.reservations import DEFAULT_TTL
 from gpupair.policies import Policy, policy_named
 from gpupair.decisions import DRA, Decider
+from gpupair.intent import Intent
 from simulator.interference import Interference
 from simulator.dra import FORMS, Form, form_named
 from simulator.kube_scoring import PROFILES, Profile
@@ -63,6 +64,12 @@ class Config:
         """What picks the devices on the node: the device plugin's policy, or the allocator's."""
         form = self.form
         return form.policy if form is not None else policy_named(self.plugin)
+
+    def intent(self, asked: Intent) -> Intent:
+        """The intent the pod is decided under: on the DRA path the one the webhook wrote into
+        the claim (claim-numa: required, claim-first-available: preferred), else the pod's own."""
+        form = self.form
+        return form.intent if form is not None and form.intent is not None else asked
 
     def allocator(self, interference: Interference, rng: random.Random) -> Policy:
         """What grants the devices when a pod is admitted: the device plugin, deviating as

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpupair import placement
-from gpupair.decisions import Decider, NodeView
+from gpupair.decisions import DRA, Decider, NodeView
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout, NodeState
 from gpupair.policies import Policy
@@ -144,11 +144,16 @@ def _pinned_node(cluster: Cluster, request: PodRequest, rng: random.Random) -> s
     return rng.choice(fits) if fits else None
 
 
-def _may_take(cluster: Cluster, node: str, arrival: Arrival) -> bool:
-    """gpupair's rule on the node's real free GPUs: some set the pod may take under its intent."""
+def _may_take(cluster: Cluster, node: str, arrival: Arrival, config: Config) -> bool:
+    """gpupair's rule on the node's real free GPUs: some set the pod may take under its intent
+    (on the DRA path: the set the allocator takes, under the intent the claim carries)."""
     sim = cluster.nodes[node]
-    view = NodeView(node, NodeState(sim.layout, sim.actual_free()))
-    return Decider().decide(arrival.gpus, view, arrival.intent).passes
+    form = config.form
+    if form is None:
+        view = NodeView(node, NodeState(sim.layout, sim.actual_free()))
+        return Decider().decide(arrival.gpus, view, arrival.intent).passes
+    view = NodeView(node, NodeState(sim.layout, sim.actual_free()), source=DRA)
+    return Decider(dra_policy=form.policy).decide(arrival.gpus, view, config.intent(arrival.intent)).passes
 
 
 def run_fleet(
@@ -217,7 +222,7 @@ def run_fleet(
                     if cluster.close_set_free(request, room, reach):  # a subset: a close set fits by count too
                         result.no_reason_pending.add(pod.pod)
                 if pod.priority > 0:  # PostFilter: only a pod above some other may preempt
-                    target = _preempt(pod, request, cluster, scheduler, (running, ranks, placed), room,
+                    target = _preempt(pod, request, cluster, (scheduler, config), (running, ranks, placed), room,
                                       preemption_rng, result, step, waiting)
                     mine = (target, request, pod.priority) if target else None  # none found clears it
                 if mine is not None:
@@ -254,7 +259,7 @@ def run_fleet(
     return result
 
 
-def _preempt(pod: Arrival, request: PodRequest, cluster: Cluster, scheduler: Scheduler,
+def _preempt(pod: Arrival, request: PodRequest, cluster: Cluster, deciders: tuple[Scheduler, Config],
              pods: tuple[dict[str, tuple[str, int]], dict[str, Running], dict[str, Arrival]],
              room: dict[str, list[PodRequest]], rng: random.Random, result: FleetResult, step: int,
              recreated: list[Arrival]) -> str | None:
@@ -262,8 +267,10 @@ def _preempt(pod: Arrival, request: PodRequest, cluster: Cluster, scheduler: Sch
     recreates each, to start over), count them and whether they were wasted; the node the pod is
     nominated to, or None."""
     running, ranks, placed = pods
+    scheduler, config = deciders
     verb = scheduler.preempt_verb
-    chosen = preempt(request, pod.priority, pod.intent, cluster, ranks, room, rng, verb)
+    allocator = config.policy if config.form is not None else None  # DRA: the dry run runs the allocator
+    chosen = preempt(request, pod.priority, config.intent(pod.intent), cluster, ranks, room, rng, verb, allocator)
     if chosen.node is None:
         result.preemptions_declined += verb is not None and chosen.proposed > 0
         return None
@@ -276,7 +283,7 @@ def _preempt(pod: Arrival, request: PodRequest, cluster: Cluster, scheduler: Sch
         del running[victim], ranks[victim]
     result.preemptions += 1
     result.evictions += len(chosen.victims)
-    if not _may_take(cluster, chosen.node, pod):
+    if not _may_take(cluster, chosen.node, pod, config):
         result.wasted_evictions += len(chosen.victims)
     return chosen.node
 

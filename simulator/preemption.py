@@ -17,6 +17,9 @@ It follows DefaultPreemption's PostFilter in kube-scheduler v1.36
   smallest sum of victims' priorities, fewest victims, latest start of the highest-priority
   victims; ties go to the first node in Go's map order, i.e. at random.
 
+On the DRA path the dry run also runs the allocator (DynamicResources' Filter) on the devices the
+staying pods' claims leave free: a victim's claim, reserved for it alone, is freed with it.
+
 Simplified: no PodDisruptionBudgets (every candidate violates none, the first criterion ties);
 every node is a candidate (kube-scheduler samples max(10% of nodes, 100), all of them below 100
 nodes); a node is unresolvable only when its hardware has fewer GPUs than asked; victims go at
@@ -33,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpupair.intent import Intent
+from gpupair.policies import Policy
 from simulator.cluster import Cluster, SimNode
 from simulator.kube_scoring import NodeUsage, PodRequest
 
@@ -62,9 +66,11 @@ class Preemption:
 
 
 def select_victims(sim: SimNode, request: PodRequest, priority: int, running: Mapping[str, Running],
-                   nominated: Sequence[PodRequest] = ()) -> list[str]:
+                   nominated: Sequence[PodRequest] = (), allocator: Policy | None = None) -> list[str]:
     """SelectVictimsOnNode: the fewest lower-priority pods, most important reprieved first, whose
-    removal lets the pod fit by count (and cpu, memory); empty if none does or none is needed."""
+    removal lets the pod fit by count (and cpu, memory); empty if none does or none is needed.
+    ``allocator``: on the DRA path DynamicResources' Filter runs in the dry run too, on the
+    devices the staying pods' claims leave free."""
     lower = [pod for pod in sim.bound if pod in running and running[pod].priority < priority]
     if not lower:
         return []
@@ -72,7 +78,13 @@ def select_victims(sim: SimNode, request: PodRequest, priority: int, running: Ma
     staying = {pod: req for pod, req in sim.bound.items() if pod not in set(lower)}
 
     def fits() -> bool:
-        return NodeUsage.of(allocatable, [*staying.values(), *nominated]).fits(request)
+        if not NodeUsage.of(allocatable, [*staying.values(), *nominated]).fits(request):
+            return False
+        if allocator is None or request.gpus <= 0:
+            return True
+        taken = {device for pod in staying for device in sim.allocated.get(pod, ())}
+        free = frozenset(range(sim.layout.size)) - taken
+        return allocator.pick(sim.layout, free, request.gpus) is not None
 
     if not fits():
         return []
@@ -109,13 +121,14 @@ def pick_node(candidates: Mapping[str, Sequence[str]], running: Mapping[str, Run
 
 def preempt(request: PodRequest, priority: int, intent: Intent, cluster: Cluster, running: Mapping[str, Running],
             nominated: Mapping[str, Sequence[PodRequest]], rng: random.Random,
-            verb: PreemptVerb | None = None) -> Preemption:
-    """Default preemption for a pod that fits no node: the node and victims chosen, if any."""
+            verb: PreemptVerb | None = None, allocator: Policy | None = None) -> Preemption:
+    """Default preemption for a pod that fits no node: the node and victims chosen, if any
+    (``allocator``: the DRA path's, for the dry run's DynamicResources Filter)."""
     candidates: dict[str, list[str]] = {}
     for name, sim in cluster.nodes.items():
         if sim.layout.size < request.gpus:
             continue  # unresolvable: no eviction makes room
-        victims = select_victims(sim, request, priority, running, nominated.get(name, ()))
+        victims = select_victims(sim, request, priority, running, nominated.get(name, ()), allocator)
         if victims:
             candidates[name] = victims
     proposed = len(candidates)

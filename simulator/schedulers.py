@@ -188,7 +188,7 @@ class KubeScheduler:
         picks = self._allocations(request, cluster, feasible)
         if picks is not None:  # DynamicResources' Filter: the allocator found devices there
             feasible = [name for name in feasible if name in picks]
-            intent = self.dra.intent or intent
+            intent = self.dra.intent if self.dra.intent is not None else intent  # the claim's, as the webhook wrote it
         if nominated_node in feasible:
             feasible = [nominated_node, *(name for name in feasible if name != nominated_node)]
         # managedResources: nvidia.com/gpu, so only pods asking GPUs reach the extender.

@@ -181,3 +181,18 @@ def test_fragmentation_command_and_bad_dra_flags(tmp_path):
         bad = simulate(*args)
         assert bad.returncode == 2, args
         assert "gpupair simulate: error: " in bad.stderr and says in bad.stderr, bad.stderr
+
+
+def test_preemption_dry_run_on_dra_runs_the_allocator_on_what_the_victims_free():
+    from simulator.preemption import Running, select_victims
+
+    sim = Cluster.of({"n": seed_layout()}).nodes["n"]
+    running = {}
+    for pod, device, priority, start in (("a", 0, 0, 1), ("b", 4, 0, 2), ("h5", 5, 1000, 0), ("h6", 6, 1000, 0),
+                                          ("h7", 7, 1000, 0)):
+        sim.bound[pod], sim.allocated[pod], running[pod] = PodRequest(1), (device,), Running(priority, start)
+    big = PodRequest(4)
+    # By count, "a" (started first) is reprieved and "b" evicted: GPU1-4 free, no NUMA node with 4.
+    assert select_victims(sim, big, 1000, running) == ["b"]
+    # DynamicResources' Filter in the dry run: only evicting "a" frees NUMA0 whole.
+    assert select_victims(sim, big, 1000, running, allocator=FORMS["claim-numa"].policy) == ["a"]
