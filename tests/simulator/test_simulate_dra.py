@@ -196,3 +196,20 @@ def test_preemption_dry_run_on_dra_runs_the_allocator_on_what_the_victims_free()
     assert select_victims(sim, big, 1000, running) == ["b"]
     # DynamicResources' Filter in the dry run: only evicting "a" frees NUMA0 whole.
     assert select_victims(sim, big, 1000, running, allocator=FORMS["claim-numa"].policy) == ["a"]
+
+
+def test_the_forms_allocators_pick_what_the_extenders_claim_policies_predict():
+    # The extender decides a claim pod with gpupair.policies' policy for its claim (dra-first-fit,
+    # dra-first-fit-numa, dra-first-available); the simulated allocator must pick the same sets,
+    # a request above a NUMA node being unconstrained (the webhook leaves it as written).
+    from gpupair.policies import POLICIES
+
+    layout = seed_layout()
+    for mask in range(256):
+        free = frozenset(i for i in range(8) if mask >> i & 1)
+        for k in range(1, 9):
+            assert FORMS["claim"].policy.pick(layout, free, k) == POLICIES["dra-first-fit"].pick(layout, free, k)
+            numa = POLICIES["dra-first-fit-numa" if k <= 4 else "dra-first-fit"]
+            assert FORMS["claim-numa"].policy.pick(layout, free, k) == numa.pick(layout, free, k)
+            first_available = POLICIES["dra-first-available"].pick(layout, free, k)
+            assert FORMS["claim-first-available"].policy.pick(layout, free, k) == first_available
