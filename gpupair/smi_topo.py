@@ -17,6 +17,8 @@ aligned to the right: the empty cells are the affinity ones, which come first.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +40,10 @@ _DEVICE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _LEGEND_TITLE = "NIC Legend:"
 _LEGEND_ENTRY = re.compile(r"^(NIC\d+):\s*(\S+)$")
 _INTEGER = re.compile(r"^\d+$")
+
+
+if TYPE_CHECKING:
+    from gpupair.nics import NicLayout
 
 
 class TopoParseError(ValueError):
@@ -77,6 +83,16 @@ class SmiTopology:
             if value is not None and _INTEGER.match(value):
                 return int(value)
         return NO_NUMA
+
+    def to_nic_layout(self) -> "NicLayout":
+        """The NICs this matrix shows, named by the NIC legend where it has one (NIC0 -> mlx5_0),
+        with each GPU's link to each; topo -m prints no PCI ids or NUMA nodes for NICs."""
+        from gpupair.nics import Nic, NicLayout
+
+        return NicLayout(
+            nics=tuple(Nic(self.nic_legend.get(column, column)) for column in self.nics),
+            links=tuple(tuple(row) for row in self.gpu_nic_links),
+        )
 
     def to_layout(self) -> NodeLayout:
         """The node layout this matrix describes; topo -m prints no UUIDs or PCI ids, so none are set."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gpupair import links
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
+from gpupair.nics import NicLayout
 from gpupair.placement import numa_label
 from gpupair.report import PREFIX
 
@@ -28,6 +29,8 @@ VERDICT_KEY = PREFIX + "verdict"
 PLANNED_KEY = PREFIX + "planned"  # left by the extender at bind time
 PLAN_MATCH_KEY = PREFIX + "plan-match"
 VERDICT_PLACEMENT_KEY = PREFIX + "verdict-placement"  # the intent the verdict was judged against
+NIC_KEY = PREFIX + "nic"  # each granted GPU's nearest RDMA NIC and link: GPU0:mlx5_0=PIX GPU1:mlx5_0=PIX
+NIC_LINK_KEY = PREFIX + "nic-link"  # the worst of those links: how close the network is for the pod
 
 TSV_HEADER = ("round", "pod", "phase", "gpu_pair", "pci_pair", "numa_pair", "topo", "result")
 PASS, FAIL, FAIL_PARSE = "PASS", "FAIL", "FAIL_PARSE"
@@ -45,6 +48,8 @@ class Verdict:
     plan_match: str | None = None  # "true" | "false" when the extender left a plan
     placement: str = Intent.REQUIRED.value  # the intent judged against
     close: bool = True  # one NUMA node, no SYS link: what ``required`` demands
+    nic: str | None = None  # None: the node's NICs are not known
+    nic_link: str | None = None
 
     def annotations(self) -> dict[str, str]:
         values = {
@@ -58,6 +63,9 @@ class Verdict:
         }
         if self.plan_match is not None:
             values[PLAN_MATCH_KEY] = self.plan_match
+        if self.nic is not None and self.nic_link is not None:
+            values[NIC_KEY] = self.nic
+            values[NIC_LINK_KEY] = self.nic_link
         return values
 
     def tsv_row(self, round_label: str, pod: str, phase: str) -> str:
@@ -83,7 +91,7 @@ def parse_set(text: str) -> tuple[int, ...]:
 
 def classify(
     layout: NodeLayout, granted: tuple[int, ...] | list[int], planned: tuple[int, ...] | None = None,
-    intent: Intent = Intent.REQUIRED,
+    intent: Intent = Intent.REQUIRED, nics: NicLayout | None = None,
 ) -> Verdict:
     members = tuple(sorted(set(granted)))
     if not members:
@@ -107,4 +115,19 @@ def classify(
         plan_match=None if planned is None else str(tuple(sorted(planned)) == members).lower(),
         placement=intent.value,
         close=close,
+        **nic_facts(nics, members),
     )
+
+
+def nic_facts(nics: NicLayout | None, members: tuple[int, ...]) -> dict[str, str | None]:
+    """``nic`` and ``nic_link`` for the granted GPUs; none where the NICs are unknown, ``-``
+    where the node has none."""
+    if nics is None:
+        return {}
+    if not nics.nics:
+        return {"nic": NO_LINK, "nic_link": NO_LINK}
+    nearest = {i: nics.nearest(i) for i in members}
+    if any(found is None for found in nearest.values()):
+        return {}
+    text = " ".join(f"GPU{i}:{name}={label}" for i, (name, label) in nearest.items())
+    return {"nic": text, "nic_link": links.worst(label for _, label in nearest.values())}

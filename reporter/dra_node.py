@@ -35,6 +35,7 @@ from gpupair import dra, verdict
 from gpupair.dra_picture import PictureError, allocation_of, build, claim_names
 from gpupair.intent import pod_intent
 from gpupair.layout import NodeLayout
+from gpupair.nics import NicLayout
 from reporter.verification import planned_set, record_verdict
 
 log = logging.getLogger("gpupair.reporter.dra")
@@ -52,6 +53,7 @@ class DraNode:
         self.node = node
         self.driver = driver
         self.layout = layout
+        self.nics: Callable[[], NicLayout | None] = lambda: None  # the loop gives it the node's NICs
         self.recheck = recheck
         self.api_timeout = api_timeout
         self._clock = clock
@@ -191,7 +193,7 @@ class DraNode:
         intent, problem = pod_intent(pod)
         if problem:
             log.warning("bad placement intent", extra={"pod": _key(pod), "error": problem})
-        result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent)
+        result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent, self.nics())
         try:
             await record_verdict(self.api, pod, result, annotations)
         except (ApiException, OSError, asyncio.TimeoutError) as exc:

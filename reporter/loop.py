@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from gpupair import report
 from gpupair.layout import NodeLayout
+from gpupair.nics import NicLayout
 from typing import TYPE_CHECKING
 
 from reporter.allocations import PodResourcesError
@@ -58,6 +59,7 @@ class ReporterLoop:
         self.dra = dra  # publishes the topology alone while a DRA driver publishes the GPUs
         if dra is not None:
             dra.layout = self.layout  # its verdicts map claims onto this layout
+            dra.nics = self.nics
         self.metrics = metrics
         self.scan_interval = scan_interval
         self.rediscover_after = rediscover_after
@@ -77,6 +79,10 @@ class ReporterLoop:
     def layout(self) -> NodeLayout | None:
         """The current layout (None until the first discovery succeeds)."""
         return self.discovery.layout if self.discovery is not None else None
+
+    def nics(self) -> NicLayout | None:
+        """The RDMA NICs and their GPU links, where discovery found them."""
+        return self.discovery.nics if self.discovery is not None else None
 
     def ready(self) -> bool:
         """Ready once a report is out: written, or (without a publisher) computed."""
@@ -127,7 +133,7 @@ class ReporterLoop:
                 self.metrics.scans.labels(result="podresources_error").inc()
                 log.warning("cannot read allocations: %s", error)
                 return None
-            scan = compute(discovery.layout, allocations, discovery.lost)
+            scan = compute(discovery.layout, allocations, discovery.lost, discovery.nics)
             self.metrics.scan_seconds.observe(time.perf_counter() - started)
             self.metrics.scans.labels(result="ok").inc()
             if scan.unknown_ids:

@@ -154,6 +154,7 @@ def verification_routes(
     pod_resources: PodResourcesClient,
     layout: Callable[[], NodeLayout | None],
     registry: CollectorRegistry | None = None,
+    nics: Callable[[], Any] = lambda: None,
 ) -> list[web.RouteDef]:
     from reporter.verification import VerifyService  # only the service mode needs it
 
@@ -165,6 +166,7 @@ def verification_routes(
         resource_name=args.resource_name,
         audience=args.token_audience,
         registry=registry,  # its counters show on the reporter's /metrics
+        nics=nics,
     )
     return [web.post("/v1/verify", service.handle)]
 
@@ -233,7 +235,8 @@ async def run_service(args: argparse.Namespace) -> int:
             discovery = await loop.refresh_topology()
             if discovery is not None:
                 allocations.check(discovery.layout)
-        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, loop.layout, metrics.registry))
+        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, loop.layout, metrics.registry,
+                                                                         loop.nics))
         stop, wake = asyncio.Event(), asyncio.Event()
         tasks = [asyncio.create_task(loop.run(stop, wake), name="reporter-loop")]
         if args.checkpoint_file:

@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from gpupair import links
+from gpupair.nics import NicLayout
 from gpupair.layout import NO_NUMA, Device, NodeLayout, normalize_pci, sysfs_pci
 
 log = logging.getLogger("gpupair.reporter.nvml_discovery")
@@ -75,6 +76,7 @@ class DiscoveryResult:
     unknown_links: frozenset[tuple[int, int]] = frozenset()  # (i, j) with i < j, shown as SYS
     lost: frozenset[int] = frozenset()  # devices NVML could not open at all
     driver_version: str = ""
+    nics: NicLayout | None = None  # RDMA NICs and GPU x NIC links (sysfs or a topo -m file)
 
     @property
     def complete(self) -> bool:

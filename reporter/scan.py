@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from gpupair import report
+from gpupair.nics import NICS_KEY, NicLayout, encode_nics
 from gpupair.layout import NodeLayout, NodeState
 from reporter.allocations import PodDevices, PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
 
@@ -39,6 +40,7 @@ class ScanResult:
     allocated: frozenset[int]
     unknown_ids: tuple[str, ...] = ()
     holders: tuple[report.PodHolding, ...] | None = None  # the allocation ledger
+    nics: NicLayout | None = None  # the RDMA NICs and their GPU links; None: not known here
 
     def state(self) -> NodeState:
         return NodeState(self.layout, self.free)
@@ -47,11 +49,19 @@ class ScanResult:
         return self.state().free_by_numa()
 
     def annotations(self, generation: int, reported_at: datetime) -> dict[str, str]:
-        return report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy,
-                                         holders=self.holders)
+        annotations = report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy,
+                                                holders=self.holders)
+        return {**annotations, **self.nic_annotation(annotations[report.TOPOLOGY_KEY])}
+
+    def nic_annotation(self, topology_json: str) -> dict[str, str]:
+        """``gpupair.io/nics`` tied to the topology annotation; nothing without NIC facts."""
+        if self.nics is None:
+            return {}
+        return {NICS_KEY: encode_nics(self.nics, report.fingerprint(topology_json))}
 
 
-def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = ()) -> ScanResult:
+def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = (),
+            nics: NicLayout | None = None) -> ScanResult:
     """Free = allocatable - allocated - unhealthy.
 
     Unhealthy: devices in the layout the kubelet does not offer (it drops unhealthy ones from
@@ -71,6 +81,7 @@ def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = 
         allocated=found.allocated,
         unknown_ids=found.unknown_ids,
         holders=holdings(layout, allocations.pods) if allocations.pods is not None else None,
+        nics=nics,
     )
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from dataclasses import replace
+
 from gpupair.layout_file import read_layout
+from gpupair.nics import NicLayout
+from gpupair.smi_topo import parse_topo_matrix
+from reporter.nic_discovery import discover_nics
 from reporter.nvml_discovery import DEFAULT_SYSFS, DiscoveryResult, discover
 
 
@@ -26,9 +31,10 @@ class FileLayoutSource:
         self.path = path
         self.description = f"file {path}"
         self._layout = read_layout(path)
+        self._nics = nics_of_file(path)
 
     def load(self) -> DiscoveryResult:
-        return DiscoveryResult(layout=self._layout)
+        return DiscoveryResult(layout=self._layout, nics=self._nics)
 
 
 class NvmlLayoutSource:
@@ -40,4 +46,16 @@ class NvmlLayoutSource:
         self.description = "NVML"
 
     def load(self) -> DiscoveryResult:
-        return discover(self.nvml, self.sysfs_root)
+        result = discover(self.nvml, self.sysfs_root)
+        return replace(result, nics=discover_nics(result.layout, self.sysfs_root))
+
+
+def nics_of_file(path: str) -> NicLayout | None:
+    """The NIC columns of an ``nvidia-smi topo -m`` file (read_layout has checked it); None for
+    other forms or a matrix without NICs."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            topo = parse_topo_matrix(handle.read())
+    except (OSError, ValueError):
+        return None
+    return topo.to_nic_layout() if topo.nics else None

@@ -42,6 +42,7 @@ from gpupair import json_body, verdict
 from gpupair.intent import pod_intent
 from gpupair.kube import create_event, patch_annotations
 from gpupair.layout import NodeLayout
+from gpupair.nics import NicLayout
 from reporter.allocations import PodNotFoundError, PodResourcesError, map_device_ids
 from reporter.identity import PodIdentity, Refused, bearer_token, pod_identity, review_token
 
@@ -98,12 +99,14 @@ class VerifyService:
         registry: CollectorRegistry | None = None,
         max_in_flight: int = 8,
         api_timeout: float = 10.0,
+        nics: Callable[[], NicLayout | None] = lambda: None,
     ) -> None:
         if not node_name:
             raise ValueError("the reporter needs its node name to check callers")
         self.api = api
         self.pod_resources = pod_resources
         self.layout = layout
+        self.nics = nics  # the node's RDMA NICs, for gpupair.io/nic
         self.node_name = node_name
         self.resource_name = resource_name
         self.audience = audience
@@ -164,7 +167,7 @@ class VerifyService:
         if problem:
             log.warning("bad placement intent", extra={"pod": f"{identity.namespace}/{identity.pod_name}",
                                                        "error": problem})
-        result = verdict.classify(layout, indices, _planned(annotations, identity), intent)
+        result = verdict.classify(layout, indices, _planned(annotations, identity), intent, self.nics())
         await self._record(pod, identity, result, annotations)
         return {
             "apiVersion": API_VERSION,
@@ -174,7 +177,7 @@ class VerifyService:
             "deviceIds": ids,
             "verdict": {"granted": result.granted, "pci": result.pci, "numa": result.numa, "link": result.link,
                         "p2p": result.p2p, "result": result.result, "planMatch": result.plan_match,
-                        "placement": result.placement},
+                        "placement": result.placement, "nic": result.nic, "nicLink": result.nic_link},
             "annotations": result.annotations(),
             "tsvRow": result.tsv_row(ROUND, identity.pod_name, PHASE),
         }
