@@ -29,7 +29,7 @@ VERDICT_KEY = PREFIX + "verdict"
 PLANNED_KEY = PREFIX + "planned"  # left by the extender at bind time
 PLAN_MATCH_KEY = PREFIX + "plan-match"
 VERDICT_PLACEMENT_KEY = PREFIX + "verdict-placement"  # the intent the verdict was judged against
-NIC_KEY = PREFIX + "nic"  # each granted GPU's nearest RDMA NIC and link: GPU0:mlx5_0=PIX GPU1:mlx5_0=PIX
+GRANTED_NIC_KEY = PREFIX + "granted-nic"  # each granted GPU's nearest RDMA NIC and link: GPU0:mlx5_0=PIX GPU1:mlx5_0=PIX
 NIC_LINK_KEY = PREFIX + "nic-link"  # the worst of those links: how close the network is for the pod
 
 TSV_HEADER = ("round", "pod", "phase", "gpu_pair", "pci_pair", "numa_pair", "topo", "result")
@@ -64,7 +64,7 @@ class Verdict:
         if self.plan_match is not None:
             values[PLAN_MATCH_KEY] = self.plan_match
         if self.nic is not None and self.nic_link is not None:
-            values[NIC_KEY] = self.nic
+            values[GRANTED_NIC_KEY] = self.nic
             values[NIC_LINK_KEY] = self.nic_link
         return values
 

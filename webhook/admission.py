@@ -42,7 +42,7 @@ REPORTER_KEYS = (
     verdict.PLAN_MATCH_KEY,
     verdict.PLANNED_KEY,
     verdict.VERDICT_PLACEMENT_KEY,
-    verdict.NIC_KEY,
+    verdict.GRANTED_NIC_KEY,
     verdict.NIC_LINK_KEY,
 )
 

@@ -24,7 +24,7 @@ def classify(name: str, granted: tuple[int, ...]) -> verdict.Verdict:
 
 def test_each_gpu_names_its_nearest_nic_and_the_worst_is_the_pods():
     hgx = classify("sglang-30401-hgx-h100.txt", (0, 1))
-    assert hgx.annotations()[verdict.NIC_KEY] == "GPU0:mlx5_0=PIX GPU1:mlx5_1=PIX"
+    assert hgx.annotations()[verdict.GRANTED_NIC_KEY] == "GPU0:mlx5_0=PIX GPU1:mlx5_1=PIX"
     assert hgx.annotations()[verdict.NIC_LINK_KEY] == "PIX"
     far = classify("sglang-23020-8x5090-pcie.txt", (4, 5))  # both NICs hang off the other socket
     assert far.nic == "GPU4:mlx5_0=SYS GPU5:mlx5_0=SYS" and far.nic_link == "SYS"
@@ -35,9 +35,9 @@ def test_each_gpu_names_its_nearest_nic_and_the_worst_is_the_pods():
 def test_unknown_nics_add_nothing_and_a_node_without_nics_says_so():
     topo = parse_topo_matrix((TOPO / "seed-5090d.txt").read_text())
     unknown = verdict.classify(topo.to_layout(), (0, 1))
-    assert verdict.NIC_KEY not in unknown.annotations()
+    assert verdict.GRANTED_NIC_KEY not in unknown.annotations()
     none = verdict.classify(topo.to_layout(), (0, 1), nics=topo.to_nic_layout())
-    assert none.annotations()[verdict.NIC_KEY] == "-" and none.annotations()[verdict.NIC_LINK_KEY] == "-"
+    assert none.annotations()[verdict.GRANTED_NIC_KEY] == "-" and none.annotations()[verdict.NIC_LINK_KEY] == "-"
 
 
 def test_the_reporter_dry_run_publishes_a_topo_files_nics_and_verify_shows_them():
