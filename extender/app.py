@@ -32,6 +32,7 @@ from extender.decision_tables import DecisionTables
 from extender.dra_nodes import DraNodes
 from gpupair.decisions import Decider
 from gpupair.defaults import DRA_DRIVER
+from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from extender.evaluation import Evaluator
 from extender.filter import filter_nodes
 from extender.heartbeats import Heartbeats
@@ -108,12 +109,15 @@ def assemble(
     heartbeats: bool = False,
     dra_driver: str = "",
     gpu_device_classes: frozenset[str] = frozenset({DRA_DRIVER}),
+    rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES,
+    nic_level: str = DEFAULT_LEVEL,
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
     DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
     runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
-    whose devices are GPUs, to count what a claim pod asks."""
+    whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
+    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/nic_ask.py)."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
@@ -137,7 +141,8 @@ def assemble(
         metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive,
-                          default_intent=default_intent, dra=dra)
+                          default_intent=default_intent, dra=dra, rdma_resources=rdma_resources,
+                          nic_level=nic_level)
     requests = PodRequests(resource, claims=dra.pod_demand if dra is not None else None)
     pods = PodWatch(reservations, requests) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)

@@ -24,6 +24,7 @@ from extender.node_reports import ReportDecoder, ReportEntry
 from extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
 from gpupair.intent import Intent, pod_intent
+from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.pod_request import PodRequestError
 from gpupair.policies import POLICIES
 from gpupair.report import TOPOLOGY_KEY
@@ -60,6 +61,8 @@ class Evaluator:
     alive: Callable[[str], float | None] = lambda name: None  # a node's last Lease renewal
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
     dra: Any = None  # DraNodes: nodes whose GPUs a DRA driver publishes; None without DRA
+    rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
+    nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
@@ -68,19 +71,35 @@ class Evaluator:
         self.no_cache = ReportEntry(None, NO_CACHE_PROBLEM, "missing")
         # Nodes mode: the last report each node showed, so bind can plan without a node cache.
         self.last_seen: LRUCache = LRUCache(self.seen_limit)
-        self._claim_policies: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> policy, for bind
-        self._variants: dict[str, Decider] = {}
+        self._pod_deciders: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> its Decider, for bind
+        self._variants: dict[tuple, Decider] = {}
 
     # ---- one request
 
     def offer(self, args: ExtenderArgs) -> Offer:
-        """The request's nodes; for a pod with DRA claims, decided with the allocator's policy for
-        them (the tables hold the default one's decisions, so they do not apply)."""
+        """The request's nodes; for a pod with DRA claims, or one that asks for the network,
+        decided by its own Decider (the tables hold the default one's decisions, so they do not
+        apply)."""
         offer = self._offer(args)
-        policy = self._claim_policy(args.Pod)
-        if policy is not None:
-            offer.decider, offer.cached = self._variant(policy), False
+        variant = self.decider_for(args.Pod)
+        if variant is not self.decider:
+            offer.decider, offer.cached = variant, False
         return offer
+
+    def decider_for(self, pod: Any) -> Decider:
+        """The Decider for this pod: its claims' allocator policy, its NIC ask; remembered by UID
+        for bind's plan."""
+        policy, ask = self._claim_policy(pod), self._nic_ask(pod)
+        if policy is None and ask is None:
+            return self.decider
+        key = (policy or self.decider.dra_policy.name, ask)
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._variants[key] = replace(self.decider, dra_policy=POLICIES[key[0]], nic=ask)
+        uid = (pod.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid:
+            self._pod_deciders[uid] = variant
+        return variant
 
     def _claim_policy(self, pod: Any) -> str | None:
         if self.dra is None:
@@ -89,18 +108,16 @@ class Evaluator:
             demand = self.dra.pod_demand(pod)
         except PodRequestError:
             return None  # the verb's request check has said so already
-        if demand is None:
-            return None
-        uid = (pod.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid:
-            self._claim_policies[uid] = demand.policy
-        return demand.policy
+        return demand.policy if demand is not None else None
 
-    def _variant(self, policy: str) -> Decider:
-        variant = self._variants.get(policy)
-        if variant is None:
-            variant = self._variants[policy] = replace(self.decider, dra_policy=POLICIES[policy])
-        return variant
+    def _nic_ask(self, pod: Any) -> NicAsk | None:
+        ask, problem = nic_ask(pod, self.rdma_resources, self.nic_level)
+        if problem:
+            meta = pod.get("metadata") if isinstance(pod, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            log.warning("bad NIC ask", extra={"pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                                              "error": problem})
+        return ask
 
     def _offer(self, args: ExtenderArgs) -> Offer:
         if args.NodeNames is not None:
@@ -158,8 +175,7 @@ class Evaluator:
                    intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """The decision for one node now, counting the holds of other pods only."""
         hold = self.reservations.hold(node, exclude=exclude_uid)
-        policy = self._claim_policies.get(exclude_uid) if exclude_uid else None
-        decider = self._variant(policy) if policy else self.decider
+        decider = self._pod_deciders.get(exclude_uid, self.decider) if exclude_uid else self.decider
         return self.entry_for(node).decide(decider, node, gpus, hold, self.clock(), self.alive(node), intent)
 
     # ---- internals

@@ -51,6 +51,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--gpu-device-classes", DRA_DRIVER,
              "DRA DeviceClasses whose devices are GPUs (comma-separated): what a pod's claims ask of them "
              "counts as its GPU request")
+    add_flag(parser, "--rdma-resources", "rdma/hca_shared_devices_a,nvidia.com/rdma",
+             "extended resources of RDMA NICs (comma-separated): a pod requesting one asks for GPUs near a NIC")
+    add_flag(parser, "--nic-level", "PXB",
+             "the farthest GPU x NIC link a pod asking for the network accepts, unless its gpupair.io/nic-level says",
+             choices=("PIX", "PXB", "PHB", "NODE"))
     add_common_flags(parser)
 
 
@@ -131,6 +136,8 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         heartbeats=bool(args.lease_namespace),
         dra_driver=args.dra_driver,
         gpu_device_classes=frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip()),
+        rdma_resources=tuple(name.strip() for name in args.rdma_resources.split(",") if name.strip()),
+        nic_level=args.nic_level,
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts

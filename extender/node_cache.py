@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from extender.dra_nodes import DraNodes
 from extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.reservations import Reservations
+from gpupair.nics import NICS_KEY
 from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
@@ -54,7 +55,7 @@ class NodeCache:
         self._listeners: list[NodeListener] = []
         self._entries: dict[str, ReportEntry] = {}  # what readers see, from either source
         self._annotated: dict[str, ReportEntry] = {}  # from the Node annotations
-        self._raw: dict[str, tuple[Any, Any, Any]] = {}
+        self._raw: dict[str, tuple[Any, ...]] = {}
         if dra is not None:
             dra.subscribe(self._dra_changed)
         self.ready = False
@@ -107,7 +108,8 @@ class NodeCache:
         annotations = (node.get("metadata") or {}).get("annotations")
         if not isinstance(annotations, dict):
             annotations = {}
-        raw = (annotations.get(TOPOLOGY_KEY), annotations.get(FREE_KEY), annotations.get(ALLOCATIONS_KEY))
+        raw = (annotations.get(TOPOLOGY_KEY), annotations.get(FREE_KEY), annotations.get(ALLOCATIONS_KEY),
+               annotations.get(NICS_KEY))
         if self._raw.get(name) == raw and name in self._annotated:
             return
         self._annotated[name] = self._decoder.decode(annotations)

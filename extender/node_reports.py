@@ -20,6 +20,7 @@ from gpupair.decisions import Decider, NodeDecision, NodeView
 from gpupair.reservations import NO_HOLD, Hold
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
+from gpupair.nics import NICS_KEY
 from gpupair.report import (
     ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
 )
@@ -46,7 +47,7 @@ class ReportEntry:
                 f"gpupair report from {_utc(report.reported_at.timestamp())} is older than {stale_after:.0f}s: "
                 "is the gpupair reporter running on this node?"
             )
-        self._memo: dict[tuple[int, Hold, bool, Intent, str], NodeDecision] = {}
+        self._memo: dict[tuple, NodeDecision] = {}
 
     def stale_at_with(self, alive: float | None) -> float | None:
         """When the report turns stale given the node's last Lease renewal (epoch seconds, None
@@ -71,7 +72,8 @@ class ReportEntry:
             return NodeView(name, None, self.problem, hold.devices, hold.count)
         if stale:
             return NodeView(name, None, self.problem_when_stale(alive), hold.devices, hold.count)
-        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.report.source)
+        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.report.source,
+                        self.report.nics)
 
     def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
                alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:
@@ -82,7 +84,7 @@ class ReportEntry:
         if hold.devices and self.report is not None:
             # Planned devices the report already shows taken change nothing: one memo key.
             hold = Hold(hold.devices & self.report.state.free, hold.count)
-        key = (gpus, hold, stale, intent, decider.dra_policy.name)  # claim pods decide with their policy
+        key = (gpus, hold, stale, intent, decider.dra_policy.name, decider.nic)  # per-pod decider variants
         decision = self._memo.get(key)
         if decision is None:
             decision = decider.decide(gpus, self.view(name, hold, stale, alive), intent)
@@ -116,15 +118,16 @@ class ReportDecoder:
         free = annotations.get(FREE_KEY)
         if not isinstance(topology, (str, type(None))) or not isinstance(free, (str, type(None))):
             return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
-        ledger = annotations.get(ALLOCATIONS_KEY)
-        key = (topology, free, ledger if isinstance(ledger, str) else None)
+        ledger, nics = annotations.get(ALLOCATIONS_KEY), annotations.get(NICS_KEY)
+        key = (topology, free, ledger if isinstance(ledger, str) else None, nics if isinstance(nics, str) else None)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._decode(topology, free, key[2])
+            entry = self._decode(topology, free, key[2], key[3])
             self._entries[key] = entry
         return entry
 
-    def _decode(self, topology: object, free: object, ledger: str | None = None) -> ReportEntry:
+    def _decode(self, topology: object, free: object, ledger: str | None = None,
+                nics: str | None = None) -> ReportEntry:
         if topology is None or free is None:
             missing = TOPOLOGY_KEY if topology is None else FREE_KEY
             return ReportEntry(None, f"no gpupair report ({missing} missing)", "missing")
@@ -134,6 +137,8 @@ class ReportDecoder:
             raw = {TOPOLOGY_KEY: topology, FREE_KEY: free}
             if ledger is not None:
                 raw[ALLOCATIONS_KEY] = ledger
+            if nics is not None:
+                raw[NICS_KEY] = nics
             report = decode_annotations(raw, layout=layout)
         except ReportError as exc:
             return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind)

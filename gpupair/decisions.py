@@ -17,12 +17,14 @@ whose hardware has fewer GPUs than asked is unresolvable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from gpupair import placement
+from gpupair import links, placement
 from gpupair.intent import Intent
 from gpupair.layout import NodeState
+from gpupair.nic_ask import NicAsk
+from gpupair.nics import NICS_KEY, NicLayout
 from gpupair.policies import POLICIES, Policy
 
 from gpupair.verdict import format_set
@@ -47,6 +49,7 @@ class NodeView:
     reserved: frozenset[int] = field(default_factory=frozenset)
     held: int = 0  # GPUs of pods bound here, not yet in the report, devices unknown
     source: str = "reporter"  # dra: a DRA driver publishes the GPUs, kube-scheduler's allocator picks
+    nics: NicLayout | None = None  # the node's RDMA NICs and GPU links; None: its reporter names none
 
     def available(self) -> NodeState | None:
         """Free devices less those planned for pods bound here but not yet in the report, and
@@ -89,13 +92,57 @@ class Decider:
     policy: Policy = POLICIES["aligned"]  # the device plugin's, on device-plugin nodes
     unreported: Unreported = Unreported.FAIL
     dra_policy: Policy = POLICIES["dra-first-fit"]  # the allocator's, on DRA nodes
+    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/nic_ask.py)
 
     def policy_for(self, node: NodeView) -> Policy:
         return self.dra_policy if node.source == DRA else self.policy
 
     def decide(self, gpus: int, node: NodeView, intent: Intent = Intent.REQUIRED) -> NodeDecision:
-        """Whether a pod asking ``gpus`` under ``intent`` may go to ``node``, and how well it
-        would fit there."""
+        """Whether a pod asking ``gpus`` under ``intent`` (and, with ``nic``, near a NIC) may go
+        to ``node``, and how well it would fit there."""
+        decision = self._decide(gpus, node, intent)
+        if self.nic is None or gpus <= 0 or not decision.passes:
+            return decision
+        return self._near_nic(gpus, node, decision)
+
+    def _near_nic(self, gpus: int, node: NodeView, decision: NodeDecision) -> NodeDecision:
+        """The decision for a pod that asks for the network: only a set whose every GPU has a NIC
+        at the asked level or closer qualifies, and the set the node's picker would take must be
+        one (the device plugin and the DRA allocator know nothing of NICs)."""
+        assert self.nic is not None
+        state = node.available()
+        if state is None:
+            return decision  # unjudged already: no report
+        required, level = self.nic.intent is Intent.REQUIRED, self.nic.level
+        if node.nics is None:
+            if required:
+                return NodeDecision(node.name, False, reason=(
+                    f"the pod asks for a NIC at {level} or closer; this node's reporter publishes no NICs "
+                    f"({NICS_KEY} missing)"))
+            return replace(decision, score=0)
+        limit = links.distance(level)
+        nearest = {g: node.nics.nearest(g) for g in range(state.layout.size)}
+        near = frozenset(g for g, found in nearest.items() if found and links.distance(found[1]) <= limit)
+        free_near = ", ".join(
+            f"{nic.name}: {sum(1 for g in state.free & near if nearest[g][0] == nic.name)}" for nic in node.nics.nics
+        ) or "no NICs"
+        if not placement.fit(NodeState(state.layout, state.free & near), gpus).feasible:
+            if not required:
+                return replace(decision, score=0)
+            needed = placement.min_numa_nodes(state.layout, gpus) or 1
+            where = "on one NUMA node" if needed == 1 else f"within {needed} NUMA nodes"
+            return NodeDecision(node.name, False, reason=(
+                f"need {gpus} GPUs {where} with a NIC at {level} or closer; free near {free_near}"))
+        if decision.plan is not None and not set(decision.plan) <= near:
+            if not required:
+                return replace(decision, score=0)
+            picker = "allocator" if node.source == DRA else "device plugin"
+            return NodeDecision(node.name, False, reason=(
+                f"the {picker} would take {format_set(decision.plan)}, not all near a NIC at {level}; "
+                f"free near {free_near}"))
+        return decision
+
+    def _decide(self, gpus: int, node: NodeView, intent: Intent) -> NodeDecision:
         if gpus <= 0:
             return NodeDecision(node.name, True)
         state = node.available()

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpupair import links
 from gpupair.layout import Device, NodeLayout, NodeState
+from gpupair.nics import NICS_KEY, NicLayout, NicsError, decode_nics
 from gpupair.wire import explain
 
 PREFIX = "gpupair.io/"
@@ -143,6 +144,8 @@ class NodeReport:
     ledger: Ledger | None = None  # None: the reporter wrote none (older), or it was unusable
     ledger_problem: str = ""  # why a ledger that was there is not used
     source: str = "reporter"  # reporter: the node's annotations; dra: its ResourceSlices and claims
+    nics: NicLayout | None = None  # gpupair.io/nics; None: a reporter older than it, or unusable
+    nics_problem: str = ""  # why a gpupair.io/nics that was there is not used
 
     @property
     def layout(self) -> NodeLayout:
@@ -314,6 +317,18 @@ def decode_ledger(
     return Ledger(pods, uids)
 
 
+def decode_node_nics(annotations: Mapping[str, str], topology_fingerprint: str,
+                     gpus: int) -> tuple[NicLayout | None, str]:
+    """The node's NICs from ``gpupair.io/nics``, or None and why (empty: none written)."""
+    text = annotations.get(NICS_KEY)
+    if text is None:
+        return None, ""
+    try:
+        return decode_nics(text, topology_fingerprint, gpus), ""
+    except NicsError as exc:
+        return None, str(exc)
+
+
 def decode_annotations(
     annotations: Mapping[str, str] | None,
     now: datetime | None = None,
@@ -355,6 +370,7 @@ def decode_annotations(
             ledger = decode_ledger(ledger_json, layout, expected, free.generation, frozenset(free.free))
         except ReportError as exc:
             ledger_problem = exc.reason
+    nics, nics_problem = decode_node_nics(annotations, expected, layout.size)
     report = NodeReport(
         state=NodeState(layout, frozenset(free.free)),
         unhealthy=frozenset(free.unhealthy),
@@ -363,6 +379,8 @@ def decode_annotations(
         fingerprint=expected,
         ledger=ledger,
         ledger_problem=ledger_problem,
+        nics=nics,
+        nics_problem=nics_problem,
     )
     if stale_after is not None:
         age = report.age(now or datetime.now(timezone.utc))
