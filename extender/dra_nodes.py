@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,7 +26,9 @@ from extender.node_reports import ReportDecoder, ReportEntry
 from gpupair import dra
 from gpupair.defaults import DRA_DRIVER
 from gpupair.dra_picture import Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names
+from gpupair.nics import NICS_KEY
 from gpupair.pod_request import PodRequestError
+from gpupair.report import decode_node_nics
 
 log = logging.getLogger("gpupair.extender.dra")
 
@@ -48,7 +51,7 @@ class DraNodes:
         self._demands: dict[tuple[str, str], Demand] = {}  # every claim asking GPUs, allocated or not
         self._known: set[tuple[str, str]] = set()  # every claim seen
         self._versions: dict[str, int] = defaultdict(int)  # bumped per change of a node's inputs
-        self._entries: dict[str, tuple[tuple[int, str | None], ReportEntry]] = {}
+        self._entries: dict[str, tuple[tuple, ReportEntry]] = {}
         self.slices = _Handler(self._replace_slices, self._apply_slice)
         self.claims = _Handler(self._replace_claims, self._apply_claim)
         self.rejected = 0  # objects that did not fit their type, for tests and logs
@@ -72,16 +75,17 @@ class DraNodes:
     def nodes(self) -> set[str]:
         return {name for name, slices in self._by_node.items() if slices}
 
-    def entry(self, node: str, topology: str | None) -> ReportEntry | None:
-        """The node's entry from DRA (``topology``: its reporter's topology annotation, for the
-        links), or None when no slice of the driver names the node."""
+    def entry(self, node: str, topology: str | None, nics: str | None = None) -> ReportEntry | None:
+        """The node's entry from DRA (``topology``, ``nics``: its reporter's annotations, for the
+        links and the NICs), or None when no slice of the driver names the node."""
         if not self.has(node):
             return None
-        key = (self._versions[node], topology if isinstance(topology, str) else None)
+        key = (self._versions[node], topology if isinstance(topology, str) else None,
+               nics if isinstance(nics, str) else None)
         cached = self._entries.get(node)
         if cached is not None and cached[0] == key:
             return cached[1]
-        entry = self._build(node, key[1])
+        entry = self._build(node, key[1], key[2])
         self._entries[node] = (key, entry)
         return entry
 
@@ -112,7 +116,7 @@ class DraNodes:
 
     # ---- internals
 
-    def _build(self, node: str, topology: str | None) -> ReportEntry:
+    def _build(self, node: str, topology: str | None, nics: str | None = None) -> ReportEntry:
         layout = self._decoder.layout_of(topology) if topology is not None else None
         at = datetime.fromtimestamp(self._clock(), timezone.utc)
         try:
@@ -123,7 +127,11 @@ class DraNodes:
             return ReportEntry(None, f"unusable DRA picture: {exc}", "invalid")
         if picture.note:
             log.info("node DRA picture with inferred links", extra={"node": node, "why": picture.note})
-        return ReportEntry(picture.report)
+        report = picture.report
+        if nics is not None and not picture.inferred:  # the reporter's NICs index its own layout
+            found, problem = decode_node_nics({NICS_KEY: nics}, report.fingerprint, report.layout.size)
+            report = replace(report, nics=found, nics_problem=problem)
+        return ReportEntry(report)
 
     def _changed(self, nodes: set[str]) -> None:
         nodes.discard("")

@@ -27,6 +27,7 @@ from gpupair.intent import Intent, pod_intent
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.pod_request import PodRequestError
 from gpupair.policies import POLICIES
+from gpupair.nics import NICS_KEY
 from gpupair.report import TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender")
@@ -182,8 +183,8 @@ class Evaluator:
 
     def _dra_or_annotated(self, node: dict[str, Any]) -> ReportEntry:
         name, annotations = node["metadata"]["name"], node["metadata"].get("annotations")
-        topology = annotations.get(TOPOLOGY_KEY) if isinstance(annotations, dict) else None
-        return self.dra.entry(name, topology) or self.decoder.decode(annotations)
+        notes = annotations if isinstance(annotations, dict) else {}
+        return self.dra.entry(name, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY)) or self.decoder.decode(annotations)
 
     def held(self, offer: Offer) -> set[str]:
         """Offered names whose table entry does not apply: they hold reservations."""

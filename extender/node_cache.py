@@ -130,8 +130,8 @@ class NodeCache:
         """Put the node's entry from whichever source has it (DRA first) and tell the listeners."""
         entry = None
         if self._dra is not None:
-            topology = self._raw.get(name, (None,))[0]
-            entry = self._dra.entry(name, topology)
+            raw = self._raw.get(name, (None, None, None, None))
+            entry = self._dra.entry(name, raw[0], raw[3])
         if entry is None:
             entry = self._annotated.get(name)
         if entry is None:

@@ -115,3 +115,21 @@ def test_the_verdict_names_the_bonded_nic_at_pix():
     result = verdict.classify(seed_layout(), (0, 1), nics=LOPSIDED)
     assert result.annotations()[verdict.GRANTED_NIC_KEY] == "GPU0:mlx5_bond_0=PIX GPU1:mlx5_bond_0=PIX"
     assert result.annotations()[verdict.NIC_LINK_KEY] == "PIX"
+
+
+async def test_on_a_dra_node_the_reporters_nics_join_the_picture_from_the_slices():
+    from tests.dra_support import DRIVER, busy_claims, node_slice
+
+    layout = seed_layout("GPU-dra-lop")
+    notes = annotated(layout, set(), LOPSIDED)
+    topology_only = {TOPOLOGY_KEY: notes[TOPOLOGY_KEY], nics.NICS_KEY: notes[nics.NICS_KEY]}
+    extender = make_extender(dra_driver=DRIVER)
+    extender.dra.slices.replace([node_slice("dra-lop"), node_slice("dra-far")])
+    extender.dra.claims.replace(busy_claims("dra-lop", {2, 3, 6, 7}) + busy_claims("dra-far", {0, 1, 2, 3}))
+    nodes = [node_object("dra-lop", topology_only), node_object("dra-far", {
+        TOPOLOGY_KEY: annotated(seed_layout("GPU-dra-far"), set(), None)[TOPOLOGY_KEY],
+        nics.NICS_KEY: annotated(seed_layout("GPU-dra-far"), set(), LOPSIDED)[nics.NICS_KEY]})]
+    async with serving(extender) as client:
+        _, filtered = await client.post("filter", args_body(asking(), nodes=nodes))
+    assert [n["metadata"]["name"] for n in filtered["Nodes"]["items"]] == ["dra-lop"]
+    assert filtered["FailedNodes"]["dra-far"].endswith("free near mlx5_bond_0: 0")
