@@ -10,7 +10,9 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 
 from gpupair import placement
+from gpupair.decisions import DRA, Decider, NodeView
 from gpupair.layout import NodeLayout, NodeState
+from gpupair.nics import NicLayout
 from gpupair.policies import Policy
 from gpupair.report import Ledger
 from simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
@@ -57,6 +59,7 @@ class SimNode:
     bound: Bound = field(default_factory=Bound)  # pod -> its requests, once scheduled
     reported_free: frozenset[int] = frozenset()
     reported_ledger: Ledger = Ledger({}, {})  # which pod held which devices at the last report
+    nics: NicLayout | None = None  # what the reporter publishes as gpupair.io/nics; None: nothing
     _usage: tuple[int, NodeUsage | None] = field(default=(-1, None), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,11 +88,21 @@ class SimNode:
         self.reported_ledger = Ledger({keys[pod]: frozenset(d) for pod, d in self.allocated.items()},
                                       {key: pod for pod, key in keys.items()})
 
-    def close_set_free(self, request: PodRequest, allocator: Policy | None = None) -> bool:
+    def close_set_free(self, request: PodRequest, allocator: Policy | None = None,
+                       near_nic: Decider | None = None) -> bool:
         """The pod fits here now, really: cpu and memory, and GPUs within the fewest NUMA nodes.
         With ``allocator`` (the DRA path, where kube-scheduler's allocator picks and nobody else
-        does): the set it would take is that close."""
-        return self.usage().fits(request) and (request.gpus <= 0 or self.close_pick(request.gpus, allocator))
+        does): the set it would take is that close. With ``near_nic`` (a pod that asks for the
+        network, where the scheduler honours the ask): that Decider, with the pod's ask, passes
+        the node on its real free GPUs and its NICs (a close set near a NIC, and the picker's
+        set one)."""
+        if not self.usage().fits(request) or request.gpus <= 0:
+            return self.usage().fits(request)
+        if near_nic is not None:
+            view = NodeView(self.name, NodeState(self.layout, self.actual_free()), nics=self.nics,
+                            source=DRA if allocator is not None else "reporter")
+            return near_nic.decide(request.gpus, view).passes
+        return self.close_pick(request.gpus, allocator)
 
     def close_pick(self, gpus: int, allocator: Policy | None = None) -> bool:
         """A set of ``gpus`` within the fewest NUMA nodes is free here (``allocator``: and it is
@@ -112,9 +125,11 @@ class Cluster:
         layouts: dict[str, NodeLayout],
         milli_cpu: int = DEFAULT_NODE_MILLI_CPU,
         memory: int = DEFAULT_NODE_MEMORY,
+        nics: NicLayout | None = None,
     ) -> "Cluster":
-        """Nodes in kube-scheduler's node order (the order of ``layouts``)."""
-        return cls({name: SimNode(name, layout, milli_cpu, memory) for name, layout in layouts.items()})
+        """Nodes in kube-scheduler's node order (the order of ``layouts``), each with ``nics``
+        as its reporter publishes them."""
+        return cls({name: SimNode(name, layout, milli_cpu, memory, nics=nics) for name, layout in layouts.items()})
 
     def bind(self, pod: str, request: PodRequest, node: str) -> None:
         self.nodes[node].bound[pod] = request
@@ -133,11 +148,14 @@ class Cluster:
         sim.allocated.pop(pod, None)
         sim.bound.pop(pod, None)
 
-    def close_set_free(self, request: PodRequest, skip: Container[str] = (), allocator: Policy | None = None) -> bool:
+    def close_set_free(self, request: PodRequest, skip: Container[str] = (), allocator: Policy | None = None,
+                       near_nic: Decider | None = None) -> bool:
         """Some node (but those in ``skip``) could really take the pod now, its GPUs within the
-        fewest NUMA nodes (``allocator``: as the DRA allocator would take them): a pod left pending
-        then waits for no reason but the scheduler's picture."""
-        return any(sim.close_set_free(request, allocator) for name, sim in self.nodes.items() if name not in skip)
+        fewest NUMA nodes (``allocator``: as the DRA allocator would take them; ``near_nic``: near
+        a NIC as the pod asks, see SimNode.close_set_free): a pod left pending then waits for no
+        reason but the scheduler's picture."""
+        return any(sim.close_set_free(request, allocator, near_nic)
+                   for name, sim in self.nodes.items() if name not in skip)
 
     def report_all(self) -> None:
         for sim in self.nodes.values():

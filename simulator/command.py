@@ -27,7 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "with gpupair's extender, its holds reconciled with each node's allocation ledger, and its preempt verb, "
              "gpupair-nopreempt = the same extender without the preempt verb, gpupair-legacy = "
              "the extender's accounting before the ledger, as a baseline: guessed sets held until shown taken "
-             "or --reservation-ttl; plugins: naive, aligned)")
+             "or --reservation-ttl, gpupair-nonic = the extender that does not read gpupair.io/nic, a baseline "
+             "for --nic-share; plugins: naive, aligned). With --nic-share above 0 the default adds "
+             "gpupair-nonic+aligned")
     add_flag(parser, "--dra-configs", DEFAULT_DRA_PAIRS,
              "with --path dra or both: comma-separated SCHEDULER+FORM pairs (schedulers as in --configs; forms: "
              "extended = pods asking limits nvidia.com/gpu served from DRA, the claim made by kube-scheduler; "
@@ -62,6 +64,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--intent-mix", "required=1",
              "fleet scenario: placement intents of the pods (gpupair.io/placement) as INTENT=SHARE pairs summing "
              "to 1, e.g. required=0.7,preferred=0.2,none=0.1")
+    add_flag(parser, "--nic-share", 0.0,
+             "seed and fleet scenarios: share (0-1) of the pods that ask for the network (gpupair.io/nic: required); "
+             "fleet: among the sizes the node shape can serve near a NIC. Adds a table of their GDR-capable "
+             "grants (every granted GPU at PXB or closer to a NIC, NCCL's default NCCL_NET_GDR_LEVEL)")
+    add_flag(parser, "--nic-level", "PXB", "the network pods' gpupair.io/nic-level: the farthest GPU x NIC link "
+             "they accept", choices=["PIX", "PXB", "PHB", "NODE"])
+    add_flag(parser, "--nics", "auto",
+             "the NICs every node's reporter publishes: auto (the NIC columns of a --topology-file in "
+             "nvidia-smi topo -m form, else none), lopsided (the issue's RTX 4090 box: one NIC, mlx5_bond_0, PIX "
+             "to the GPUs of GPU0's NUMA node, SYS to the rest; on the default node PIX to GPU0-3), none (no "
+             "gpupair.io/nics: reporters older than the network issue)", choices=["auto", "lopsided", "none"])
     add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
     add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
                       "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
@@ -94,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpupair.layout_file import read_layout
     from simulator import output
-    from simulator.configs import DEVICE_PLUGIN, DRA, parse_configs, parse_paths
+    from simulator.configs import DEFAULT_PAIRS, DEVICE_PLUGIN, DRA, NIC_PAIRS, parse_configs, parse_paths
     from simulator.fleet import FleetScenario, run_fleet
     from simulator.interference import Interference
     from simulator.seed_scenario import SeedScenario, run_seed_scenario
@@ -102,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     from simulator.workload import PodMix, parse_intent_mix
 
     try:
+        if not 0.0 <= args.nic_share <= 1.0:
+            raise ValueError(f"--nic-share: must be between 0 and 1, not {args.nic_share:g}")
+        if args.nic_share and args.configs == DEFAULT_PAIRS:
+            args.configs = NIC_PAIRS
         paths = parse_paths(args.path)
         by_path = {DEVICE_PLUGIN: parse_configs(args.configs, args.scheduler_profile) if DEVICE_PLUGIN in paths else [],
                    DRA: parse_configs(args.dra_configs, args.scheduler_profile, DRA) if DRA in paths else []}
@@ -112,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         mix = PodMix(args.high_priority_share, parse_intent_mix(args.intent_mix))
         if args.scenario != "fleet" and mix != PodMix():
             raise ValueError("--high-priority-share and --intent-mix apply to --scenario fleet only")
+        resources.update(_network(args, layout))
         for flag in ("small_pods", "large_pods", "large_gpus"):
             if getattr(args, flag) < (2 if flag == "large_gpus" else 0):
                 raise ValueError(f"--{flag.replace('_', '-')}: must be at least {2 if flag == 'large_gpus' else 0}, "
@@ -119,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # LayoutFileError is one
         raise UsageError(str(exc)) from None
 
+    network = {key: resources.pop(key) for key in ("nics", "nic_share", "nic_level")}
     if args.scenario == "replay":
         return _replay(args, configs, layout)
     if args.scenario == "fragmentation":
@@ -132,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             pods_per_round=args.pods_per_round,
             gpus_per_pod=args.gpus,
             **resources,
+            **network,
         )
         bar = tqdm(total=len(configs) * scenario.runs * scenario.rounds, desc="rounds",
                    disable=None if args.progress else True, file=sys.stderr, leave=False)
@@ -149,10 +169,12 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"{scenario.nodes} nodes x {layout.size} GPUs; {scenario.runs} runs x {scenario.rounds} rounds x "
               f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; "
-              f"{_describe(resources)}; seed {args.seed}")
+              f"{_describe(resources)}{_describe_network(network, layout.size)}; seed {args.seed}")
         for path, group in runs.items():
             _heading(path, len(runs))
             print(output.seed_summary(group))
+        if scenario.nic_share:
+            summaries += _network_tables(args, runs, output.nic_seed_table)
         print("TSV: " + ", ".join(map(str, summaries)) + ", " + ", ".join(str(p) for p in written))
         if args.verdicts:
             output.write_verdicts(Path(args.verdicts), results)
@@ -163,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals, mix=mix,
-                             **resources)
+                             **resources, **network)
     bar = tqdm(total=len(configs) * scenario.steps, desc="steps", disable=None if args.progress else True,
                file=sys.stderr, leave=False)
     runs = {path: [run_fleet(c, layout, scenario, args.seed, bar.update) for c in group]
@@ -173,12 +195,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"fleet: {scenario.nodes} nodes x {layout.size} GPUs, {scenario.steps} steps, "
           f"{scenario.arrivals_per_step} arrivals/step, pod sizes "
           + ", ".join(f"{k} GPU {int(w * 100)}%" for k, w in scenario.sizes)
-          + "".join(f"; {part}" for part in (_describe(resources), mix.describe()) if part) + f"; seed {args.seed}")
+          + "".join(f"; {part}" for part in (_describe(resources), mix.describe()) if part)
+          + f"{_describe_network(network, layout.size)}; seed {args.seed}")
     written = []
     for path, group in runs.items():
         _heading(path, len(runs))
         print(output.fleet_summary(group))
         written.append(output.write_summary(Path(args.output), output.fleet_table(group), _summary_part(path)))
+    if scenario.nic_share:
+        written += _network_tables(args, runs, output.nic_fleet_table)
     preemption = mix.high_priority_share > 0
     if preemption:
         for path, group in runs.items():
@@ -194,6 +219,59 @@ def run(args: argparse.Namespace) -> int:
 
 
 GIB = 1024**3
+NETWORK_HEADING = ("network pods (gpupair.io/nic: required; GDR-capable: every granted GPU at PXB or closer to a "
+                   "NIC, NCCL's default NCCL_NET_GDR_LEVEL)")
+
+
+def _network(args: argparse.Namespace, layout) -> dict:
+    """The nodes' NICs and the pods that ask for the network, from --nics, --nic-share, --nic-level."""
+    from simulator.shapes import lopsided_nics
+
+    nics = None
+    if args.nics == "lopsided":
+        nics = lopsided_nics(layout)
+    elif args.nics == "auto" and args.topology_file:
+        from reporter.topology_source import nics_of_file
+
+        nics = nics_of_file(args.topology_file)
+    if args.nic_share:
+        if args.scenario not in ("seed", "fleet"):
+            raise ValueError("--nic-share: applies to --scenario seed and fleet only")
+        if args.high_priority_share:
+            raise ValueError("--nic-share: not with --high-priority-share (preemption does not model the NIC ask)")
+        if nics is None and args.nics == "auto":
+            raise ValueError("--nic-share: the nodes publish no NICs; pass --nics lopsided, a --topology-file "
+                             "in nvidia-smi topo -m form with NIC columns, or --nics none to model reporters "
+                             "that publish none")
+    return {"nics": nics, "nic_share": args.nic_share, "nic_level": args.nic_level}
+
+
+def _network_tables(args: argparse.Namespace, runs: dict, table) -> list[Path]:
+    """The network pods' table per path, printed and written as ``<stem>.nic.tsv`` (``.dra.nic.tsv``)."""
+    from simulator import output
+    from simulator.configs import DRA
+
+    written = []
+    for path, group in runs.items():
+        print(f"\n{NETWORK_HEADING}" + (", DRA path:" if path == DRA else ":"))
+        print(output.text_table(*table(group)))
+        written.append(output.write_summary(Path(args.output), table(group), "dra.nic" if path == DRA else "nic"))
+    return written
+
+
+def _describe_network(network: dict, gpus: int) -> str:
+    """For the run's header line; empty without network pods."""
+    if not network["nic_share"]:
+        return ""
+    nics = network["nics"]
+    if nics is None:
+        where = "no NICs published"
+    else:
+        names = ", ".join(nic.name for nic in nics.nics) or "none"
+        links = " ".join(f"GPU{g}={'/'.join(row)}" for g, row in enumerate(nics.links[:gpus]))
+        where = f"NICs {names} ({links})"
+    return (f"; {100 * network['nic_share']:g}% of pods ask gpupair.io/nic: required at {network['nic_level']}; "
+            f"{where}")
 
 
 def _summary_part(path: str) -> str:

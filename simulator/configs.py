@@ -46,6 +46,12 @@ class Config:
         return f"{self.profile}.{self.pair}"
 
     @property
+    def honours_nic(self) -> bool:
+        """gpupair's extender reads the pod's gpupair.io/nic ask (kube-scheduler alone and
+        ``gpupair-nonic``, the extender before the network issue, do not)."""
+        return self.scheduler not in ("kube", "gpupair-nonic")
+
+    @property
     def scheduler_profile(self) -> Profile:
         return PROFILES[self.profile]
 
@@ -130,3 +136,5 @@ def parse_paths(text: str) -> tuple[str, ...]:
 # then gpupair's filter and score in front of the new plugin.
 DEFAULT_PAIRS = "kube+naive,kube+aligned,gpupair+aligned"
 DEFAULT_CONFIGS = tuple(Config.parse(pair) for pair in DEFAULT_PAIRS.split(","))
+# With pods that ask for the network (--nic-share): the same, and gpupair without the NIC ask.
+NIC_PAIRS = "kube+naive,kube+aligned,gpupair-nonic+aligned,gpupair+aligned"

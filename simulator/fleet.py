@@ -21,6 +21,12 @@ wasted ones: victims evicted on a node where, once they are gone, the pod still 
 take under its intent (gpupair's rule, judged on the node's real free GPUs); the GPU-steps the
 victims had run (lost: their controller recreates them, and they start over); and the
 high-priority pods' wait. Queues are ordered by priority, then arrival (PrioritySort).
+
+With a network share, that share of the arrivals asks for the network (``gpupair.io/nic:
+required``), drawn from a stream of its own, among the sizes an empty node of the shape can
+serve near a NIC (on the lopsided board: up to 4 GPUs; an 8-GPU pod there can never be near
+it, and a training job would not ask so). The nodes' reporters publish the scenario's NICs; the
+NIC columns count the network pods placed, how many got a GDR-capable grant, and their wait.
 """
 
 from __future__ import annotations
@@ -33,12 +39,15 @@ from gpupair import placement
 from gpupair.decisions import DRA, Decider, NodeView
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout, NodeState
+from gpupair.nic_ask import DEFAULT_LEVEL, NicAsk
+from gpupair.nics import NicLayout
 from gpupair.policies import Policy
 from gpupair.verdict import classify
 from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
 from simulator.interference import Interference
 from simulator.kube_scoring import PerGpu, PodRequest
+from simulator.network import gdr_capable, servable
 from simulator.preemption import HIGH_PRIORITY, Running, preempt
 from simulator.schedulers import Scheduler
 from simulator.workload import PodMix
@@ -57,6 +66,13 @@ class FleetScenario:
     interference: Interference = Interference()
     step_seconds: float = 60.0  # the extender's clock: a hold's TTL of 120 s lasts two steps
     mix: PodMix = PodMix()  # priorities and placement intents
+    nics: NicLayout | None = None  # every node's NICs, as its reporter publishes them
+    nic_share: float = 0.0  # share of the arrivals asking gpupair.io/nic: required
+    nic_level: str = DEFAULT_LEVEL  # their gpupair.io/nic-level
+
+    @property
+    def nic_ask(self) -> NicAsk:
+        return NicAsk(Intent.REQUIRED, self.nic_level)
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,7 @@ class Arrival:
     pinned: bool = False  # created with spec.nodeName set: the scheduler never sees it
     priority: int = 0
     intent: Intent = Intent.REQUIRED
+    network: bool = False  # asks gpupair.io/nic: required
 
 
 @dataclass
@@ -90,6 +107,15 @@ class FleetResult:
     preemptions_declined: int = 0  # candidates existed, the preempt verb kept none
     high_waits: list[int] = field(default_factory=list)  # high-priority pods placed: steps waited
     high_pending: int = 0  # high-priority pods still pending at the end
+    network_granted: int = 0  # network pods placed by the scheduler
+    network_gdr: int = 0  # of those, granted every GPU at GDR_LEVEL or closer to a NIC
+    network_waits: list[int] = field(default_factory=list)
+    network_pending: int = 0  # network pods still pending at the end
+    network_no_reason: set[str] = field(default_factory=set)  # network pods pending for no reason
+
+    @property
+    def network_mean_wait(self) -> float:
+        return sum(self.network_waits) / len(self.network_waits) if self.network_waits else 0.0
 
     @property
     def utilisation(self) -> float:
@@ -105,12 +131,15 @@ class FleetResult:
         return sum(self.high_waits) / len(self.high_waits) if self.high_waits else 0.0
 
 
-def arrivals(scenario: FleetScenario, seed: int) -> list[Arrival]:
-    """The same pod stream for every configuration, drawn from ``seed``."""
+def arrivals(scenario: FleetScenario, seed: int, layout: NodeLayout | None = None) -> list[Arrival]:
+    """The same pod stream for every configuration, drawn from ``seed`` (``layout``: the node
+    shape, for which sizes may ask for the network)."""
     rng = random.Random(f"fleet/{seed}")
     pins = random.Random(f"fleet/{seed}/pinned")  # apart, so any share leaves the stream the same
     ranks = random.Random(f"fleet/{seed}/priority")
     asks = random.Random(f"fleet/{seed}/intent")
+    networks = random.Random(f"fleet/{seed}/nic")
+    near = {k: layout is not None and servable(layout, scenario.nics, scenario.nic_level, k) for k, _ in scenario.sizes}
     share, mix = scenario.interference.pinned_share, scenario.mix
     intents, intent_weights = zip(*mix.intents)
     sizes, weights = zip(*scenario.sizes)
@@ -127,8 +156,9 @@ def arrivals(scenario: FleetScenario, seed: int) -> list[Arrival]:
             pinned = bool(share) and pins.random() < share
             high = bool(mix.high_priority_share) and ranks.random() < mix.high_priority_share
             intent = asks.choices(intents, intent_weights)[0] if len(intents) > 1 else intents[0]
+            network = bool(scenario.nic_share) and networks.random() < scenario.nic_share and near[gpus]
             stream.append(Arrival(f"pod-{len(stream):05d}", gpus, step, duration, pinned,
-                                  HIGH_PRIORITY if high else 0, intent))
+                                  HIGH_PRIORITY if high else 0, intent, network))
     return stream
 
 
@@ -166,9 +196,9 @@ def run_fleet(
     rng = random.Random(f"fleet-scheduler/{seed}")
     others = random.Random(f"fleet-pinned/{seed}")  # where pinned pods' creators put them
     plugin = config.allocator(scenario.interference, random.Random(f"fleet-plugin/{seed}"))
-    stream = arrivals(scenario, seed)
+    stream = arrivals(scenario, seed, layout)
     cluster = Cluster.of({f"gpu-node-{i + 1:03d}": layout for i in range(scenario.nodes)},
-                         scenario.node_milli_cpu, scenario.node_memory)
+                         scenario.node_milli_cpu, scenario.node_memory, scenario.nics)
     scheduler = config.new_scheduler(scenario.interference.reservation_ttl)
     result = FleetResult(config.name)
     queue: list[Arrival] = []
@@ -181,6 +211,7 @@ def run_fleet(
     next_arrival = next(upcoming, None)
     needed = {k: placement.min_numa_nodes(layout, k) for k, _ in scenario.sizes}
     reach = config.policy if config.form is not None else None  # DRA: only the allocator's pick counts
+    near_nic = Decider(policy=config.policy, dra_policy=config.policy, nic=scenario.nic_ask)
 
     for step in range(scenario.steps):
         cluster.now = step * scenario.step_seconds
@@ -213,14 +244,18 @@ def run_fleet(
                 continue
             mine = nominations.pop(pod.pod, None)
             room = _nominated(nominations, pod.priority)
-            node = scheduler.schedule(pod.pod, request, cluster, rng, pod.intent, room, mine and mine[0])
+            ask = scenario.nic_ask if pod.network else None
+            node = scheduler.schedule(pod.pod, request, cluster, rng, pod.intent, room, mine and mine[0], ask)
             if node is None:
                 waiting.append(pod)
                 # Nodes kept for a nominated pod (preemption) count as full for these figures.
                 if any(sim.usage().fits(request) for name, sim in cluster.nodes.items() if name not in room):
                     result.fragmentation_pending.add(pod.pod)
-                    if cluster.close_set_free(request, room, reach):  # a subset: a close set fits by count too
+                    judge = near_nic if pod.network and config.honours_nic else None
+                    if cluster.close_set_free(request, room, reach, judge):  # a close set fits by count too
                         result.no_reason_pending.add(pod.pod)
+                        if pod.network:
+                            result.network_no_reason.add(pod.pod)
                 if pod.priority > 0:  # PostFilter: only a pod above some other may preempt
                     target = _preempt(pod, request, cluster, (scheduler, config), (running, ranks, placed), room,
                                       preemption_rng, result, step, waiting)
@@ -241,6 +276,10 @@ def run_fleet(
                 result.high_waits.append(step - pod.step)
             running[pod.pod] = (node, step + pod.duration)
             ranks[pod.pod], placed[pod.pod] = Running(pod.priority, step), pod
+            if pod.network:
+                result.network_granted += 1
+                result.network_gdr += gdr_capable(cluster.nodes[node].nics, granted)
+                result.network_waits.append(step - pod.step)
             if pod.gpus < 2:
                 continue
             verdict = classify(layout, granted)
@@ -256,6 +295,7 @@ def run_fleet(
         progress()
     result.still_pending = len(queue)
     result.high_pending = sum(1 for pod in queue if pod.priority > 0)
+    result.network_pending = sum(1 for pod in queue if pod.network and not pod.pinned)
     return result
 
 

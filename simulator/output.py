@@ -104,6 +104,36 @@ def fleet_summary(results: Sequence[FleetResult]) -> str:
     return _table(*fleet_table(results))
 
 
+def _rate(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def nic_seed_table(results: Sequence[ConfigResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
+    """The pods that asked for the network: how many were granted GPUs close enough for GPUDirect RDMA."""
+    rows = []
+    for r in results:
+        network = r.network
+        granted = [s for s in network if s.verdict is not None]
+        gdr = sum(1 for s in granted if s.gdr)
+        pending = [s for s in network if s.verdict is None]
+        rows.append((*split_name(r.config), len(network), len(granted), gdr, _rate(gdr, len(granted)),
+                     len(pending), sum(1 for s in pending if s.close_set_free)))
+    return ("profile", "configuration", "network pods", "granted", "GDR-capable", "GDR rate", "pending",
+            NO_REASON), rows
+
+
+def nic_fleet_table(results: Sequence[FleetResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
+    rows = [(*split_name(r.config), r.network_granted, r.network_gdr, _rate(r.network_gdr, r.network_granted),
+             len(r.network_no_reason), r.network_pending, f"{r.network_mean_wait:.2f}") for r in results]
+    return ("profile", "configuration", "network pods placed", "GDR-capable", "GDR rate", NO_REASON,
+            "pending at end", "mean wait (steps)"), rows
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A table as the summaries print it, columns aligned."""
+    return _table(header, rows)
+
+
 WASTED = "wasted evictions"  # victims evicted on a node where the pod still had no set it may take
 
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from extender.protocol import MAX_EXTENDER_PRIORITY
 from gpupair.decisions import Decider, NodeDecision, NodeView
 from gpupair.intent import Intent
+from gpupair.nic_ask import NicAsk
 from gpupair.reservations import DEFAULT_TTL, Reservation, Reservations
 from simulator.cluster import NAMESPACE, Cluster
 from simulator.dra import Form, dynamic_resources_scores
@@ -56,7 +57,7 @@ class Scheduler(Protocol):
 
     def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random,
                  intent: Intent = Intent.REQUIRED, nominated: Mapping[str, Sequence[PodRequest]] | None = None,
-                 nominated_node: str | None = None) -> str | None: ...
+                 nominated_node: str | None = None, nic: NicAsk | None = None) -> str | None: ...
 
     @property
     def preempt_verb(self) -> PreemptVerb | None:
@@ -77,25 +78,34 @@ class GpupairExtender:
     watch; the nodes' reports, with their ledgers (``ledger=False``: the accounting before it)."""
 
     def __init__(self, decider: Decider | None = None, ledger: bool = True, ttl: float = DEFAULT_TTL,
-                 preempt_verb: bool = False, source: str = "reporter"):
+                 preempt_verb: bool = False, source: str = "reporter", nic_ask: bool = True):
         self.decider = decider or Decider()
         self.ledger = ledger
+        self.nic_ask = nic_ask  # reads gpupair.io/nic (False: the extender before the network issue)
         self.preempt_verb = preempt_verb  # registered with preemptVerb
         self.source = source  # NodeView.source of every node: "dra" on the DRA path
         self.now = 0.0
         self.reservations = Reservations(ttl=ttl, timer=lambda: self.now)
 
     def decide(self, gpus: int, cluster: Cluster, names: list[str],
-               intent: Intent = Intent.REQUIRED) -> dict[str, NodeDecision]:
+               intent: Intent = Intent.REQUIRED, nic: NicAsk | None = None) -> dict[str, NodeDecision]:
         self.now = cluster.now
-        return {name: self._decide(gpus, cluster, name, intent=intent) for name in names}
+        decider = self.decider_for(nic)
+        return {name: self._decide(gpus, cluster, name, intent=intent, decider=decider) for name in names}
+
+    def decider_for(self, nic: NicAsk | None) -> Decider:
+        """The pod's Decider, as the extender's ``decider_for``: its NIC ask on the node's one."""
+        if nic is None or not self.nic_ask:
+            return self.decider
+        return replace(self.decider, nic=nic)
 
     def _decide(self, gpus: int, cluster: Cluster, name: str, exclude: str | None = None,
-                intent: Intent = Intent.REQUIRED) -> NodeDecision:
+                intent: Intent = Intent.REQUIRED, decider: Decider | None = None) -> NodeDecision:
         hold = self.reservations.hold(name, exclude)
-        view = NodeView(name, cluster.nodes[name].reported_state(), reserved=hold.devices, held=hold.count,
-                        source=self.source)
-        return self.decider.decide(gpus, view, intent)
+        sim = cluster.nodes[name]
+        view = NodeView(name, sim.reported_state(), reserved=hold.devices, held=hold.count, source=self.source,
+                        nics=sim.nics)
+        return (decider or self.decider).decide(gpus, view, intent)
 
     def bind(self, pod: str, node: str, decision: NodeDecision, gpus: int) -> None:
         if decision.plan:
@@ -141,6 +151,8 @@ class KubeScheduler:
             return "kube"
         if not self.extender.ledger:
             return "gpupair-legacy"
+        if not self.extender.nic_ask:
+            return "gpupair-nonic"
         return "gpupair" if self.extender.preempt_verb else "gpupair-nopreempt"
 
     @property
@@ -174,10 +186,11 @@ class KubeScheduler:
 
     def schedule(self, pod: str, request: PodRequest, cluster: Cluster, rng: random.Random | None,
                  intent: Intent = Intent.REQUIRED, nominated: Mapping[str, Sequence[PodRequest]] | None = None,
-                 nominated_node: str | None = None) -> str | None:
+                 nominated_node: str | None = None, nic: NicAsk | None = None) -> str | None:
         """``nominated``: per node, the requests of pods nominated there (by preemption) that
         this pod must leave room for (their priority is at least its own); ``nominated_node``:
-        this pod's own nomination, tried first as schedule_one's evaluateNominatedNode does."""
+        this pod's own nomination, tried first as schedule_one's evaluateNominatedNode does;
+        ``nic``: the pod's ``gpupair.io/nic`` ask (kube-scheduler alone ignores it)."""
         usages = {name: sim.usage() for name, sim in cluster.nodes.items()}
         fit_usages = dict(usages)
         for name, requests in (nominated or {}).items():
@@ -195,7 +208,7 @@ class KubeScheduler:
         extender = self.extender if request.gpus > 0 else None
         decisions: dict[str, NodeDecision] = {}
         if extender is not None and feasible:
-            decisions = extender.decide(request.gpus, cluster, feasible, intent)
+            decisions = extender.decide(request.gpus, cluster, feasible, intent, nic)
             feasible = [name for name in feasible if decisions[name].passes]
         if not feasible:
             return None
@@ -234,4 +247,7 @@ SCHEDULERS: dict[str, Callable[..., KubeScheduler]] = {
     "gpupair": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ttl=ttl, preempt_verb=True)),
     "gpupair-nopreempt": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ttl=ttl)),
     "gpupair-legacy": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(ledger=False, ttl=ttl)),
+    # The extender before the network issue: it never reads gpupair.io/nic, a baseline for --nic-share.
+    "gpupair-nonic": lambda profile, ttl=DEFAULT_TTL: KubeScheduler(profile, GpupairExtender(
+        ttl=ttl, preempt_verb=True, nic_ask=False)),
 }

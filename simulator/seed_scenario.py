@@ -7,7 +7,12 @@ plugin picks their GPU, and the extender learns of them only through its pod wat
 the nodes' next reports. Each round then creates its pods together; the scheduler places them one
 after another on the reports it has (which do not show the round's earlier pods yet), kubelet
 admits each as it is bound and the device plugin picks its GPUs. Each pod gives one TSV row, as
-the seed's script wrote."""
+the seed's script wrote.
+
+With a network share, that share of the round's pods asks for the network (``gpupair.io/nic:
+required`` at the scenario's level), drawn from a stream of its own so the load and the other
+draws stay the same at any share; the nodes' reporters publish the scenario's NICs. The NIC
+columns (simulator/network.py) count how many of those pods got a GDR-capable grant."""
 
 from __future__ import annotations
 
@@ -15,12 +20,17 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpupair.decisions import Decider
+from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
+from gpupair.nic_ask import DEFAULT_LEVEL, NicAsk
+from gpupair.nics import NicLayout
 from gpupair.verdict import Verdict, classify
 from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from simulator.configs import Config
 from simulator.interference import Interference
 from simulator.kube_scoring import PerGpu
+from simulator.network import gdr_capable
 from simulator.schedulers import Scheduler
 
 SECONDS_PER_ROUND = 60.0  # the extender's clock; a hold never outlives its round here anyway
@@ -39,6 +49,13 @@ class SeedScenario:
     node_milli_cpu: int = DEFAULT_NODE_MILLI_CPU
     node_memory: int = DEFAULT_NODE_MEMORY
     interference: Interference = Interference()
+    nics: NicLayout | None = None  # every node's NICs, as its reporter publishes them
+    nic_share: float = 0.0  # share of the round's pods asking gpupair.io/nic: required
+    nic_level: str = DEFAULT_LEVEL  # their gpupair.io/nic-level
+
+    @property
+    def nic_ask(self) -> NicAsk:
+        return NicAsk(Intent.REQUIRED, self.nic_level)
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,8 @@ class Sample:
     node: str | None
     verdict: Verdict | None
     close_set_free: bool = False  # pending while some node really had a close set free
+    network: bool = False  # the pod asks gpupair.io/nic: required
+    gdr: bool = False  # granted, every GPU at GDR_LEVEL or closer to a NIC
 
     def tsv_row(self) -> str:
         round_label = f"{self.round:02d}"
@@ -85,6 +104,11 @@ class ConfigResult:
     def pending_no_reason(self) -> int:
         """Pods left pending while some node really had a close set free for them."""
         return sum(1 for s in self.samples if s.verdict is None and s.close_set_free)
+
+    @property
+    def network(self) -> list[Sample]:
+        """The pods that asked for the network."""
+        return [s for s in self.samples if s.network]
 
 
 def _background(cluster: Cluster, scenario: SeedScenario, scheduler: Scheduler, rng: random.Random,
@@ -125,10 +149,15 @@ def run_seed_scenario(
         rng = random.Random(f"{seed}/{run}")
         ties = random.Random(f"{seed}/{run}/ties")  # apart, so tie-breaking never shifts the load
         pins = random.Random(f"{seed}/{run}/pinned")
+        asks = random.Random(f"{seed}/{run}/nic")  # apart too: any share leaves the rest the same
         plugin = config.allocator(interference, random.Random(f"{seed}/{run}/plugin"))
         cluster = Cluster.of({f"gpu-node-{i + 1}": layout for i in range(scenario.nodes)},
-                             scenario.node_milli_cpu, scenario.node_memory)
+                             scenario.node_milli_cpu, scenario.node_memory, scenario.nics)
         scheduler = config.new_scheduler(interference.reservation_ttl)
+        reach = config.policy if config.form is not None else None  # DRA: the allocator's pick
+        # A network pod waits for no reason where a node really passes it under its ask; only
+        # where the scheduler honours the ask (elsewhere it is judged as any other pod).
+        near_nic = Decider(policy=config.policy, dra_policy=config.policy, nic=scenario.nic_ask)
         for round_number in range(1, scenario.rounds + 1):
             cluster.now = round_number * SECONDS_PER_ROUND
             pinned = _background(cluster, scenario, scheduler, rng, pins)
@@ -143,18 +172,23 @@ def run_seed_scenario(
             placed: list[tuple[str, str]] = []
             request = scenario.per_gpu.request(scenario.gpus_per_pod)
             for pod in pods:
-                node = scheduler.schedule(pod, request, cluster, ties)
+                network = bool(scenario.nic_share) and asks.random() < scenario.nic_share
+                ask = scenario.nic_ask if network else None
+                node = scheduler.schedule(pod, request, cluster, ties, nic=ask)
                 if node is None:
-                    reach = config.policy if config.form is not None else None  # DRA: the allocator's pick
+                    judge = near_nic if network and config.honours_nic else None
                     result.samples.append(Sample(config.name, run, round_number, pod, "Pending", None, None,
-                                                 cluster.close_set_free(request, allocator=reach)))
+                                                 cluster.close_set_free(request, allocator=reach, near_nic=judge),
+                                                 network))
                     continue
                 cluster.bind(pod, request, node)
                 placed.append((pod, node))
                 granted = cluster.allocate(pod, node, plugin)
-                verdict = classify(layout, granted) if granted else None
+                nics = cluster.nodes[node].nics
+                verdict = classify(layout, granted, nics=nics) if granted else None
                 phase = "Succeeded" if granted else "Failed"
-                result.samples.append(Sample(config.name, run, round_number, pod, phase, node, verdict))
+                result.samples.append(Sample(config.name, run, round_number, pod, phase, node, verdict,
+                                             network=network, gdr=bool(granted) and gdr_capable(nics, granted)))
             cluster.report_all()
             scheduler.reported(cluster)
             for pod, node in placed:  # the pods finish and are deleted before the next round
