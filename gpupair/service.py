@@ -89,6 +89,13 @@ def add_health_routes(
     app.router.add_get("/metrics", metrics_handler(registry))
 
 
+def run_loop(main: Awaitable[Any]) -> Any:
+    """Run ``main`` to completion on the event loop every gpupair service serves from."""
+    import asyncio
+
+    return asyncio.run(main)
+
+
 async def serve(
     app: web.Application,
     host: str,
