@@ -34,6 +34,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -99,6 +100,28 @@ def _serve_python_floor(port: int) -> None:
     run_loop(main())
 
 
+def _serve_aiohttp_floor(port: int) -> None:
+    """The least an aiohttp handler costs: read the body, answer the floor's fixed JSON."""
+    from aiohttp import web
+
+    from gpupair.service import run_loop
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=b'{"Error":""}', content_type="application/json")
+
+    async def main() -> None:
+        app = web.Application()
+        for verb in ("filter", "prioritize", "bind"):
+            app.router.add_post(f"/{verb}", answer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await asyncio.Event().wait()
+
+    run_loop(main())
+
+
 def _stub_decisions(extender) -> None:
     """Every node passes, every score is 0, every bind plans GPUs 0 and 1: what is left of a
     request is the stack, the wire checks, the metrics, the logs and the Binding."""
@@ -114,17 +137,23 @@ def _stub_decisions(extender) -> None:
                                                       FailedAndUnresolvableNodes={}, Error="")
         return FilterAnswer(result, len(names), 0, 0)
 
+    answers: dict[tuple[str, ...], str] = {}  # the answer's JSON costs what the real tables save
+
     def score_all(evaluator, args, gpus, intent):
-        return "[" + ",".join(host_priority_json(name, 0) for name in args.node_names()) + "]"
+        names = tuple(args.node_names())
+        if names not in answers:
+            answers[names] = "[" + ",".join(host_priority_json(name, 0) for name in names) + "]"
+        return answers[names]
 
     app.filter_nodes, app.prioritize_nodes = filter_all, score_all
     extender.evaluator.decide_one = lambda gpus, node, exclude_uid=None, intent=None: NodeDecision(
         node, True, plan=(0, 1))
 
 
-def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path: str) -> None:
+def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path: str, fast_loop: bool = True) -> None:
     """The extender as `gpupair extender` runs it (its loop, its JSON logs at info, its API
-    client), over a node cache holding ``count`` reported nodes."""
+    client), over a node cache holding ``count`` reported nodes; ``fast_loop`` False: on
+    asyncio's own loop instead of uvloop."""
     sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - the process's whole life
     from extender.app import assemble, build_app
     from extender.main import freeze_long_lived
@@ -144,7 +173,7 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
         freeze_long_lived()
         await serve(build_app(extender), "127.0.0.1", port)
 
-    run_loop(main())
+    run_loop(main(), fast=fast_loop)
 
 
 # ---------------------------------------------------------------- client
@@ -274,17 +303,24 @@ async def _passing(port: int, size: int) -> tuple[list[str], list[str]]:
     return passing, [name for name in passing if free[name] == 8] or passing
 
 
-SERVERS = ("floor", "python floor", "gpupair stubbed", "gpupair")
+SERVERS = ("floor", "python floor", "aiohttp floor", "gpupair stubbed", "gpupair", "gpupair on asyncio")
 
 
-async def _run(args, ports: dict[str, int]) -> dict:
+def _cpu_ms(pid: int) -> float:
+    """CPU time of ``pid``'s main thread, in ms (ns resolution, unlike /proc/PID/stat's ticks):
+    what a server spends per pod, however loaded the machine is."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e6
+
+
+async def _run(args, ports: dict[str, int], pids: dict[str, int]) -> dict:
     for port in ports.values():
         await _wait_port(port)
     bodies = {}
     for size in args.sizes:
         passing, targets = await _passing(ports["gpupair"], size)
         bodies[size] = (_bodies(size, passing, targets), len(passing))
-    results: dict = {size: {server: {"pod": [], "filter": [], "prioritize": [], "bind": []} for server in ports}
+    results: dict = {size: {server: {"pod": [], "filter": [], "prioritize": [], "bind": [], "cpu": []}
+                            for server in ports}
                      for size in args.sizes}
     errors: list[str] = []
     pools = {server: _Pool(port) for server, port in ports.items()}
@@ -297,7 +333,9 @@ async def _run(args, ports: dict[str, int]) -> dict:
             turn = order[round_ % len(order):] + order[:round_ % len(order)]
             for size in args.sizes:
                 for server in turn:
+                    cpu = _cpu_ms(pids[server])
                     times = await _pods(pools[server], bodies[size][0], args.pods, errors)
+                    times["cpu"] = [(_cpu_ms(pids[server]) - cpu) / args.pods]
                     for key, values in times.items():
                         results[size][server][key] += values
     finally:
@@ -315,7 +353,7 @@ def _print(args, out: dict, load: tuple[float, float], floor_kind: str) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load[0]:.2f} before, {load[1]:.2f} after; "
           f"{args.rounds} rounds of {args.pods} pods per server and size, servers round-robin; floor: {floor_kind}")
     print(f"{'names':>5} {'server':<16}{'per pod p50':>12}{'p90':>8} | {'filter p50':>10}{'prioritize':>11}"
-          f"{'bind p50':>9}{'p99':>8} | {'added over floor':>16}")
+          f"{'bind p50':>9}{'p99':>8} | {'server CPU/pod':>14} | {'added over floor':>16}")
     for size in args.sizes:
         rows = out["results"][size]
         floor = statistics.median(rows["floor"]["pod"]) if "floor" in rows else None
@@ -325,7 +363,8 @@ def _print(args, out: dict, load: tuple[float, float], floor_kind: str) -> None:
             added = f"{pod - floor:>14.3f}ms" if floor is not None else ""
             print(f"{size:>5} {server:<16}{pod:>10.3f}ms{_p(r['pod'], 0.9):>6.2f}ms | "
                   f"{statistics.median(r['filter']):>8.3f}ms{statistics.median(r['prioritize']):>9.3f}ms"
-                  f"{statistics.median(r['bind']):>7.2f}ms{_p(r['bind'], 0.99):>6.2f}ms | {added}")
+                  f"{statistics.median(r['bind']):>7.2f}ms{_p(r['bind'], 0.99):>6.2f}ms | "
+                  f"{statistics.median(r['cpu']):>12.3f}ms | {added}")
         print(f"{'':>5} ({out['passing'][size]} of {size} names pass filter and go to prioritize)")
     if 32 in args.sizes and "floor" in out["results"][32]:
         rows = out["results"][32]
@@ -342,43 +381,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[32, 500])
     parser.add_argument("--rounds", type=int, default=20, help="blocks per server and size (default %(default)s)")
     parser.add_argument("--pods", type=int, default=50, help="pods per block (default %(default)s)")
-    parser.add_argument("--profile", help="run the real gpupair server under py-spy; its flame text goes here")
+    parser.add_argument("--profile", help="sample a server with py-spy; its raw stacks (or .svg) go here")
+    parser.add_argument("--profile-server", default="gpupair", choices=SERVERS[1:], help="(default %(default)s)")
+    parser.add_argument("--compare-loops", action="store_true",
+                        help="also run the real gpupair server on asyncio's own loop (not uvloop)")
     parser.add_argument("--json", help="also write every sample here")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-request-path-"))
     ctx = multiprocessing.get_context("spawn")
     processes: list = []
     popen: list[subprocess.Popen] = []
-    ports = {server: _free_port() for server in SERVERS}
+    servers = SERVERS if args.compare_loops else SERVERS[:-1]
+    ports = {server: _free_port() for server in servers}
     api_port = _free_port()
+    pids: dict[str, int] = {}
     try:
         binary = _build_floor(scratch)
         if binary is not None:
             floor_kind = "bench/floor.c"
             for port in (ports["floor"], api_port):
                 popen.append(subprocess.Popen([str(binary), str(port)]))
+            pids["floor"] = popen[0].pid
         else:  # no compiler: the Python floor stands in, and the table says so
             floor_kind = "no C compiler: the python floor stands in"
             del ports["floor"]
             processes.append(ctx.Process(target=_serve_python_floor, args=(api_port,), daemon=True))
         _kubeconfig(scratch / "kubeconfig", f"http://127.0.0.1:{api_port}")
-        processes.append(ctx.Process(target=_serve_python_floor, args=(ports["python floor"],), daemon=True))
-        for server, stub in (("gpupair stubbed", True), ("gpupair", False)):
-            processes.append(ctx.Process(target=_serve_gpupair, daemon=True, args=(
-                ports[server], max(args.sizes), str(scratch / "kubeconfig"), stub, str(scratch / f"{server}.log"))))
-        for process in processes:
+        kubeconfig = str(scratch / "kubeconfig")
+        targets = {
+            "python floor": (_serve_python_floor, (ports["python floor"],)),
+            "aiohttp floor": (_serve_aiohttp_floor, (ports["aiohttp floor"],)),
+            **{server: (_serve_gpupair, (ports[server], max(args.sizes), kubeconfig, server == "gpupair stubbed",
+                                         str(scratch / f"{server}.log"), server != "gpupair on asyncio"))
+               for server in ("gpupair stubbed", "gpupair", "gpupair on asyncio") if server in ports},
+        }
+        for server, (target, target_args) in targets.items():
+            process = ctx.Process(target=target, args=target_args, daemon=True)
             process.start()
+            processes.append(process)
+            pids[server] = process.pid
         if args.profile:
-            real = processes[-1].pid
-            popen.append(subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(real),
-                                           "--rate", "500", "--format", "flamegraph" if args.profile.endswith(".svg")
-                                           else "raw", "--output", args.profile, "--nonblocking"]))
+            popen.append(subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+                                           str(pids[args.profile_server]), "--rate", "500", "--format",
+                                           "flamegraph" if args.profile.endswith(".svg") else "raw",
+                                           "--output", args.profile, "--nonblocking"]))
         load_before = os.getloadavg()[0]
-        out = asyncio.run(_run(args, ports))
+        out = asyncio.run(_run(args, ports, pids))
         load = (load_before, os.getloadavg()[0])
     finally:
-        for proc in reversed(popen):
-            proc.terminate()
+        for proc in reversed(popen):  # py-spy first: it writes its profile on SIGINT
+            proc.send_signal(signal.SIGINT)
             proc.wait(30)
         for process in processes:
             process.terminate()
