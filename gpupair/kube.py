@@ -140,13 +140,8 @@ async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid
     auth = (await config.auth_settings()).get("BearerToken")
     if auth:
         headers[auth["key"]] = auth["value"]
-    options: dict[str, Any] = {}
-    if rest.proxy:
-        options["proxy"] = rest.proxy
-    if rest.proxy_headers:
-        options["proxy_headers"] = rest.proxy_headers
-    if rest.server_hostname:
-        options["server_hostname"] = rest.server_hostname
+    options = {key: value for key, value in (("proxy", rest.proxy), ("proxy_headers", rest.proxy_headers),
+                                              ("server_hostname", rest.server_hostname)) if value}
     url = f"{config.host}/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
     async with rest.pool_manager.post(url, data=orjson.dumps(body), headers=headers, **options) as response:
         data = await response.read()
