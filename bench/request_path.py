@@ -150,18 +150,22 @@ def _stub_decisions(extender) -> None:
         node, True, plan=(0, 1))
 
 
-def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path: str, fast_loop: bool = True) -> None:
+def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path: str, fast_loop: bool = True,
+                   source: str | None = None) -> None:
     """The extender as `gpupair extender` runs it (its loop, its JSON logs at info, its API
     client), over a node cache holding ``count`` reported nodes; ``fast_loop`` False: on
-    asyncio's own loop instead of uvloop."""
+    asyncio's own loop instead of uvloop; ``source``: the code of another tree (``--before``)."""
     sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - the process's whole life
+    if source:
+        sys.path.insert(0, source)
     from extender.app import assemble, build_app
     from extender.main import freeze_long_lived
-    from gpupair import kube
+    from gpupair import kube, service
     from gpupair.decisions import Decider
-    from gpupair.service import run_loop, serve, setup_logging
 
-    setup_logging("info")
+    service.setup_logging("info")
+    run_loop = getattr(service, "run_loop", lambda main, fast: asyncio.run(main))  # trees from before it
+    serve = service.serve
 
     async def main() -> None:
         api = await kube.api_client(kubeconfig)
@@ -303,7 +307,8 @@ async def _passing(port: int, size: int) -> tuple[list[str], list[str]]:
     return passing, [name for name in passing if free[name] == 8] or passing
 
 
-SERVERS = ("floor", "python floor", "aiohttp floor", "gpupair stubbed", "gpupair", "gpupair on asyncio")
+SERVERS = ("floor", "python floor", "aiohttp floor", "gpupair stubbed", "gpupair", "gpupair on asyncio",
+           "gpupair before")
 
 
 def _cpu_ms(pid: int) -> float:
@@ -385,13 +390,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-server", default="gpupair", choices=SERVERS[1:], help="(default %(default)s)")
     parser.add_argument("--compare-loops", action="store_true",
                         help="also run the real gpupair server on asyncio's own loop (not uvloop)")
+    parser.add_argument("--before", help="also run the extender from this source tree (e.g. `git archive` of "
+                                         "an older commit, unpacked), interleaved: before and after in one run")
     parser.add_argument("--json", help="also write every sample here")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-request-path-"))
     ctx = multiprocessing.get_context("spawn")
     processes: list = []
     popen: list[subprocess.Popen] = []
-    servers = SERVERS if args.compare_loops else SERVERS[:-1]
+    servers = [s for s in SERVERS if (s != "gpupair on asyncio" or args.compare_loops)
+               and (s != "gpupair before" or args.before)]
     ports = {server: _free_port() for server in servers}
     api_port = _free_port()
     pids: dict[str, int] = {}
@@ -412,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
             "python floor": (_serve_python_floor, (ports["python floor"],)),
             "aiohttp floor": (_serve_aiohttp_floor, (ports["aiohttp floor"],)),
             **{server: (_serve_gpupair, (ports[server], max(args.sizes), kubeconfig, server == "gpupair stubbed",
-                                         str(scratch / f"{server}.log"), server != "gpupair on asyncio"))
-               for server in ("gpupair stubbed", "gpupair", "gpupair on asyncio") if server in ports},
+                                         str(scratch / f"{server}.log"), server != "gpupair on asyncio",
+                                         args.before if server == "gpupair before" else None))
+               for server in SERVERS[3:] if server in ports},
         }
         for server, (target, target_args) in targets.items():
             process = ctx.Process(target=target, args=target_args, daemon=True)
