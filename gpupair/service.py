@@ -90,6 +90,9 @@ def add_health_routes(
     app.router.add_get("/metrics", metrics_handler(registry))
 
 
+LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
+
+
 @functools.cache
 def _access_log_key() -> web.AppKey[bool]:
     from aiohttp import web
@@ -138,7 +141,9 @@ async def serve(
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
                            **({"access_log": None} if quiet else {}))
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    # Above aiohttp's 128: a burst of clients connecting while the loop is busy would overflow
+    # it, and each dropped handshake waits a 1 s SYN retransmit (docs/extender.md, the pool).
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
     await site.start()
     logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port})
     stop = asyncio.Event()
