@@ -35,7 +35,7 @@ def scores_json(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = 
                 pass
         # Nodes holding reservations, and names the cache does not know, are decided afresh.
         # The table holds every node of the cluster: its fragments are read, never copied
-        # (copying 5,000 of them cost 0.4 ms of a 32-name prioritize during a burst).
+        # (copying 5,000 of them made a 32-name prioritize with reservations live 100 us, now 35).
         fresh = _fresh(evaluator, gpus, offer, held | set(filterfalse(fragments.__contains__, names)), intent)
         return "[" + ",".join(map(fresh.get, names, map(fragments.get, names))) + "]"
     decisions = evaluator.decisions(gpus, offer, intent=intent)
