@@ -58,7 +58,7 @@ from extender.protocol import (
 from gpupair.reservations import DEFAULT_TTL, Reservations
 from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError
-from gpupair.service import add_health_routes
+from gpupair.service import add_health_routes, log_access_at_debug
 
 log = logging.getLogger("gpupair.extender")
 
@@ -157,6 +157,7 @@ def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Ap
     app.router.add_post("/bind", handlers.bind)
     app.router.add_post("/preempt", handlers.preempt)
     add_health_routes(app, extender.metrics.registry, extender.ready)
+    log_access_at_debug(app)  # kube-scheduler calls three verbs per pod: the metrics count them
     app[EXTENDER_KEY] = extender
     return app
 
@@ -170,6 +171,16 @@ class _Handlers:
     def __init__(self, extender: Extender):
         self.x = extender
         self.m = extender.metrics
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def _metric(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: prometheus_client's own lookup takes a
+        lock and validates the labels, a few microseconds for each of the five per request."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     async def _body(self, request: web.Request) -> bytes:
         try:
@@ -198,8 +209,8 @@ class _Handlers:
         return _json(PrioritizeError(Error=str(exc)).model_dump_json(), 400)
 
     def _done(self, verb: str, outcome: str, started: float) -> None:
-        self.m.requests.labels(verb, outcome).inc()
-        self.m.latency.labels(verb).observe(time.perf_counter() - started)
+        self._metric(self.m.requests, verb, outcome).inc()
+        self._metric(self.m.latency, verb).observe(time.perf_counter() - started)
 
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -214,9 +225,9 @@ class _Handlers:
             log.exception("filter failed")
             self._done("filter", "error", started)
             return _json(ExtenderFilterResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
-        self.m.decisions.labels("filter", "pass").inc(answer.passed)
-        self.m.decisions.labels("filter", "fail").inc(answer.failed)
-        self.m.decisions.labels("filter", "unresolvable").inc(answer.unresolvable)
+        self._metric(self.m.decisions, "filter", "pass").inc(answer.passed)
+        self._metric(self.m.decisions, "filter", "fail").inc(answer.failed)
+        self._metric(self.m.decisions, "filter", "unresolvable").inc(answer.unresolvable)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter", extra={"pod": _pod_name(args.Pod), "gpus": gpus, "intent": intent.value,
                                        "passed": answer.passed, "failed": answer.failed,
@@ -238,7 +249,7 @@ class _Handlers:
             self._done("prioritize", "error", started)
             names = args.node_names() if args is not None else []
             return _json(json.dumps([{"Host": name, "Score": 0} for name in names]))
-        self.m.decisions.labels("prioritize", "scored").inc(len(args.node_names()))
+        self._metric(self.m.decisions, "prioritize", "scored").inc(len(args.node_names()))
         response = _json(body)
         self._done("prioritize", "ok", started)
         return response
@@ -257,7 +268,7 @@ class _Handlers:
             self._done("preempt", "error", started)
             return _json(unchanged(args).model_dump_json() if args is not None else "{}")
         for verdict in answer.verdicts:
-            self.m.decisions.labels("preempt", verdict.outcome).inc()
+            self._metric(self.m.decisions, "preempt", verdict.outcome).inc()
         self._done("preempt", "ok", started)
         return _json(answer.result.model_dump_json())
 
@@ -275,7 +286,7 @@ class _Handlers:
             log.exception("bind failed")
             self._done("bind", "error", started)
             return _json(ExtenderBindingResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
-        self.m.decisions.labels("bind", outcome.outcome).inc()
+        self._metric(self.m.decisions, "bind", outcome.outcome).inc()
         self._done("bind", "ok", started)
         return _json(ExtenderBindingResult(Error=outcome.error).model_dump_json())
 

@@ -85,10 +85,9 @@ class Binder:
 
         annotations = {PLANNED_KEY: format_set(plan)} if (self.annotate_plan and plan) else None
         try:
-            await asyncio.wait_for(
-                kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None, annotations),
-                self.timeout,
-            )
+            async with asyncio.timeout(self.timeout):  # no task of its own, unlike wait_for
+                await kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
+                                    annotations)
         except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
             if plan:
                 self.reservations.release(key)

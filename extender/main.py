@@ -13,7 +13,7 @@ from gpupair.flags import (
     add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags,
 )
 from gpupair.defaults import DRA_DRIVER
-from gpupair.service import add_common_flags, add_flag, serve, setup_logging
+from gpupair.service import add_common_flags, add_flag, run_loop, serve, setup_logging
 
 if TYPE_CHECKING:
     from gpupair.tls import ReloadingTLS
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # before any API call: fail fast
     try:
-        return asyncio.run(_main(args, tls))
+        return run_loop(_main(args, tls))
     except KeyboardInterrupt:
         return 0
 

@@ -27,23 +27,22 @@ def scores_json(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = 
         assert evaluator.tables is not None
         names = offer.names
         fragments = evaluator.tables.table(gpus, evaluator.clock(), intent).score_json
-        # Nodes holding reservations, and names the cache does not know, are decided
-        # afresh; their fragments go into a copy of the table's (a C-level dict copy).
         held = evaluator.held(offer)
-        if held:
-            fragments = _with_fresh(evaluator, gpus, offer, fragments, held, intent)
-        try:
-            return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
-        except KeyError:
-            unknown = set(filterfalse(fragments.__contains__, names))
-            fragments = _with_fresh(evaluator, gpus, offer, fragments, unknown, intent)
-            return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
+        if not held:
+            try:
+                return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
+            except KeyError:
+                pass
+        # Nodes holding reservations, and names the cache does not know, are decided afresh.
+        # The table holds every node of the cluster: its fragments are read, never copied
+        # (copying 5,000 of them made a 32-name prioritize with reservations live 100 us, now 35).
+        fresh = _fresh(evaluator, gpus, offer, held | set(filterfalse(fragments.__contains__, names)), intent)
+        return "[" + ",".join(map(fresh.get, names, map(fragments.get, names))) + "]"
     decisions = evaluator.decisions(gpus, offer, intent=intent)
     return "[" + ",".join(host_priority_json(n, d.score) for n, d in zip(offer.names, decisions)) + "]"
 
 
-def _with_fresh(evaluator: Evaluator, gpus: int, offer: Offer, fragments: dict[str, str], names: set[str],
-                intent: Intent) -> dict[str, str]:
+def _fresh(evaluator: Evaluator, gpus: int, offer: Offer, names: set[str], intent: Intent) -> dict[str, str]:
     order = list(names)
-    return {**fragments, **{name: host_priority_json(name, decision.score)
-                            for name, decision in zip(order, evaluator.decisions(gpus, offer, order, intent))}}
+    return {name: host_priority_json(name, decision.score)
+            for name, decision in zip(order, evaluator.decisions(gpus, offer, order, intent))}
