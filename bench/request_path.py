@@ -232,9 +232,11 @@ class _Pool:
             conn.close()
 
 
-def _bodies(size: int, passing: list[str] | None, bind_nodes: list[str]) -> dict[str, list[bytes]]:
+def _bodies(size: int, passing: list[str] | None, bind_nodes: list[str], cpu_only: bool = False) -> dict[str, list[bytes]]:
     """The recorded bodies for ``UIDS`` pods over ``size`` names: filter, prioritize (of
-    ``passing``, else of every name) and bind (to ``bind_nodes`` in turn)."""
+    ``passing``, else of every name) and bind (to ``bind_nodes`` in turn). ``cpu_only``: the pod
+    asks for no GPU, as every other pod of the cluster does when the extender is registered
+    without managedResources (for DRA claim pods)."""
     names = [f"gpu-node-{i:05d}" for i in range(size)]
     out: dict[str, list[bytes]] = {"filter": [], "prioritize": [], "bind": []}
     for index in range(UIDS):
@@ -244,6 +246,9 @@ def _bodies(size: int, passing: list[str] | None, bind_nodes: list[str]) -> dict
             args = json.loads((FIXTURES / fixture).read_text())
             args["Pod"]["metadata"]["uid"] = uid
             args["NodeNames"] = offered
+            if cpu_only:
+                for container in args["Pod"]["spec"]["containers"]:
+                    container["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"}}
             out[verb].append(json.dumps(args).encode())
         bind = json.loads((FIXTURES / BIND_FIXTURE).read_text())
         bind.update(PodUID=uid, Node=bind_nodes[index % len(bind_nodes)])
@@ -323,7 +328,9 @@ async def _run(args, ports: dict[str, int], pids: dict[str, int]) -> dict:
     bodies = {}
     for size in args.sizes:
         passing, targets = await _passing(ports["gpupair"], size)
-        bodies[size] = (_bodies(size, passing, targets), len(passing))
+        if args.cpu_pods:  # a pod asking no GPU passes every node
+            passing = [f"gpu-node-{i:05d}" for i in range(size)]
+        bodies[size] = (_bodies(size, passing, targets, args.cpu_pods), len(passing))
     results: dict = {size: {server: {"pod": [], "filter": [], "prioritize": [], "bind": [], "cpu": []}
                             for server in ports}
                      for size in args.sizes}
@@ -371,6 +378,13 @@ def _print(args, out: dict, load: tuple[float, float], floor_kind: str) -> None:
                   f"{statistics.median(r['bind']):>7.2f}ms{_p(r['bind'], 0.99):>6.2f}ms | "
                   f"{statistics.median(r['cpu']):>12.3f}ms | {added}")
         print(f"{'':>5} ({out['passing'][size]} of {size} names pass filter and go to prioritize)")
+    if args.cpu_pods and 32 in args.sizes:
+        rows = out["results"][32]
+        verbs = {verb: statistics.median(rows["gpupair"][verb]) for verb in ("filter", "prioritize", "bind")}
+        noop = statistics.median(rows["aiohttp floor"]["pod"])
+        print(f"a pod that asks for no GPU: {statistics.median(rows['gpupair']['pod']):.3f} ms per pod through gpupair "
+              f"(filter {verbs['filter']:.3f}, prioritize {verbs['prioritize']:.3f}, bind {verbs['bind']:.3f} ms), "
+              f"{noop:.3f} ms through a no-op aiohttp handler, 0 without an extender")
     if 32 in args.sizes and "floor" in out["results"][32]:
         rows = out["results"][32]
         added = statistics.median(rows["gpupair"]["pod"]) - statistics.median(rows["floor"]["pod"])
@@ -393,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", help="also run the extender from this source tree (e.g. `git archive` of "
                                          "an older commit, unpacked), interleaved: before and after in one run")
     parser.add_argument("--json", help="also write every sample here")
+    parser.add_argument("--cpu-pods", action="store_true",
+                        help="pods that ask for no GPU: what every other pod pays when the extender is registered "
+                             "without managedResources (for DRA claim pods); without an extender they pay nothing")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-request-path-"))
     ctx = multiprocessing.get_context("spawn")

@@ -24,7 +24,16 @@ def filter_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
     """Answer in the form asked: NodeNames for NodeNames, the Node objects themselves for
     Nodes (kube-scheduler reads only the field matching its nodeCacheCapable setting), deciding
     under the pod's placement ``intent``. Only offered nodes appear, each in one of passed,
-    FailedNodes or FailedAndUnresolvableNodes."""
+    FailedNodes or FailedAndUnresolvableNodes. A pod asking for no GPU passes every node with
+    nothing decided or decoded: registered without managedResources (for DRA claim pods), the
+    extender sees every pod of the cluster, and those should cost no more than the round trip."""
+    if gpus <= 0:
+        names = args.node_names()
+        nodes = args.Nodes.items if args.NodeNames is None and args.Nodes is not None else None
+        result = ExtenderFilterResult.model_construct(
+            Nodes=None if nodes is None else NodeList.model_construct(metadata={}, items=nodes),
+            NodeNames=None if nodes is not None else names, FailedNodes={}, FailedAndUnresolvableNodes={}, Error="")
+        return FilterAnswer(result, len(names), 0, 0)
     offer = evaluator.offer(args)
     verdicts = filter_verdicts(evaluator, gpus, offer, intent)
     if offer.nodes is None:

@@ -17,6 +17,8 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
     the order offered. A pod asking no GPU, and a node the core cannot score (no usable
     report, or not passing), gets 0: no opinion. Built as JSON text directly: thousands of
     entries through model objects would cost more than the decisions themselves."""
+    if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
+        return "[" + ",".join(host_priority_json(name, 0) for name in args.node_names()) + "]"
     offer = evaluator.offer(args)
     return scores_json(evaluator, gpus, offer, intent)
 
