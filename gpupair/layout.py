@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from gpupair import links
+from gpupair import limits, links
 
 NO_NUMA = -1  # NVML and sysfs both say -1 when a device has no NUMA affinity
 
@@ -40,6 +40,8 @@ class NodeLayout:
 
     def __post_init__(self) -> None:
         n = len(self.devices)
+        if n > limits.MAX_GPUS:  # the placement search grows combinatorially past it (gpupair.limits)
+            raise ValueError(f"{n} GPUs on one node; gpupair handles at most {limits.MAX_GPUS}")
         for position, device in enumerate(self.devices):
             if device.index != position:
                 raise ValueError(f"device at position {position} has index {device.index}")

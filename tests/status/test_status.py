@@ -155,7 +155,7 @@ async def test_pods_forbidden_leaves_the_nodes_and_says_so(fleet, tmp_path):
 async def test_nodes_not_listable_is_an_error(fleet, tmp_path):
     fleet.fail_next("/api/v1/nodes", 403, message="nodes is forbidden", reason="Forbidden")
     code, out, err = await status(fleet, tmp_path)
-    assert (code, out) == (2, "")
+    assert (code, out) == (1, "")  # a runtime failure: one line, exit 1
     assert err == "gpupair status: cannot list nodes: HTTP 403: nodes is forbidden\n"
 
 
@@ -166,13 +166,13 @@ async def test_no_cluster_configuration_is_an_error(tmp_path):
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert proc.returncode == 2 and out == b""
-    assert b"gpupair status: cannot load Kubernetes configuration" in err
+    assert err == f"gpupair status: error: kubeconfig {tmp_path / 'nope'}: no such file\n".encode()
 
 
 @pytest.mark.parametrize("flags,message", [
     (["--now", "yesterday"], "--now 'yesterday' is not an RFC 3339 time"),
-    (["--interval", "0"], "--interval must be positive"),
-    (["--fails", "-1"], "--fails must be 0 or more"),
+    (["--interval", "0"], "--interval: must be above 0"),
+    (["--fails", "-1"], "--fails: must be between 0 and 1000, got -1"),
 ])
 async def test_bad_flags_are_usage_errors(fleet, tmp_path, flags, message):
     code, out, err = await status(fleet, tmp_path, *flags)
