@@ -290,6 +290,19 @@ def test_a_plan_naming_taken_devices_is_only_counted():
     assert [d.state for d in node.numa[0].devices] == ["taken", "taken", "free", "free"]
 
 
+def test_fragmentation_counts_what_the_extender_accepts_for_pods_larger_than_a_numa_node():
+    """No 8-GPU pod fits one 4-GPU NUMA node, yet the extender places one on an empty node
+    within the fewest (two) NUMA nodes: the "8 GPU" column counts that node."""
+    empty = Listing(nodes=[node_with(set(range(8)), 10)], pods=[], events=[])
+    assert [r.nodes for r in build(empty, NOW).summary.fragmentation] == [1, 1, 1, 1]
+    one_taken = Listing(nodes=[node_with(set(range(1, 8)), 10)], pods=[], events=[])
+    assert [r.nodes for r in build(one_taken, NOW).summary.fragmentation] == [1, 1, 1, 0]
+    store = Store()
+    bind(store, "somewhere", "n", 1, bound_ago=1)  # one GPU held on a device nobody has named yet
+    held = Listing(nodes=[node_with(set(range(8)), 10)], pods=store.items("pods"), events=[])
+    assert [r.nodes for r in build(held, NOW).summary.fragmentation] == [1, 1, 1, 0]
+
+
 def test_fragmentation_counts_fresh_nodes_and_unknown_reservations_against_them():
     store = Store()
     bind(store, "somewhere", "n", 2, bound_ago=1)
