@@ -19,7 +19,8 @@ import signal
 import sys
 from pathlib import Path
 
-from gpupair.flags import AT_LEAST_ONE, DURATION, Failure, UsageError, add_kube_flags, add_resource_name
+from gpupair import limits
+from gpupair.flags import DURATION, Failure, Range, UsageError, add_kube_flags, add_resource_name
 from gpupair.service import add_common_flags, add_flag, setup_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130  # 2 (usage, input): from gpupair.cli
@@ -29,9 +30,9 @@ log = logging.getLogger("gpupair.audit")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--rounds", 10, "rounds of pods, created in parallel within a round", bounds=AT_LEAST_ONE)
-    add_flag(parser, "--pods-per-round", 2, "pods created together in each round", bounds=AT_LEAST_ONE)
-    add_flag(parser, "--gpus", 2, "GPUs each pod asks for (requests = limits)", bounds=AT_LEAST_ONE)
+    add_flag(parser, "--rounds", 10, "rounds of pods, created in parallel within a round", bounds=Range(1, 10000))
+    add_flag(parser, "--pods-per-round", 2, "pods created together in each round", bounds=Range(1, 1000))
+    add_flag(parser, "--gpus", 2, "GPUs each pod asks for (requests = limits)", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--node", "", "pin the pods to this node (spec.nodeName, as the seed did); "
                                    "empty: let the scheduler place them")
     add_flag(parser, "--namespace", "gpupair-audit", "namespace for the test pods (must exist)")
@@ -108,9 +109,6 @@ def _run(args: argparse.Namespace, plan, path: Path) -> int:
         tqdm.write(sample.tsv_row(), file=sys.stdout)
 
     status = EXIT_OK
-    log.info("audit starting", extra={"run": plan.run_id, "namespace": plan.template.namespace,
-                                      "rounds": plan.rounds, "pods_per_round": plan.pods_per_round,
-                                      "gpus": plan.template.gpus, "node": plan.template.node})
     with bar, logging_redirect_tqdm():
         try:
             if asyncio.run(_audit(args, plan, record, bar)):
@@ -173,6 +171,9 @@ async def _audit(args: argparse.Namespace, plan, record, bar) -> bool:
         loop.add_signal_handler(sig, on_signal)
     try:
         async with await api_client(args.kubeconfig or None, args.context or None) as api:
+            log.info("audit starting", extra={"run": plan.run_id, "namespace": plan.template.namespace,
+                                              "rounds": plan.rounds, "pods_per_round": plan.pods_per_round,
+                                              "gpus": plan.template.gpus, "node": plan.template.node})
             auditor = Auditor(api, plan, on_sample=record, progress=bar)
             await auditor.run()
     except asyncio.CancelledError:

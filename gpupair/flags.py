@@ -115,7 +115,6 @@ def _number(value: float) -> str:
 
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
-AT_LEAST_ONE = Range(1)
 SHARE = Range(0, 1)  # a probability or a share of pods
 DURATION = Range(0, 7 * 86400, low_open=True)  # seconds, more than 0 and at most a week
 OPTIONAL_DURATION = Range(0, 7 * 86400)  # the same, or 0 for off

@@ -35,7 +35,7 @@ def check_output(value: str, flag: str, suffixes: tuple[str, ...]) -> Path:
         with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
             pass
     except OSError as error:
-        raise UsageError(f"{flag}: cannot write in {parent}: {error.strerror or error}") from None
+        raise UsageError(f"{flag}: cannot write in {parent.resolve()}: {error.strerror or error}") from None
     if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"{flag}: {value} is not writable")
     return path

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -100,6 +101,11 @@ def layout_source(args: argparse.Namespace) -> LayoutSource:
 def allocation_source(args: argparse.Namespace, client: PodResourcesClient) -> AllocationSource:
     if args.allocated is not None:
         return StaticAllocations(parse_id_list(args.allocated))
+    if args.dry_run and not os.path.exists(args.pod_resources_socket):
+        # Off a GPU node (a laptop, CI) a dry run still shows the report: nothing allocated.
+        log.warning("no kubelet pod-resources socket; the dry run shows every GPU free (--allocated says otherwise)",
+                    extra={"socket": args.pod_resources_socket})
+        return StaticAllocations(())
     return PodResourcesAllocations(client, args.resource_name)
 
 

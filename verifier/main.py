@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     def stop(signum, frame):
         raise _Stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)  # the kubelet stopping the sidecar: exit 0
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C: KeyboardInterrupt, exit 130 (gpupair.cli)
     try:
         answer = _verify_until_answered(args)
         print(answer["tsvRow"], flush=True)

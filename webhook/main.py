@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from gpupair.flags import (AT_LEAST_ONE, PORT, UsageError, add_default_placement, add_reporter_port, add_resource_name, add_tls_flags,
-                           add_token_audience)
+from gpupair import limits
+from gpupair.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
+                           add_tls_flags, add_token_audience)
 from gpupair.service import add_common_flags, add_flag
 
 
@@ -14,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--port", 8443, "HTTPS port for /mutate, /healthz, /readyz, /metrics", bounds=PORT)
     add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key",
                   deprecated_cert=("--tls-cert",), deprecated_key=("--tls-key",))
-    add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=AT_LEAST_ONE)
+    add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--scheduler-name", "",
              "if set, multi-GPU pods that use the default scheduler are given this schedulerName")
     add_flag(parser, "--verifier-image", "ghcr.io/gpupair/gpupair:0.1.0",

@@ -410,11 +410,11 @@ def test_simulate_runs_from_the_wheel_as_the_images_user(stages, built):
                                 "-c", "import gpupair; print(gpupair.__file__)"],
                                cwd=home, env=run_env, capture_output=True, text=True, timeout=60, check=True)
         assert where.stdout.startswith(str(site_dir)), where.stdout  # the wheel, not a source tree
-        # Where it cannot write (the old image's cwd was /), it says so instead of a traceback.
+        # Where it cannot write (the old image's cwd was /), it says so before the run, not with a traceback.
         refused = subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", "gpupair",
                                   "simulate", "--runs", "1", "--rounds", "1", "--no-progress"],
                                  cwd=built.src, env=run_env, capture_output=True, text=True, timeout=300)
-        assert refused.returncode == 1 and "cannot write the TSV" in refused.stderr
+        assert refused.returncode == 2 and refused.stderr.startswith("gpupair simulate: error: --output: cannot write in")
         assert "Traceback" not in refused.stderr
     finally:
         shutil.rmtree(root, ignore_errors=True)
