@@ -3,7 +3,7 @@
 - ``MAX_GPUS``: GPUs on one node, for every reader of a layout (the reporter, the extender's
   report decoder, simulate and verify). The device plugin's best-effort policy scores every
   partition of a node's free GPUs; gpupair's model of it (gpupair.policies) finds the same
-  answer by a memoised search whose cold worst case on 16 free GPUs is ~0.15 s (sets of 4) and
+  answer by a memoised search whose cold worst case on 16 free GPUs is 0.15-0.4 s (sets of 4) and
   grows about tenfold per two GPUs more (bench/placement.py reports it). 16 is the largest GPU
   node sold as one system (HGX-2, DGX-2).
 - ``MAX_NODES``: simulated nodes (``simulate --nodes``), the fleet size bench/extender.py runs.
