@@ -145,7 +145,7 @@ def test_dependencies_are_a_layer_that_survives_source_changes(stages, tmp_path)
     ops = builder.instructions
     first_install = next(i for i, (op, arg) in enumerate(ops) if op == "RUN" and "--requirement" in arg)
     copied_before = [arg for op, arg in ops[:first_install] if op == "COPY"]
-    assert copied_before == ["pyproject.toml ./"], copied_before
+    assert copied_before == ["pyproject.toml constraints.txt ./"], copied_before
     assert any(op == "COPY" and "gpupair/" in arg for op, arg in ops[first_install:])
     run = ops[first_install][1]
     extract = re.search(r'(python -c "[^"]*")\s*>\s*(\S+)', run)
@@ -155,7 +155,38 @@ def test_dependencies_are_a_layer_that_survives_source_changes(stages, tmp_path)
                             capture_output=True, text=True, timeout=60, check=True).stdout.split()
     wanted = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert listed == wanted and f"--requirement {extract.group(2)}" in run
+    assert "--constraint constraints.txt" in run
 
+
+def test_the_constraints_pin_every_runtime_dependency_and_what_it_needs():
+    """constraints.txt pins the whole closure of [project] dependencies, each pin within its
+    requirement: a dependency added to pyproject.toml without re-running
+    scripts/refresh-constraints.sh fails here. The closure is read from this venv's metadata."""
+    from importlib.metadata import PackageNotFoundError, requires
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not a pin: {line}"
+            pins[canonicalize_name(name)] = version
+    wanted = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    seen: set[str] = set()
+    while wanted:
+        requirement = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        assert name in pins, f"{name} is needed but not pinned: run scripts/refresh-constraints.sh"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (requirement, pins[name])
+        try:
+            wanted += [Requirement(r) for r in requires(requirement.name) or []]
+        except PackageNotFoundError:
+            pass
+    assert len(seen) > 10
 
 def test_final_stage_has_a_working_directory_the_user_owns(stages):
     """`gpupair simulate` writes to the working directory: as uid 65532 in / it could not."""
