@@ -85,6 +85,14 @@ def access_logger():
     return AccessLogger
 
 
+def app_runner(app: web.Application, shutdown_timeout: float = 10.0) -> web.AppRunner:
+    """The runner every service serves its app with: gpupair's access log, signals left to ``serve``."""
+    from aiohttp import web
+
+    return web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
+                         access_log_class=access_logger(), access_log=logging.getLogger("gpupair.access"))
+
+
 def add_health_routes(
     app: web.Application,
     registry: CollectorRegistry,
@@ -124,8 +132,7 @@ async def serve(
 
     from gpupair.cli import version
 
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
-                           access_log_class=access_logger(), access_log=logging.getLogger("gpupair.access"))
+    runner = app_runner(app, shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:

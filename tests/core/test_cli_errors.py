@@ -403,3 +403,12 @@ def test_ctrl_c_in_simulate_exits_130_and_leaves_no_file(tmp_path):
                                   "--output", str(tmp_path / "s.tsv")], marker="{")
     assert_interrupted(code, err, "simulate")
     assert list(tmp_path.iterdir()) == []  # no TSV, no temporary file
+
+
+def test_plot_without_matplotlib_names_the_extra_before_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails, as where it is not installed
+    code, err = main_exits(["simulate", "--plot", str(tmp_path / "p.png"), "--output", str(tmp_path / "s.tsv")],
+                           capsys)
+    assert code == 2 and one_error_line(err, "simulate") == (
+        "--plot: needs matplotlib, which is not installed: pip install 'gpupair[plot]'")
+    assert list(tmp_path.iterdir()) == []

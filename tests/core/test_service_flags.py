@@ -67,3 +67,34 @@ def test_bounds_and_finiteness_hold_for_flag_and_variable(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         parser().parse_args(["--port", "0"])
     assert "argument --port: must be between 1 and 65535, got 0" in capsys.readouterr().err
+
+
+async def test_probes_are_logged_at_debug_and_other_requests_at_info(caplog):
+    """The kubelet's probes and Prometheus' scrapes come every few seconds: debug, as kube components
+    log them; anything else a service answers stays at info."""
+    import logging
+
+    import aiohttp
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    from gpupair.service import add_health_routes, app_runner
+
+    app = web.Application()
+    add_health_routes(app, CollectorRegistry())
+    runner = app_runner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    caplog.set_level(logging.DEBUG, logger="gpupair.access")
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/healthz", "/readyz", "/metrics", "/mutate"):
+                async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                    await response.read()
+    finally:
+        await runner.cleanup()
+    logged = {(r.path, r.levelname, r.status) for r in caplog.records if r.name == "gpupair.access"}
+    assert logged == {("/healthz", "DEBUG", 200), ("/readyz", "DEBUG", 200), ("/metrics", "DEBUG", 200),
+                      ("/mutate", "INFO", 404)}
