@@ -42,6 +42,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         message = re.sub(r"^argument (-[^/:\s]+)(/[^:\s]+)*: ", r"\1: ", message)
+        message = "; ".join(line.strip() for line in message.splitlines() if line.strip())  # one line, always
         if getattr(self, "gpupair_command", None) is None:
             self.print_usage(sys.stderr)  # no command yet: its one usage line lists what to type
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")

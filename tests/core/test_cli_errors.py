@@ -212,6 +212,8 @@ def test_a_bad_kubeconfig_is_one_line_and_exit_2_in_every_command(command, tmp_p
     ("simulate", "--topology-file", lambda p: p.mkdir(), "cannot read layout file"),
     ("simulate", "--topology-file", lambda p: p.write_bytes(b"\xff\xfe" * 100), "is not UTF-8 text"),
     ("verify", "--topology-file", lambda p: p.write_text("no matrix here"), "no nvidia-smi topo -m matrix"),
+    ("simulate", "--state", lambda p: p.write_text('{"nodes": [{"name": 3}]}'), "recorded state"),
+    ("simulate", "--state", lambda p: p.mkdir(), "Is a directory"),
     ("reporter", "--topology-file", lambda p: p.write_bytes(b" " * (2 * 1024 * 1024)), "is larger than"),
     ("webhook", "--tls-cert-file", lambda p: p.write_text("not a certificate"), "cannot load TLS certificate"),
     ("extender", "--tls-cert-file", lambda p: p.mkdir(), "cannot load TLS certificate"),
@@ -219,7 +221,7 @@ def test_a_bad_kubeconfig_is_one_line_and_exit_2_in_every_command(command, tmp_p
 def test_a_bad_input_file_is_one_line_and_exit_2(command, flag, make, says, tmp_path):
     path = tmp_path / "input"
     make(path)
-    extra = {"verify": ["--dry-run", "--devices", "0,1"], "reporter": ["--dry-run", "--allocated", ""],
+    extra = {"verify": ["--dry-run", "--devices", "0,1"], "simulate": ["--scenario", "replay"] if flag == "--state" else [], "reporter": ["--dry-run", "--allocated", ""],
              "webhook": ["--tls-private-key-file", str(path)],
              "extender": ["--tls-private-key-file", str(path)]}.get(command, [])
     done = gpupair(command, flag, str(path), *extra)
