@@ -414,3 +414,44 @@ def test_plot_without_matplotlib_names_the_extra_before_the_run(tmp_path, capsys
     assert code == 2 and one_error_line(err, "simulate") == (
         "--plot: needs matplotlib, which is not installed: pip install 'gpupair[plot]'")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the docs' examples run as written ----------------------------------------------------------
+
+
+def documented_errors() -> list[tuple[dict[str, str], list[str], str]]:
+    """The ``$ gpupair ...`` lines of docs/cli.md's error examples and the line each prints
+    (those that need a cluster, marked with a comment, left out)."""
+    import shlex
+
+    text = (REPO / "docs" / "cli.md").read_text()
+    block = text.split("**Errors and exit statuses", 1)[1].split("```", 2)[1]
+    lines = block.strip().splitlines()
+    examples = []
+    for command, printed in zip(lines, lines[1:]):
+        if command.startswith("$ ") and "#" not in command:
+            words = shlex.split(command[2:])
+            start = words.index("gpupair")  # what comes before it sets variables: NAME=value
+            examples.append((dict(w.split("=", 1) for w in words[:start]), words[start:], printed))
+    return examples
+
+
+def test_the_documented_error_examples_print_what_the_docs_say():
+    examples = documented_errors()
+    assert len(examples) >= 4
+    for env, argv, printed in examples:
+        assert argv[0] == "gpupair", argv
+        done = gpupair(*argv[1:], env=env)
+        assert done.returncode == 2 and done.stderr == printed + "\n", (argv, done.stderr)
+
+
+def test_the_documented_reporter_dry_run_works_off_a_gpu_node(tmp_path):
+    """docs/cli.md: `gpupair reporter --once --dry-run --topology-file topo.txt > node.json`, with no
+    kubelet here: every GPU free, and a warning saying so."""
+    done = gpupair("reporter", "--once", "--dry-run", "--topology-file", SEED_TOPO,
+                   "--pod-resources-socket", str(tmp_path / "no-kubelet.sock"))
+    assert done.returncode == 0, done.stderr
+    import json
+
+    free = json.loads(json.loads(done.stdout)["gpupair.io/free"])["free"]
+    assert free == list(range(8)) and "every GPU free" in done.stderr
