@@ -113,7 +113,6 @@ def _number(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 SHARE = Range(0, 1)  # a probability or a share of pods
 DURATION = Range(0, 7 * 86400, low_open=True)  # seconds, more than 0 and at most a week

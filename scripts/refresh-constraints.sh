@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3.11}
 venv=$(mktemp -d)
-trap 'rm -rf "$venv"' EXIT
+[ -e build ] && keep_build=1 || keep_build=
+trap 'rm -rf "$venv"; [ -n "$keep_build" ] || rm -rf build' EXIT  # setuptools builds in ./build
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet .
