@@ -397,6 +397,10 @@ def test_ctrl_c_stops_a_service_with_130(command, tmp_path):
         port = probe.getsockname()[1]
     code, _, err = interrupted([command, *service_args(command, tmp_path, port)], marker='"msg": "serving"')
     assert_interrupted(code, err, command)
+    import json
+
+    serving = next(json.loads(line) for line in err.splitlines() if '"msg": "serving"' in line)
+    assert serving["version"] == cli.version() and serving["port"] == port  # the version, at start
 
 
 def test_ctrl_c_in_simulate_exits_130_and_leaves_no_file(tmp_path):
