@@ -52,9 +52,16 @@ def one_error_line(text: str, command: str) -> str:
 
 
 def main_exits(argv: list[str], capsys) -> tuple[int, str]:
-    """gpupair.cli.main in this process: its exit status and stderr."""
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(argv)
+    """gpupair.cli.main in this process: its exit status and stderr (logging set back as it was)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+    finally:
+        root.handlers[:], root.level = handlers, level
     return exit_.value.code, capsys.readouterr().err
 
 
