@@ -55,13 +55,15 @@ def main_exits(argv: list[str], capsys) -> tuple[int, str]:
     """gpupair.cli.main in this process: its exit status and stderr (logging set back as it was)."""
     import logging
 
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    root, ours = logging.getLogger(), logging.getLogger("gpupair")  # simulate quiets its own at info
+    handlers, levels = root.handlers[:], (root.level, ours.level)
     try:
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)
     finally:
-        root.handlers[:], root.level = handlers, level
+        root.handlers[:] = handlers
+        root.setLevel(levels[0])
+        ours.setLevel(levels[1])
     return exit_.value.code, capsys.readouterr().err
 
 
