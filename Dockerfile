@@ -12,14 +12,17 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 # The dependencies first, from pyproject.toml alone: this layer is rebuilt when pyproject.toml
-# changes, not on every source change. The venv gets no pip, setuptools or wheel of its own
-# (image scanners flag them; nothing installs at run time): the builder's pip installs into it
-# through --python. Every dependency ships manylinux wheels, so no compiler is needed.
-COPY pyproject.toml ./
+# changes, not on every source change. Their versions are pinned by constraints.txt (refreshed
+# with scripts/refresh-constraints.sh), so two builds of one commit install the same packages.
+# The venv gets no pip, setuptools or wheel of its own (image scanners flag them; nothing
+# installs at run time): the builder's pip installs into it through --python. Every dependency
+# ships manylinux wheels, so no compiler is needed.
+COPY pyproject.toml constraints.txt ./
 RUN python -m venv --without-pip /opt/gpupair \
  && python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
       > /tmp/requirements.txt \
- && python -m pip --python /opt/gpupair/bin/python install --requirement /tmp/requirements.txt
+ && python -m pip --python /opt/gpupair/bin/python install --requirement /tmp/requirements.txt \
+      --constraint constraints.txt
 COPY README.md ./
 COPY gpupair/ gpupair/
 COPY extender/ extender/

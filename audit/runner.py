@@ -104,6 +104,7 @@ class Auditor:
         self.samples: list[Sample] = []
         self._layouts: dict[str, asyncio.Task[NodeLayout | None]] = {}
         self._current: list[str] = []
+        self.cleaning = False  # set once cleanup has begun: a stop signal must not cancel it
 
     @property
     def namespace(self) -> str:
@@ -119,6 +120,7 @@ class Auditor:
                     self.samples.append(sample)
                     self.on_sample(sample)
         finally:
+            self.cleaning = True
             await self.cleanup()
         return self.samples
 

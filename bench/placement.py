@@ -5,7 +5,9 @@ expected set (the best-effort model) and the score. Figures:
 - cold: every decision on a new free set (the policy's memo cleared), the worst case;
 - warm: free sets repeat, as they do across a fleet of identical nodes;
 - baseline: the plugin's literal algorithm (enumerate every partition), same inputs, same run,
-  on 8-GPU nodes (on 16 GPUs it enumerates up to 2 million partitions per decision).
+  on 8-GPU nodes (on 16 GPUs it enumerates up to 2 million partitions per decision);
+- worst case at the largest node gpupair accepts (gpupair.limits.MAX_GPUS): every GPU free,
+  nothing cached, one decision per pod size.
 
 Run: .venv/bin/python bench/placement.py
 """
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpupair.decisions import Decider, NodeView  # noqa: E402
 from gpupair import policies  # noqa: E402
+from gpupair.limits import MAX_GPUS  # noqa: E402
 from gpupair.layout import Device, NodeLayout, NodeState  # noqa: E402
 from simulator.shapes import seed_layout  # noqa: E402
 
@@ -106,6 +109,16 @@ def main() -> None:
             print(f"{name:<8} {mode:<22} {value:>12,.0f} {ratio}")
         if baseline:
             print(f"{name:<8} {'baseline: literal plugin':<22} {baseline:>12,.0f} {'1.0x':>11}")
+    print()
+    print(f"worst case at the largest node accepted ({MAX_GPUS} GPUs, all free, cold):")
+    largest = sixteen_gpu_layout()
+    assert largest.size == MAX_GPUS
+    everything = NodeState(largest, frozenset(range(largest.size)))
+    for k in range(2, MAX_GPUS + 1):
+        policies._best_set.cache_clear()
+        start = time.perf_counter()
+        decide(everything, k)
+        print(f"  {k:>2}-GPU pod: {1000 * (time.perf_counter() - start):8.1f} ms per decision")
 
 
 if __name__ == "__main__":

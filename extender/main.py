@@ -9,10 +9,11 @@ import gc
 import logging
 from typing import TYPE_CHECKING
 
-from gpupair.flags import (
-    add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags,
-)
 from gpupair.defaults import DRA_DRIVER
+from gpupair.flags import (
+    DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace,
+    add_resource_name, add_tls_flags,
+)
 from gpupair.service import add_common_flags, add_flag, run_loop, serve, setup_logging
 
 if TYPE_CHECKING:
@@ -23,12 +24,12 @@ log = logging.getLogger("gpupair.extender")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on")
-    add_flag(parser, "--port", 8888, "port to listen on")
+    add_flag(parser, "--port", 8888, "port to listen on", bounds=PORT)
     add_kube_flags(parser)
     add_resource_name(parser, deprecated=("--resource",))
     add_flag(parser, "--stale-after", 300.0,
              "seconds after which a node's report counts as stale (0: never), from the newest of the "
-             "report's reportedAt and the node's Lease renewal")
+             "report's reportedAt and the node's Lease renewal", bounds=OPTIONAL_DURATION)
     add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone",
                         deprecated=("--heartbeat-namespace",))
     add_flag(parser, "--unreported", "fail",
@@ -38,13 +39,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "device-plugin allocation policy to plan with: aligned (NVIDIA best-effort) or naive",
              choices=("aligned", "naive"))
     add_flag(parser, "--reservation-ttl", 120.0,
-             "seconds a reservation lasts if no report shows its devices taken and the pod stays")
+             "seconds a reservation lasts if no report shows its devices taken and the pod stays", bounds=DURATION)
     add_flag(parser, "--annotate-plan", False,
              "write the planned set on the bound pod as gpupair.io/planned (via the Binding)")
     add_flag(parser, "--node-cache", True,
              "list+watch nodes for NodeNames mode (nodeCacheCapable: true)")
     add_flag(parser, "--api-timeout", 4.0,
-             "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)")
+             "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)", bounds=DURATION)
     add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
     add_default_placement(parser)
     add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)", on=False)
@@ -64,10 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # before any API call: fail fast
-    try:
-        return run_loop(_main(args, tls))
-    except KeyboardInterrupt:
-        return 0
+    return run_loop(_main(args, tls))
 
 
 def freeze_long_lived() -> None:
@@ -117,11 +115,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     from gpupair.intent import Intent
     from gpupair.policies import policy_named
 
-    try:
-        api = await kube.api_client(args.kubeconfig or None, args.context or None)
-    except kube.KubeConfigError as exc:
-        log.error("no Kubernetes API access", extra={"error": str(exc)})
-        return 1
+    api = await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
     decider = Decider(policy=policy_named(args.policy), unreported=Unreported(args.unreported))
     extender = assemble(
         decider=decider,

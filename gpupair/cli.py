@@ -5,12 +5,17 @@ flags and ``run(args) -> int`` to do the work. Only the chosen subcommand's modu
 and none for ``gpupair --help`` (which lists names and one-line helps only), so a small process
 such as the verifier sidecar does not load every service's dependencies; heavy imports still
 belong inside ``run``. bench/startup.py times these start-ups.
+
+Every error leaves here as one line (docs/cli.md, "The contract"): usage errors and bad input
+files exit 2, runtime failures 1, Ctrl-C 130; no traceback reaches the user.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import re
 import sys
 
 # subcommand -> (module, one-line help)
@@ -26,16 +31,44 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands that run as services (or in-cluster Jobs): a runtime failure is their JSON error line.
+SERVICES = frozenset({"webhook", "verify", "certs", "extender", "reporter"})
+EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with the contract's error form: one line, ``gpupair CMD: error: --flag: why``
+    (argparse says ``argument --flag/--no-flag: why`` after the whole usage), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        message = re.sub(r"^argument (-[^/:\s]+)(/[^:\s]+)*: ", r"\1: ", message)
+        message = "; ".join(line.strip() for line in message.splitlines() if line.strip())  # one line, always
+        if getattr(self, "gpupair_command", None) is None:
+            self.print_usage(sys.stderr)  # no command yet: its one usage line lists what to type
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("gpupair")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser(only: str | None = None, *, names_only: bool = False) -> argparse.ArgumentParser:
     """The full parser, or with ``only`` one configured subcommand (the others listed by name),
     or with ``names_only`` every subcommand listed by name and none configured (no imports)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gpupair",
         description="Keep multi-GPU pods on one NUMA node and show which GPUs each pod got.",
     )
+    parser.add_argument("--version", action="version", version=f"gpupair {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        command = sub.add_parser(name, help=help_text, description=help_text)
+        command = sub.add_parser(name, help=help_text, description=help_text)  # a Parser too
         command.gpupair_command = name  # gpupair.flags names the command's variables after it
         if names_only or (only is not None and name != only):
             continue
@@ -55,17 +88,50 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(first)
     else:
         parser = build_parser(names_only=True)
-    args = parser.parse_args(argv)
-    # Every command logs the same JSON lines from here on, deprecation warnings first.
-    from gpupair.flags import UsageError, warn_deprecated
+    args, unknown = parser.parse_known_args(argv)
+    command: argparse.ArgumentParser = args._parser
+    if unknown:  # said by the command's parser: `gpupair CMD: error: ...`, not `gpupair: error: ...`
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    from gpupair.flags import Failure, UsageError, bad_value, warn_deprecated
     from gpupair.service import setup_logging
 
+    if (bad := bad_value(args)) is not None:
+        command.error(f"{bad.source}: {bad.why}")
+    # Every command logs the same JSON lines from here on, deprecation warnings first.
     setup_logging(args.log_level)
-    warn_deprecated(args._parser)
+    warn_deprecated(command)
     try:
         return int(args._run(args) or 0)
-    except UsageError as error:
-        args._parser.error(str(error))  # argparse's format: usage, then `gpupair CMD: error: ...`; exit 2
+    except UsageError as error:  # InputError too
+        command.error(str(error))
+    except KeyboardInterrupt:
+        print(f"{command.prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Failure as error:
+        return _failed(args.command, str(error))
+    except Exception as error:  # the API server unreachable, a full disk, a bug: still one line
+        logging.getLogger("gpupair").debug("failed", exc_info=True)  # --log-level debug: the traceback
+        return _failed(args.command, describe(error))
+
+
+def describe(error: BaseException) -> str:
+    """One line for an exception that reached the top: what failed and where, without its chain."""
+    if type(error).__name__ == "ApiException" or isinstance(error, TimeoutError):
+        from gpupair.kube import describe_error
+
+        return describe_error(error)
+    if isinstance(error, OSError) and error.strerror and getattr(error, "filename", None):
+        return f"{error.filename}: {error.strerror}"
+    text = str(error).replace("\n", " ").strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _failed(command: str, message: str) -> int:
+    if command in SERVICES:  # a service's log is JSON lines; this is its last one
+        logging.getLogger("gpupair").getChild(command).error(message)
+    else:
+        print(f"gpupair {command}: {message}", file=sys.stderr)
+    return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ def reference(commands: dict[str, argparse.ArgumentParser]) -> str:
             meaning = _ENV_SUFFIX.sub("", action.help or "")
             if action.choices:
                 meaning += "; one of " + ", ".join(f"`{c}`" for c in action.choices)
+            if (bounds := getattr(action.type, "bounds", None)) is not None:
+                meaning += f"; {bounds.describe()}"
             if isinstance(source.default, bool):
                 meaning += f" (`--no-{action.option_strings[0][2:]}` turns it off)"
             env = f"`{source.env}`"

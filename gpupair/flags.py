@@ -10,8 +10,15 @@
 - **Old names keep working.** A renamed flag (``--resource``, ``--tls-cert``, ...) and the
   unprefixed variables of the commands that existed before this contract are read as deprecated
   aliases; using one logs a warning that names the new spelling.
-- **One usage-error format.** ``run`` raises ``UsageError``; gpupair.cli prints it the way
-  argparse prints its own (``gpupair CMD: error: ...``, after the usage line) and exits 2.
+- **Every value is checked once, at the boundary, whatever its source.** A flag, its variable and
+  a deprecated alias go through one converter: its type, ``bounds`` (a ``Range``) and choices; a
+  float is finite. A bad variable is reported by its name (``GPUPAIR_LOG_LEVEL: ...``), a bad flag
+  by its flag (``--arrivals: must be positive, got 0``).
+- **One error format, three exit statuses.** A usage error (``UsageError``: a value or combination
+  the command cannot work with) prints one line, ``gpupair CMD: error: ...``, and exits 2; so does
+  a bad input file (``InputError``). A runtime failure (``Failure``: the API server
+  unreachable, a port in use) is one line and exit 1. Ctrl-C is one line and exit 130. gpupair.cli
+  does the printing.
 
 tests/core/test_cli_contract.py walks every subcommand's parser and fails where a command breaks one
 of these rules. This module stays on the standard library: every ``configure`` imports it.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +70,102 @@ log = logging.getLogger("gpupair.flags")
 
 
 class UsageError(ValueError):
-    """A flag value or combination the command cannot work with (exit 2, argparse's format)."""
+    """A flag value or combination the command cannot work with: exit 2, ``gpupair CMD: error: ...``."""
+
+
+class InputError(UsageError):
+    """An input file (kubeconfig, topology, state, TLS) that is missing, too large or not what it
+    should be: the same one line (naming the file and what is wrong) and exit 2."""
+
+
+class Failure(RuntimeError):
+    """A runtime failure the user cannot fix by retyping the command (the API server unreachable, a
+    port in use): one line naming what and where, exit 1."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number flag accepts; ``why`` says what is wrong with one outside them."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself refused: "positive" rather than "0 or more"
+
+    def why(self, value: float) -> str | None:
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        too_high = self.high is not None and value > self.high
+        if not (too_low or too_high):
+            return None
+        return f"must be {self.describe()}, got {_number(value)}"
+
+    def describe(self) -> str:
+        if self.low == 0 and self.low_open and self.high is None:
+            return "positive"
+        low = None if self.low is None else f"{'above' if self.low_open else 'at least'} {_number(self.low)}"
+        if self.high is None:
+            return low or "any number"
+        if low and not self.low_open:
+            return f"between {_number(self.low)} and {_number(self.high)}"
+        return f"{low} and at most {_number(self.high)}" if low else f"at most {_number(self.high)}"
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+NON_NEGATIVE = Range(0)
+SHARE = Range(0, 1)  # a probability or a share of pods
+DURATION = Range(0, 7 * 86400, low_open=True)  # seconds, more than 0 and at most a week
+OPTIONAL_DURATION = Range(0, 7 * 86400)  # the same, or 0 for off
+PORT = Range(1, 65535)
+
+_KIND_WORDS = {int: "an integer", float: "a number"}
+
+
+class BadValue:
+    """The default of a flag whose variable held a bad value: an error only if the flag is not
+    given on the command line (a flag beats its variable), so it is reported after parsing."""
+
+    def __init__(self, source: str, why: str) -> None:
+        self.source, self.why = source, why
+
+    def __repr__(self) -> str:  # what --help would show as the default
+        return f"<bad {self.source}>"
+
+
+def _converter(kind: Any, bounds: Range | None) -> Any:
+    """argparse's ``type`` for a flag: parse, then refuse inf/nan and values outside ``bounds``."""
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {_KIND_WORDS.get(kind, kind.__name__)}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        why = bounds.why(value) if bounds is not None and isinstance(value, (int, float)) else None
+        if why:
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    convert.__name__ = getattr(kind, "__name__", "value")
+    convert.bounds = bounds  # type: ignore[attr-defined]  # for docs/cli.md
+    return convert
+
+
+def _checked(raw: str, source: str, convert: Any, choices: Any) -> Any:
+    """The value of a variable, or a BadValue saying why it is none."""
+    try:
+        value = convert(raw) if convert is not None else raw
+    except argparse.ArgumentTypeError as error:
+        return BadValue(source, f"{error}")
+    if choices is not None and value not in choices:
+        return BadValue(source, f"{raw!r} is not one of {', '.join(map(str, choices))}")
+    return value
+
+
+def bad_value(args: argparse.Namespace) -> BadValue | None:
+    """The first flag default that is a bad variable's value (checked by gpupair.cli after parsing)."""
+    return next((value for value in vars(args).values() if isinstance(value, BadValue)), None)
 
 
 @dataclass(frozen=True)
@@ -115,15 +218,16 @@ class _DeprecatedAlias(argparse.Action):
 
 def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str, *,
              deprecated: tuple[str, ...] = (), old_env: tuple[str, ...] | None = None,
-             fallback_env: tuple[str, ...] = (), **kwargs: Any) -> argparse.Action:
+             fallback_env: tuple[str, ...] = (), bounds: Range | None = None, **kwargs: Any) -> argparse.Action:
     """Add ``--flag`` with its default from the environment (see the module docstring for the
     variable's name). ``deprecated`` are the flag's old names, still accepted. ``old_env`` are the
     variables it was read from before the contract, still read with a warning; by default, in a
     command older than the contract, GPUPAIR_<OLD NAME> (the flag's own when not renamed).
     ``fallback_env`` are read last and silently (the downward API's, named by manifests).
 
-    A non-boolean env value goes to argparse as a string default, which argparse converts with the
-    flag's type: a bad value is a usage error naming the flag, not a traceback."""
+    ``bounds`` is the range a number must fall in. The variable's value goes through the flag's
+    own converter and choices here; a bad one becomes a ``BadValue`` default that gpupair.cli
+    reports by the variable's name, unless the flag itself is given."""
     command = command_of(parser)
     env = env_name(flag, command)
     if old_env is None:
@@ -136,20 +240,20 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str
         kwargs.setdefault("action", argparse.BooleanOptionalAction)
         if raw is not None:
             word = raw.strip().lower()
-            if word not in _TRUE + _FALSE:
-                parser.error(f"{source}={raw!r}: expected one of {', '.join(_TRUE + _FALSE[:-1])}")
-            value = word in _TRUE
+            value = word in _TRUE if word in _TRUE + _FALSE else \
+                BadValue(source, f"expected one of {', '.join(_TRUE + _FALSE[:-1])}, got {raw!r}")
     else:
-        if default is not None:
-            kwargs.setdefault("type", type(default))
+        kind = kwargs.get("type", type(default) if default is not None else None)
+        if kind is not None:
+            kwargs["type"] = _converter(kind, bounds)
         if raw is not None:
-            value = raw
+            value = _checked(raw, source, kwargs.get("type"), kwargs.get("choices"))
     action = parser.add_argument(flag, default=value, help=f"{help} (env {env}, default %(default)s)", **kwargs)
     action.gpupair_env = FlagEnv(command, env, old_env, tuple(fallback_env), default)  # type: ignore[attr-defined]
     for old in deprecated:
         alias_kwargs = {key: kwargs[key] for key in ("type", "choices", "metavar") if key in kwargs}
         parser.add_argument(old, dest=action.dest, action=_DeprecatedAlias, new_flag=flag,
-                            default=argparse.SUPPRESS, help=f"deprecated: use {flag}", **alias_kwargs)
+                            default=argparse.SUPPRESS, help=argparse.SUPPRESS, **alias_kwargs)  # hidden, as kubectl does
     return action
 
 
@@ -207,7 +311,7 @@ def add_tls_flags(parser: argparse.ArgumentParser, cert: str = "", key: str = ""
 
 def add_reporter_port(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--reporter-port", defaults.REPORTER_PORT,
-             "port of the node reporter's /v1/verify (host network; the reporter's --port)")
+             "port of the node reporter's /v1/verify (host network; the reporter's --port)", bounds=PORT)
 
 
 def add_token_audience(parser: argparse.ArgumentParser, help: str) -> None:

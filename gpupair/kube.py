@@ -22,16 +22,52 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from yarl import URL
 
+from gpupair.flags import InputError
 from gpupair.leases import micro_time
 
 MERGE_PATCH = "application/merge-patch+json"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 DEFAULT_KUBECONFIG = "~/.kube/config"
 EVENT_NOTE_LIMIT = 1024  # the apiserver rejects a longer Event note/message
+MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024  # kubeconfigs are kilobytes; past this one is not one (and parsing would hang)
 
 
-class KubeConfigError(RuntimeError):
-    """No usable Kubernetes client configuration was found."""
+class KubeConfigError(InputError):
+    """No usable Kubernetes client configuration was found (exit 2, one line naming the file)."""
+
+
+def check_kubeconfig(path: str, context: str | None, origin: str = "kubeconfig") -> None:
+    """Read ``path`` as a kubeconfig before kubernetes-asyncio does, so that each way it can be
+    wrong is one sentence naming the file rather than a TypeError or a hang."""
+    import yaml  # kubernetes-asyncio's own dependency
+
+    where = f"{origin} {path}"
+    try:
+        with open(os.path.expanduser(path), "rb") as handle:
+            raw = handle.read(MAX_KUBECONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise KubeConfigError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise KubeConfigError(f"{where}: is a directory, not a file") from None
+    except OSError as exc:
+        raise KubeConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if len(raw) > MAX_KUBECONFIG_BYTES:
+        raise KubeConfigError(f"{where}: larger than {MAX_KUBECONFIG_BYTES // 2**20} MiB; not a kubeconfig")
+    try:
+        document = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise KubeConfigError(f"{where}: is not text (UTF-8)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise KubeConfigError(f"{where}: is not YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+    if not isinstance(document, dict) or not isinstance(document.get("contexts") or [], list):
+        raise KubeConfigError(f"{where}: is not a kubeconfig (no clusters, contexts and users)")
+    names = [c.get("name") for c in document.get("contexts") or [] if isinstance(c, dict)]
+    wanted = context or document.get("current-context")
+    if not wanted:
+        raise KubeConfigError(f"{where}: has no current-context; pass --context (one of: {', '.join(map(str, names)) or 'none'})")
+    if wanted not in names:
+        raise KubeConfigError(f"{where}: has no context {wanted!r} (it has: {', '.join(map(str, names)) or 'none'})")
 
 
 async def api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
@@ -39,6 +75,12 @@ async def api_client(kubeconfig: str | None = None, context: str | None = None) 
     account, ~/.kube/config. The caller closes it (``async with`` or ``await api.close()``)."""
     configuration = type.__call__(k8s.Configuration)  # fresh, not a copy of the global default
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        check_kubeconfig(kubeconfig, context)
+    elif path and os.pathsep not in path:  # a list in $KUBECONFIG is merged by the loader
+        check_kubeconfig(path, context, "$KUBECONFIG")
+    elif not path and not os.environ.get(IN_CLUSTER_HOST_ENV) and os.path.exists(os.path.expanduser(DEFAULT_KUBECONFIG)):
+        check_kubeconfig(DEFAULT_KUBECONFIG, context)
     try:
         if path:
             # persist_config=False: never write refreshed tokens back into someone's kubeconfig
@@ -54,9 +96,16 @@ async def api_client(kubeconfig: str | None = None, context: str | None = None) 
             raise KubeConfigError(
                 "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, run in a pod "
                 f"(${IN_CLUSTER_HOST_ENV} unset) or create {DEFAULT_KUBECONFIG}")
-    except k8s_config.ConfigException as exc:
-        raise KubeConfigError(f"cannot load Kubernetes configuration ({path or 'in-cluster'}): {exc}") from exc
-    api = k8s.ApiClient(configuration=configuration)
+    except KubeConfigError:
+        raise
+    except Exception as exc:  # ConfigException, bad base64 or PEM data, a token file that cannot be read, ...
+        raise KubeConfigError(f"cannot load Kubernetes configuration ({path or 'in-cluster'}): "
+                              f"{describe_error(exc)}") from None
+    try:
+        api = k8s.ApiClient(configuration=configuration)  # builds the TLS context: a bad CA fails here
+    except Exception as exc:
+        raise KubeConfigError(f"cannot load Kubernetes configuration ({path or 'in-cluster'}): "
+                              f"{describe_error(exc)}") from None
     read_environment_once(api)
     return api
 

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpupair import links
+from gpupair import limits, links
 from gpupair.layout import Device, NodeLayout, NodeState
 from gpupair.nics import NICS_KEY, NicLayout, NicsError, decode_nics
 from gpupair.wire import explain
@@ -39,7 +39,7 @@ TOPOLOGY_KEY = PREFIX + "topology"
 FREE_KEY = PREFIX + "free"
 ALLOCATIONS_KEY = PREFIX + "allocations"
 FORMAT_VERSION = 1
-MAX_DEVICES = 64
+MAX_DEVICES = limits.MAX_GPUS  # a larger node's report is refused, with the reason
 MAX_ANNOTATION_BYTES = 64 * 1024  # the API server allows 256 KiB for all annotations together
 
 

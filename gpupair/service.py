@@ -69,6 +69,35 @@ def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awai
     return metrics
 
 
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})  # asked every few seconds by the kubelet, Prometheus
+
+
+def access_logger():
+    """aiohttp's access log as gpupair's JSON lines: probes and scrapes at debug, as kube
+    components log them (~15 lines a minute per pod otherwise), every other request at info."""
+    from aiohttp.abc import AbstractAccessLogger
+
+    class AccessLogger(AbstractAccessLogger):
+        def log(self, request, response, time: float) -> None:
+            level = logging.DEBUG if request.path in PROBES else logging.INFO
+            self.logger.log(level, "request", extra={"method": request.method, "path": request.path,
+                                                     "status": response.status, "seconds": round(time, 4)})
+
+    return AccessLogger
+
+
+def app_runner(app: web.Application, shutdown_timeout: float = 10.0) -> web.AppRunner:
+    """The runner every service serves its app with: gpupair's access log (none below debug for
+    an app that asked so, ``log_access_at_debug``), signals left to ``serve``."""
+    from aiohttp import web
+
+    access = logging.getLogger("gpupair.access")
+    if not app.get(_access_log_key(), True) and not access.isEnabledFor(logging.DEBUG):
+        return web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout, access_log=None)
+    return web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
+                         access_log_class=access_logger(), access_log=access)
+
+
 def add_health_routes(
     app: web.Application,
     registry: CollectorRegistry,
@@ -130,28 +159,44 @@ async def serve(
     ssl_context: ssl.SSLContext | None = None,
     shutdown_timeout: float = 10.0,
 ) -> None:
-    """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests."""
+    """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests.
+
+    An address it cannot listen on is a ``Failure`` (one line, exit 1). SIGTERM returns; SIGINT
+    raises KeyboardInterrupt once drained, so Ctrl-C exits 130 like every command."""
     import asyncio
     import signal
 
     from aiohttp import web
-    from aiohttp.log import access_logger
 
-    quiet = not app.get(_access_log_key(), True) and not access_logger.isEnabledFor(logging.DEBUG)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
-                           **({"access_log": None} if quiet else {}))
+    from gpupair.cli import version
+
+    runner = app_runner(app, shutdown_timeout)
     await runner.setup()
     # Above aiohttp's 128: a burst of clients connecting while the loop is busy would overflow
     # it, and each dropped handshake waits a 1 s SYN retransmit (docs/extender.md, the pool).
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
-    await site.start()
-    logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port})
+    try:
+        await site.start()
+    except (OSError, OverflowError) as exc:  # in use, not an address of this host, a name that does not resolve
+        await runner.cleanup()
+        raise flags.Failure(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
+    logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port, "version": version()})
     stop = asyncio.Event()
+    stopped_by: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        stopped_by.append(sig)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await stop.wait()
         logging.getLogger("gpupair").info("shutting down")
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
         await runner.cleanup()
+    if stopped_by[0] == signal.SIGINT:
+        raise KeyboardInterrupt

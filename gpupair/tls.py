@@ -16,9 +16,19 @@ import os
 import ssl
 import threading
 
-from gpupair.flags import UsageError
+from gpupair.flags import Failure, InputError
 
 log = logging.getLogger("gpupair.tls")
+MAX_PEM_BYTES = 1024 * 1024  # a chain is kilobytes; a larger file is not one
+
+
+class KeyNeedsPassphrase(ValueError):
+    """OpenSSL asked for a passphrase; a service has no one to ask (it would block on a prompt)."""
+
+
+def _no_passphrase() -> bytes:
+    raise KeyNeedsPassphrase("the private key is encrypted; a service cannot ask for its passphrase: "
+                             "give it an unencrypted key (openssl pkey -in KEY -out KEY.plain)")
 
 FileStamp = tuple[tuple[int, int, int, int], ...]
 
@@ -34,7 +44,10 @@ def _stamp(*paths: str) -> FileStamp:
 def _server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2  # the apiserver speaks 1.2 and 1.3
-    context.load_cert_chain(cert_file, key_file)
+    for path in (cert_file, key_file):
+        if os.stat(path).st_size > MAX_PEM_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_PEM_BYTES // 1024} KiB; not a PEM certificate or key")
+    context.load_cert_chain(cert_file, key_file, password=_no_passphrase)  # never a terminal prompt
     return context
 
 
@@ -90,8 +103,11 @@ def serving_tls(cert_file: str, key_file: str) -> ReloadingTLS | None:
     if not cert_file and not key_file:
         return None
     if not cert_file or not key_file:
-        raise UsageError("--tls-cert-file and --tls-private-key-file go together")
+        raise InputError("--tls-cert-file and --tls-private-key-file go together")
     try:
         return ReloadingTLS(cert_file, key_file)
+    except KeyNeedsPassphrase as exc:  # a runtime failure: the files are there and are what they say
+        raise Failure(f"TLS key {key_file}: {exc}") from None
     except (OSError, ssl.SSLError, ValueError) as exc:
-        raise UsageError(f"cannot load TLS certificate {cert_file} / key {key_file}: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InputError(f"cannot load TLS certificate {cert_file} / key {key_file}: {why}") from None

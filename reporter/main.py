@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -51,25 +52,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--node-name", "", "this node's name, from the downward API (also env NODE_NAME)",
              fallback_env=("NODE_NAME",))
     flags.add_resource_name(parser)
-    add_flag(parser, "--scan-interval", 5.0, "seconds between scans")
+    add_flag(parser, "--scan-interval", 5.0, "seconds between scans", bounds=flags.DURATION)
     add_flag(parser, "--heartbeat", 30.0,
              "seconds between liveness signals: renewals of this node's Lease (with --lease-namespace '': "
-             "re-writes of the unchanged annotations)")
+             "re-writes of the unchanged annotations)", bounds=flags.DURATION)
     flags.add_lease_namespace(parser, "where this node's liveness Lease is renewed; '' for no Lease")
     flags.add_dra_driver(parser, "where its slices name this node, the report is the topology alone and "
                                  "multi-GPU DRA pods get verdicts from their claims ('' for none)", on=False)
     add_flag(parser, "--lease-duration", 120, "leaseDurationSeconds written on the Lease (for people and "
-             "tools reading it; the extender goes by its own --stale-after)")
+             "tools reading it; the extender goes by its own --stale-after)", bounds=flags.Range(1, 7 * 86400))
     add_flag(parser, "--annotation-refresh", 90.0,
              "also re-write unchanged annotations this often (seconds) for extenders older than the Lease, "
              "which judge freshness from the report alone; keep it below their --stale-after; "
-             "0 once every extender reads Leases (annotations are then written only on change)")
+             "0 once every extender reads Leases (annotations are then written only on change)", bounds=flags.OPTIONAL_DURATION)
     add_flag(parser, "--pod-resources-socket", DEFAULT_SOCKET, "kubelet PodResources v1 Unix socket")
     add_flag(parser, "--checkpoint-file", DEFAULT_CHECKPOINT,
              "kubelet device checkpoint; a change triggers a rescan at once ('' to disable)")
-    add_flag(parser, "--checkpoint-poll", 0.5, "seconds between checks of the checkpoint file")
+    add_flag(parser, "--checkpoint-poll", 0.5, "seconds between checks of the checkpoint file", bounds=flags.DURATION)
     add_flag(parser, "--host", "0.0.0.0", "address for /healthz, /readyz, /metrics and /v1/verify")
-    add_flag(parser, "--port", defaults.REPORTER_PORT, "port for the same (the webhook's and verifier's --reporter-port)")
+    add_flag(parser, "--port", defaults.REPORTER_PORT, "port for the same (the webhook's and verifier's --reporter-port)", bounds=flags.PORT)
     flags.add_token_audience(parser, "audience a verifier's service-account token must carry "
                                      "(the webhook's --token-audience)")
     flags.add_topology_file(parser, "read the layout from a file instead of NVML: `nvidia-smi topo -m` output, "
@@ -87,13 +88,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 UsageError = flags.UsageError  # a flag combination or value the reporter cannot work with
 
 def check_args(args: argparse.Namespace) -> None:
-    for flag in ("scan_interval", "heartbeat", "checkpoint_poll", "lease_duration"):
-        if getattr(args, flag) <= 0:
-            raise UsageError(f"--{flag.replace('_', '-')} must be positive")
-    if args.annotation_refresh < 0:
-        raise UsageError("--annotation-refresh must be 0 (off) or positive")
-    if not 0 <= args.port <= 65535:
-        raise UsageError("--port must be 0..65535")
     if not args.dry_run and not args.node_name:
         raise UsageError("--node-name (or NODE_NAME) is required unless --dry-run")
     if args.dry_run and not args.once:
@@ -109,6 +103,11 @@ def layout_source(args: argparse.Namespace) -> LayoutSource:
 def allocation_source(args: argparse.Namespace, client: PodResourcesClient) -> AllocationSource:
     if args.allocated is not None:
         return StaticAllocations(parse_id_list(args.allocated))
+    if args.dry_run and not os.path.exists(args.pod_resources_socket):
+        # Off a GPU node (a laptop, CI) a dry run still shows the report: nothing allocated.
+        log.warning("no kubelet pod-resources socket; the dry run shows every GPU free (--allocated says otherwise)",
+                    extra={"socket": args.pod_resources_socket})
+        return StaticAllocations(())
     return PodResourcesAllocations(client, args.resource_name)
 
 
@@ -177,10 +176,7 @@ def verification_routes(
 async def _api_client(args: argparse.Namespace) -> Any:
     from gpupair import kube  # kubernetes-asyncio takes a while to import; dry runs skip it
 
-    try:
-        return await kube.api_client(args.kubeconfig or None, args.context or None)
-    except kube.KubeConfigError as error:
-        raise UsageError(str(error)) from None
+    return await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
 
 
 async def run_once(args: argparse.Namespace) -> int:

@@ -5,23 +5,23 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
-from gpupair.flags import UsageError, add_log_level, add_topology_file
+from gpupair import limits
+from gpupair.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageError, add_log_level, add_topology_file
 from gpupair.service import add_flag
 from simulator.dra import DEFAULT_DRA_PAIRS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--scenario", "seed", "seed: replay the field report; fleet: many nodes over time; "
-             "replay: a recorded cluster state (--state) pod by pod; fragmentation: on empty nodes, one-GPU pods "
-             "first, then large pods (--small-pods, --large-pods, --large-gpus): how many large pods fit",
-             choices=["seed", "fleet", "replay", "fragmentation"])
+              "replay: a recorded cluster state (--state) pod by pod; fragmentation: on empty nodes, one-GPU pods "
+              "first, then large pods (--small-pods, --large-pods, --large-gpus): how many large pods fit",
+              choices=["seed", "fleet", "replay", "fragmentation"])
     add_flag(parser, "--path", "device-plugin",
              "how the nodes hand out GPUs: device-plugin (kube-scheduler counts GPUs, the plugin on the node picks "
              "them: --configs), dra (a DRA driver publishes them, kube-scheduler's allocator picks the first fit in "
              "ResourceSlice order: --dra-configs), or both, one table each", choices=["device-plugin", "dra", "both"])
-    add_flag(parser, "--seed", 1, "random seed; the same seed gives the same results")
+    add_flag(parser, "--seed", 1, "random seed; the same seed gives the same results", bounds=NON_NEGATIVE)
     add_flag(parser, "--configs", "kube+naive,kube+aligned,gpupair+aligned",
              "comma-separated SCHEDULER+PLUGIN pairs (schedulers: kube = kube-scheduler alone, gpupair = "
              "with gpupair's extender, its holds reconciled with each node's allocation ledger, and its preempt verb, "
@@ -41,33 +41,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "profile: cpu and memory scored, GPUs not), gpu-binpack (NodeResourcesFit MostAllocated with "
              "nvidia.com/gpu), gpu-spread (LeastAllocated with nvidia.com/gpu)")
     add_flag(parser, "--cpu-per-gpu", 0.0, "CPU cores every pod requests per GPU it asks for (0: no CPU request, "
-             "as the seed's pods)")
-    add_flag(parser, "--memory-per-gpu", 0.0, "memory (GiB) every pod requests per GPU (0: no memory request)")
-    add_flag(parser, "--node-cpu", 32.0, "allocatable CPU cores per node")
-    add_flag(parser, "--node-memory", 256.0, "allocatable memory (GiB) per node")
+             "as the seed's pods)", bounds=Range(0, 1024))
+    add_flag(parser, "--memory-per-gpu", 0.0, "memory (GiB) every pod requests per GPU (0: no memory request)", bounds=Range(0, 65536))
+    add_flag(parser, "--node-cpu", 32.0, "allocatable CPU cores per node", bounds=Range(0, 65536, low_open=True))
+    add_flag(parser, "--node-memory", 256.0, "allocatable memory (GiB) per node", bounds=Range(0, 1 << 20, low_open=True))
     add_flag(parser, "--plugin-deviation", 0.0,
              "chance (0-1) that the simulated device plugin grants another set than its policy picks (and the "
              "extender planned): another valid set of the node's free GPUs, as tight (as few NUMA nodes) as the "
-             "policy's; models a plugin whose policy or tie-breaking differs from --policy")
+             "policy's; models a plugin whose policy or tie-breaking differs from --policy", bounds=SHARE)
     add_flag(parser, "--pinned-share", 0.0,
              "share (0-1) of pods created with spec.nodeName already set (DaemonSets, pinned pods, other "
              "schedulers): seed: of the background 1-GPU pods; fleet: of all arrivals, put on a node they fit by "
-             "count. The extender sees them only through its pod watch")
+             "count. The extender sees them only through its pod watch", bounds=SHARE)
     add_flag(parser, "--reservation-ttl", 120.0,
              "seconds of simulated time after which a hold nothing ended expires, as the extender's flag "
-             "(fleet: 60 s per step); what bounds gpupair-legacy's wrong guesses")
+             "(fleet: 60 s per step); what bounds gpupair-legacy's wrong guesses", bounds=DURATION)
     add_flag(parser, "--high-priority-share", 0.0,
              "fleet scenario: share (0-1) of arrivals at a high priority that may preempt the others when they fit "
              "no node (kube-scheduler's default preemption; with gpupair, its preempt verb first judges the "
              "victims; gpupair-nopreempt: the extender without the verb); adds evictions, wasted evictions and the "
-             "high-priority pods' wait to the table")
+             "high-priority pods' wait to the table", bounds=SHARE)
     add_flag(parser, "--intent-mix", "required=1",
              "fleet scenario: placement intents of the pods (gpupair.io/placement) as INTENT=SHARE pairs summing "
              "to 1, e.g. required=0.7,preferred=0.2,none=0.1")
     add_flag(parser, "--nic-share", 0.0,
              "seed and fleet scenarios: share (0-1) of the pods that ask for the network (gpupair.io/nic: required); "
              "fleet: among the sizes the node shape can serve near a NIC. Adds a table of their GDR-capable "
-             "grants (every granted GPU at PXB or closer to a NIC, NCCL's default NCCL_NET_GDR_LEVEL)")
+             "grants (every granted GPU at PXB or closer to a NIC, NCCL's default NCCL_NET_GDR_LEVEL)", bounds=SHARE)
     add_flag(parser, "--nic-level", "PXB", "the network pods' gpupair.io/nic-level: the farthest GPU x NIC link "
              "they accept", choices=["PIX", "PXB", "PHB", "NODE"])
     add_flag(parser, "--nics", "auto",
@@ -79,21 +79,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
                       "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
                       deprecated=("--topology",))
-    add_flag(parser, "--nodes", 0, "number of nodes (default: 4 for seed, 64 for fleet)")
-    add_flag(parser, "--runs", 2, "seed scenario: runs per configuration")
-    add_flag(parser, "--rounds", 10, "seed scenario: rounds per run")
-    add_flag(parser, "--pods-per-round", 2, "seed scenario: pods created together each round")
-    add_flag(parser, "--gpus", 2, "seed scenario: GPUs each pod asks for")
-    add_flag(parser, "--small-pods", 4, "fragmentation scenario: one-GPU pods created first")
-    add_flag(parser, "--large-pods", 8, "fragmentation scenario: large pods created after them")
-    add_flag(parser, "--large-gpus", 4, "fragmentation scenario: GPUs each large pod asks for")
-    add_flag(parser, "--steps", 400, "fleet scenario: time steps")
-    add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step")
+    add_flag(parser, "--nodes", 0, "number of nodes (default: 4 for seed, 64 for fleet)", bounds=Range(0, limits.MAX_NODES))
+    add_flag(parser, "--runs", 2, "seed scenario: runs per configuration", bounds=Range(1, 1000))
+    add_flag(parser, "--rounds", 10, "seed scenario: rounds per run", bounds=Range(1, 10000))
+    add_flag(parser, "--pods-per-round", 2, "seed scenario: pods created together each round", bounds=Range(1, 1000))
+    add_flag(parser, "--gpus", 2, "seed scenario: GPUs each pod asks for", bounds=Range(1, limits.MAX_GPUS))
+    add_flag(parser, "--small-pods", 4, "fragmentation scenario: one-GPU pods created first", bounds=Range(0, 1000))
+    add_flag(parser, "--large-pods", 8, "fragmentation scenario: large pods created after them", bounds=Range(0, 1000))
+    add_flag(parser, "--large-gpus", 4, "fragmentation scenario: GPUs each large pod asks for",
+             bounds=Range(2, limits.MAX_GPUS))
+    add_flag(parser, "--steps", 400, "fleet scenario: time steps", bounds=Range(1, 100_000))
+    add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step", bounds=Range(0, 1000, low_open=True))
     add_flag(parser, "--output", "gpupair-simulate.tsv",
-             "TSV path: the summary table as <stem>.summary.tsv; seed scenario: also one file per "
-             "configuration, named <stem>.<configuration>.tsv")
-    add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here")
-    add_flag(parser, "--plot", "", "draw the comparison into this PNG file")
+             "TSV path (.tsv): the summary table as <stem>.summary.tsv; seed scenario: also one file per "
+             "configuration, named <stem>.<profile>.<configuration>.tsv")
+    add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here (.jsonl or .json)")
+    add_flag(parser, "--plot", "", "draw the comparison into this PNG file (.png; needs the plot extra, matplotlib)")
     add_flag(parser, "--progress", True, "show a progress bar on stderr when it is a terminal")
     add_log_level(parser)
 
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from gpupair.layout_file import read_layout
+    from gpupair.outputs import check_output
     from simulator import output
     from simulator.configs import DEFAULT_PAIRS, DEVICE_PLUGIN, DRA, NIC_PAIRS, parse_configs, parse_paths
     from simulator.fleet import FleetScenario, run_fleet
@@ -130,18 +132,20 @@ def run(args: argparse.Namespace) -> int:
         if args.scenario != "fleet" and mix != PodMix():
             raise ValueError("--high-priority-share and --intent-mix apply to --scenario fleet only")
         resources.update(_network(args, layout))
-        for flag in ("small_pods", "large_pods", "large_gpus"):
-            if getattr(args, flag) < (2 if flag == "large_gpus" else 0):
-                raise ValueError(f"--{flag.replace('_', '-')}: must be at least {2 if flag == 'large_gpus' else 0}, "
-                                 f"not {getattr(args, flag)}")
     except ValueError as exc:  # LayoutFileError is one
         raise UsageError(str(exc)) from None
+    # Every output is checked before a run that takes seconds: the path printed is the path written.
+    tsv = check_output(args.output, "--output", (".tsv",))
+    verdicts = check_output(args.verdicts, "--verdicts", (".jsonl", ".json")) if args.verdicts else None
+    plot = check_output(args.plot, "--plot", (".png",)) if args.plot else None
+    if plot is not None:
+        output.check_plotting()
 
     network = {key: resources.pop(key) for key in ("nics", "nic_share", "nic_level")}
     if args.scenario == "replay":
         return _replay(args, configs, layout)
     if args.scenario == "fragmentation":
-        return _fragmentation(args, by_path, layout, resources)
+        return _fragmentation(args, by_path, layout, resources, tsv)
 
     if args.scenario == "seed":
         scenario = SeedScenario(
@@ -159,14 +163,9 @@ def run(args: argparse.Namespace) -> int:
                 for path, group in by_path.items() if group}
         bar.close()
         results = [result for group in runs.values() for result in group]
-        try:
-            written = output.write_tsv(Path(args.output), results)
-            summaries = [output.write_summary(Path(args.output), output.seed_table(group), _summary_part(path))
-                         for path, group in runs.items()]
-        except OSError as exc:  # an image's read-only working directory, say
-            print(f"gpupair simulate: cannot write the TSV: {exc}; run it where you can write, or pass --output",
-                  file=sys.stderr)
-            return 1
+        written = output.write_tsv(tsv, results)
+        summaries = [output.write_summary(tsv, output.seed_table(group), _summary_part(path))
+                     for path, group in runs.items()]
         print(f"{scenario.nodes} nodes x {layout.size} GPUs; {scenario.runs} runs x {scenario.rounds} rounds x "
               f"{scenario.pods_per_round} pods x {scenario.gpus_per_pod} GPUs per configuration; "
               f"{_describe(resources)}{_describe_network(network, layout.size)}; seed {args.seed}")
@@ -174,14 +173,14 @@ def run(args: argparse.Namespace) -> int:
             _heading(path, len(runs))
             print(output.seed_summary(group))
         if scenario.nic_share:
-            summaries += _network_tables(args, runs, output.nic_seed_table)
+            summaries += _network_tables(tsv, runs, output.nic_seed_table)
         print("TSV: " + ", ".join(map(str, summaries)) + ", " + ", ".join(str(p) for p in written))
-        if args.verdicts:
-            output.write_verdicts(Path(args.verdicts), results)
-            print(f"verdict annotations: {args.verdicts}")
-        if args.plot:
-            output.plot_seed(Path(args.plot), results)
-            print(f"plot: {args.plot}")
+        if verdicts is not None:
+            output.write_verdicts(verdicts, results)
+            print(f"verdict annotations: {verdicts}")
+        if plot is not None:
+            output.plot_seed(plot, results)
+            print(f"plot: {plot}")
         return 0
 
     scenario = FleetScenario(nodes=args.nodes or 64, steps=args.steps, arrivals_per_step=args.arrivals, mix=mix,
@@ -201,20 +200,20 @@ def run(args: argparse.Namespace) -> int:
     for path, group in runs.items():
         _heading(path, len(runs))
         print(output.fleet_summary(group))
-        written.append(output.write_summary(Path(args.output), output.fleet_table(group), _summary_part(path)))
+        written.append(output.write_summary(tsv, output.fleet_table(group), _summary_part(path)))
     if scenario.nic_share:
-        written += _network_tables(args, runs, output.nic_fleet_table)
+        written += _network_tables(tsv, runs, output.nic_fleet_table)
     preemption = mix.high_priority_share > 0
     if preemption:
         for path, group in runs.items():
             print("\npreemption (high-priority pods)" + (", DRA path:" if path == DRA else ":"))
             print(output.preemption_summary(group))
-            written.append(output.write_summary(Path(args.output), output.preemption_table(group),
+            written.append(output.write_summary(tsv, output.preemption_table(group),
                                                 "dra.preemption" if path == DRA else "preemption"))
     print("TSV: " + ", ".join(map(str, written)))
-    if args.plot:
-        output.plot_fleet(Path(args.plot), fleet, preemption)
-        print(f"plot: {args.plot}")
+    if plot is not None:
+        output.plot_fleet(plot, fleet, preemption)
+        print(f"plot: {plot}")
     return 0
 
 
@@ -246,7 +245,7 @@ def _network(args: argparse.Namespace, layout) -> dict:
     return {"nics": nics, "nic_share": args.nic_share, "nic_level": args.nic_level}
 
 
-def _network_tables(args: argparse.Namespace, runs: dict, table) -> list[Path]:
+def _network_tables(tsv: Path, runs: dict, table) -> list[Path]:
     """The network pods' table per path, printed and written as ``<stem>.nic.tsv`` (``.dra.nic.tsv``)."""
     from simulator import output
     from simulator.configs import DRA
@@ -255,7 +254,7 @@ def _network_tables(args: argparse.Namespace, runs: dict, table) -> list[Path]:
     for path, group in runs.items():
         print(f"\n{NETWORK_HEADING}" + (", DRA path:" if path == DRA else ":"))
         print(output.text_table(*table(group)))
-        written.append(output.write_summary(Path(args.output), table(group), "dra.nic" if path == DRA else "nic"))
+        written.append(output.write_summary(tsv, table(group), "dra.nic" if path == DRA else "nic"))
     return written
 
 
@@ -289,7 +288,7 @@ def _heading(path: str, paths: int) -> None:
               "configuration = SCHEDULER+PLUGIN")
 
 
-def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: dict) -> int:
+def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: dict, tsv: Path) -> int:
     """Small pods, then large ones, on empty nodes, each configuration of each path."""
     from simulator import output
     from simulator.fragmentation import FragmentationScenario, run_fragmentation
@@ -310,7 +309,7 @@ def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: d
     for path, group in runs.items():
         _heading(path, len(runs))
         print(output.fragmentation_summary(group))
-        written.append(output.write_summary(Path(args.output), output.fragmentation_table(group),
+        written.append(output.write_summary(tsv, output.fragmentation_table(group),
                                             f"fragmentation.{_summary_part(path)}"))
     print("TSV: " + ", ".join(map(str, written)))
     return 0
@@ -318,11 +317,6 @@ def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: d
 
 def _resources(args: argparse.Namespace) -> dict:
     """Pods' cpu/memory requests and nodes' allocatable, in kube-scheduler's units (millicores, bytes)."""
-    for flag in ("cpu_per_gpu", "memory_per_gpu", "node_cpu", "node_memory"):
-        if getattr(args, flag) < 0:
-            raise ValueError(f"--{flag.replace('_', '-')} must not be negative")
-    if args.node_cpu == 0 or args.node_memory == 0:
-        raise ValueError("--node-cpu and --node-memory must be positive")
     from simulator.kube_scoring import PerGpu
 
     return {

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpupair.flags import UsageError
+from gpupair.outputs import atomic_write, write_text
 from gpupair.verdict import TSV_HEADER
 from simulator.configs import split_name
 from simulator.fleet import FleetResult
@@ -17,18 +19,15 @@ def write_tsv(path: Path, results: Sequence[ConfigResult]) -> list[Path]:
     """One TSV per configuration, in the seed's columns: ``<stem>.<profile>.<scheduler>+<plugin>.tsv``."""
     written = []
     for result in results:
-        target = path.with_name(f"{path.stem}.{result.config}{path.suffix or '.tsv'}")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = path.with_name(f"{path.stem}.{result.config}{path.suffix}")
         lines = ["\t".join(TSV_HEADER)] + [sample.tsv_row() for sample in result.samples]
-        target.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        written.append(target)
+        written.append(write_text(target, "\n".join(lines) + "\n"))
     return written
 
 
 def write_verdicts(path: Path, results: Sequence[ConfigResult]) -> None:
     """Per pod, the annotations gpupair's verifier would set on it (JSON lines)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
+    with atomic_write(path) as out:
         for result in results:
             for sample in result.granted:
                 entry = {"config": result.config, "pod": sample.pod, "node": sample.node}
@@ -39,11 +38,8 @@ def write_verdicts(path: Path, results: Sequence[ConfigResult]) -> None:
 def write_summary(path: Path, table: tuple[Sequence[str], Sequence[Sequence[object]]], part: str = "summary") -> Path:
     """A summary table as TSV: ``<stem>.<part>.tsv``."""
     header, rows = table
-    target = path.with_name(f"{path.stem}.{part}{path.suffix or '.tsv'}")
-    target.parent.mkdir(parents=True, exist_ok=True)
     lines = ["\t".join(header)] + ["\t".join(str(c) for c in row) for row in rows]
-    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return target
+    return write_text(path.with_name(f"{path.stem}.{part}{path.suffix}"), "\n".join(lines) + "\n")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -154,6 +150,14 @@ def preemption_summary(results: Sequence[FleetResult]) -> str:
     return _table(*preemption_table(results))
 
 
+def check_plotting() -> None:
+    """Before the run: --plot needs the plot extra."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot: needs matplotlib, which is not installed: pip install 'gpupair[plot]'") from None
+
+
 def plot_seed(path: Path, results: Sequence[ConfigResult]) -> None:
     import matplotlib
 
@@ -216,8 +220,8 @@ def _finish(fig, axes, path: Path) -> None:
         bottom, top = axis.get_ylim()
         axis.set_ylim(0, max(top, 1))  # counts are never negative, even when all are zero
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    with atomic_write(path, binary=True) as out:
+        fig.savefig(out, format="png", dpi=100)
 
 
 def fragmentation_table(results: Sequence[FragmentationResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:

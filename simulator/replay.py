@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpupair.layout import NodeLayout
+from gpupair.wire import explain
 from simulator.cluster import Cluster, SimNode
 from simulator.kube_scoring import PodRequest, Profile
 from simulator.schedulers import KubeScheduler
@@ -70,11 +71,24 @@ class StateError(ValueError):
     pass
 
 
+MAX_STATE_BYTES = 16 * 1024 * 1024  # recorded states are kilobytes
+
+
 def load_state(path: str | Path) -> RecordedState:
     try:
-        state = RecordedState.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, ValidationError) as exc:
-        raise StateError(f"recorded state {path}: {exc}") from None
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_STATE_BYTES + 1)
+        if len(raw) > MAX_STATE_BYTES:
+            raise StateError(f"recorded state {path}: larger than {MAX_STATE_BYTES // 2**20} MiB")
+        state = RecordedState.model_validate(json.loads(raw.decode("utf-8")))
+    except OSError as exc:
+        raise StateError(f"recorded state {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise StateError(f"recorded state {path}: not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise StateError(f"recorded state {path}: not JSON: {exc}") from None
+    except ValidationError as exc:
+        raise StateError(f"recorded state {path}: {explain(exc)}") from None
     if state.recorded is not None and len(state.recorded) != len(state.pod_requests()):
         raise StateError(f"recorded state {path}: {len(state.recorded)} recorded picks for "
                          f"{len(state.pod_requests())} pods")

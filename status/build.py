@@ -225,10 +225,24 @@ def _largest(numa: list[NumaView]) -> CloseSet:
 
 
 def fragmentation(nodes: Iterable[NodeView], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
-    """Nodes with a fresh report able to take k GPUs on one NUMA node now. GPUs reserved on
-    unknown devices are taken out of the largest free set: the worst case, as they may land there."""
-    room = [n.largestFree.gpus - n.reserved.unplaced for n in nodes if n.state == "fresh" and n.largestFree]
-    return [FragmentationRow(gpus=k, nodes=sum(1 for r in room if r >= k)) for k in sizes]
+    """Nodes with a fresh report that the extender would let a k-GPU pod onto now: k free on one
+    NUMA node, or, for a k larger than a NUMA node, within the fewest NUMA nodes the hardware
+    allows (gpupair.placement.fit). GPUs reserved on unknown devices are taken from the NUMA
+    nodes with the most free, one at a time: the worst case, as they may land there."""
+    fresh = [n for n in nodes if n.state == "fresh" and n.numa]
+    return [FragmentationRow(gpus=k, nodes=sum(1 for n in fresh if _accepts(n, k))) for k in sizes]
+
+
+def _accepts(node: NodeView, k: int) -> bool:
+    sizes = sorted((len(n.devices) for n in node.numa), reverse=True)
+    needed = next((m for m in range(1, len(sizes) + 1) if sum(sizes[:m]) >= k), None)
+    if needed is None:
+        return False  # more GPUs than the node has
+    free = [sum(d.state == "free" for d in n.devices) for n in node.numa]
+    for _ in range(node.reserved.unplaced):
+        fullest = max(range(len(free)), key=free.__getitem__)
+        free[fullest] = max(0, free[fullest] - 1)
+    return sum(sorted(free, reverse=True)[:needed]) >= k
 
 
 def _counts(nodes: list[NodeView]) -> NodeCounts:

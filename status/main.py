@@ -2,8 +2,9 @@
 then the cluster summary (fragmentation, pending GPU pods with the scheduler's last reason,
 recent FAIL verdicts).
 
-Exit status: 0 shown (possibly partial: what could not be listed is named); 2 it could not run
-(bad flags, no cluster configuration, nodes not listable).
+Exit status: 0 shown (possibly partial: what could not be listed is named); 1 the cluster could
+not be asked (the API server unreachable, nodes not listable); 2 it could not start (bad flags, no
+or bad kubeconfig); 130 interrupted before it showed anything (--watch: at any time).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
-from gpupair.flags import UsageError, add_dra_driver, add_kube_flags, add_log_level, add_resource_name
+from gpupair.flags import DURATION, Failure, Range, UsageError, add_dra_driver, add_kube_flags, add_log_level, add_resource_name
 from gpupair.service import add_flag
 
-EXIT_OK, EXIT_ERROR = 0, 2
+EXIT_OK = 0  # 1, 2 and 130: from gpupair.cli
 OUTPUTS = ("text", "wide", "json")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: a redraw in place
 
@@ -36,15 +37,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", dest="namespace", default=argparse.SUPPRESS, help="same as --namespace")
     add_flag(parser, "--watch", False, "redraw every --interval seconds until interrupted")
     parser.add_argument("-w", dest="watch", action="store_true", default=argparse.SUPPRESS, help="same as --watch")
-    add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch")
+    add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch", bounds=DURATION)
     add_flag(parser, "--stale-after", 300.0, "a report older than this many seconds is stale (the extender's "
-                                             "--stale-after)")
+                                             "--stale-after)", bounds=DURATION)
     add_flag(parser, "--lease-namespace", "gpupair-system",
              "namespace of the reporters' node Leases, a heartbeat newer than the report ('' to skip)")
-    add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list")
+    add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list", bounds=Range(0, 1000))
     add_resource_name(parser)
     add_dra_driver(parser, "nodes it publishes are shown from their ResourceSlices and claims, marked DRA ('' to skip)")
-    add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take")
+    add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take", bounds=DURATION)
     add_flag(parser, "--now", "", "judge ages as of this RFC 3339 time instead of the clock (reproducible output)")
     add_kube_flags(parser)
     add_log_level(parser)
@@ -58,30 +59,17 @@ def run(args: argparse.Namespace) -> int:
         fixed_now = parse_time(args.now)
         if fixed_now is None:
             raise UsageError(f"--now {args.now!r} is not an RFC 3339 time with a zone")
-    for flag, value in (("--interval", args.interval), ("--stale-after", args.stale_after),
-                        ("--request-timeout", args.request_timeout)):
-        if not value > 0:
-            raise UsageError(f"{flag} must be positive, got {value}")
-    if args.fails < 0:
-        raise UsageError(f"--fails must be 0 or more, got {args.fails}")
-    try:
-        return asyncio.run(_status(args, fixed_now, sys.stdout))
-    except KeyboardInterrupt:
-        return EXIT_OK
+    return asyncio.run(_status(args, fixed_now, sys.stdout))
 
 
 async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: TextIO) -> int:
-    from gpupair.kube import KubeConfigError, api_client, describe_error
+    from gpupair.kube import api_client, describe_error
     from status.build import LayoutCache, Options, build
     from status.fetch import NodesNotVisible, list_cluster
 
     options = Options(stale_after=args.stale_after, resource=args.resource_name, fails=args.fails)
     layouts = LayoutCache()
-    try:
-        api = await api_client(args.kubeconfig or None, args.context or None)
-    except KubeConfigError as exc:
-        print(f"gpupair status: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    api = await api_client(args.kubeconfig or None, args.context or None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -95,16 +83,11 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
                                                      args.lease_namespace, args.dra_driver)
                         view = build(listing, fixed_now or datetime.now(timezone.utc), options, layouts)
                         frame = _format(view, args.output)
-                except NodesNotVisible as exc:
+                except Exception as exc:  # nodes not listable, an unreachable apiserver, a broken proxy, ...
+                    why = str(exc) if isinstance(exc, NodesNotVisible) else describe_error(exc)
                     if not args.watch:
-                        print(f"gpupair status: {exc}", file=sys.stderr)
-                        return EXIT_ERROR
-                    _show(out, f"gpupair status: {exc}\n", redraw)
-                except Exception as exc:  # an unreachable apiserver, a broken proxy, ...
-                    if not args.watch:
-                        print(f"gpupair status: {describe_error(exc)}", file=sys.stderr)
-                        return EXIT_ERROR
-                    _show(out, f"gpupair status: {describe_error(exc)}\n", redraw)
+                        raise Failure(why) from None  # one line, exit 1
+                    _show(out, f"gpupair status: {why}\n", redraw)
                 else:
                     _show(out, frame, redraw)
                 if not args.watch:

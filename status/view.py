@@ -66,8 +66,9 @@ class NodeView(_View):
 
 class FragmentationRow(_View):
     gpus: int
-    nodes: int = Field(description="nodes with a fresh report that can take a pod of this many GPUs on one "
-                                   "NUMA node now (reservations whose devices are unknown counted against it)")
+    nodes: int = Field(description="nodes with a fresh report that the extender would let a pod of this many GPUs "
+                                   "onto now: on one NUMA node, or for more GPUs than a NUMA node has, within the "
+                                   "fewest NUMA nodes (reservations whose devices are unknown counted against it)")
 
 
 class NodeCounts(_View):

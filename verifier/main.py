@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 
-from gpupair.flags import UsageError, add_reporter_port, add_token_audience, add_topology_file
+from gpupair.flags import DURATION, UsageError, add_reporter_port, add_token_audience, add_topology_file
 from gpupair.service import add_common_flags, add_flag
 
 DEFAULT_TOKEN_PATH = "/var/run/secrets/gpupair.io/serviceaccount/token"
@@ -47,9 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_reporter_port(parser)
     add_flag(parser, "--token-path", DEFAULT_TOKEN_PATH, "projected service-account token (for --token-audience)")
     add_token_audience(parser, "audience the token must carry (the webhook sets it to its own --token-audience)")
-    add_flag(parser, "--timeout", 10.0, "seconds to wait for one answer")
-    add_flag(parser, "--initial-backoff", 1.0, "first retry delay in seconds; doubles up to --max-backoff")
-    add_flag(parser, "--max-backoff", 60.0, "longest retry delay in seconds")
+    add_flag(parser, "--timeout", 10.0, "seconds to wait for one answer", bounds=DURATION)
+    add_flag(parser, "--initial-backoff", 1.0, "first retry delay in seconds; doubles up to --max-backoff", bounds=DURATION)
+    add_flag(parser, "--max-backoff", 60.0, "longest retry delay in seconds", bounds=DURATION)
     # the dry-run flags read no variable before the contract: nothing old to keep
     add_flag(parser, "--dry-run", False,
              "print the annotations a device set would get, from --topology-file and --devices; no network",
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     def stop(signum, frame):
         raise _Stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)  # the kubelet stopping the sidecar: exit 0
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C: KeyboardInterrupt, exit 130 (gpupair.cli)
     try:
         answer = _verify_until_answered(args)
         print(answer["tsvRow"], flush=True)

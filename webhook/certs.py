@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpupair.flags import UsageError, add_kube_flags
+from gpupair.flags import Range, UsageError, add_kube_flags
 from gpupair.service import add_common_flags, add_flag
 
 log = logging.getLogger("gpupair.certs")
@@ -297,8 +297,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--secret", "gpupair-webhook-tls", "kubernetes.io/tls Secret to create or keep")
     add_flag(parser, "--webhook-config", "gpupair-webhook",
              "MutatingWebhookConfiguration whose webhooks get the CA as caBundle")
-    add_flag(parser, "--days", 365, "validity of a new CA and certificate, in days")
-    add_flag(parser, "--renew-within-days", 30, "re-issue a certificate that expires within this many days")
+    add_flag(parser, "--days", 365, "validity of a new CA and certificate, in days", bounds=Range(1, 36500))
+    add_flag(parser, "--renew-within-days", 30, "re-issue a certificate that expires within this many days", bounds=Range(0, 36500))
     add_kube_flags(parser)
     add_common_flags(parser)
 
@@ -309,24 +309,17 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.service import setup_logging
 
     setup_logging(args.log_level)
-    if args.days < 1:
-        raise UsageError("--days must be at least 1")
-    if not 0 <= args.renew_within_days < args.days:
-        raise UsageError("--renew-within-days must be at least 0 and less than --days")
+    if args.renew_within_days >= args.days:
+        raise UsageError("--renew-within-days: must be less than --days")
     return asyncio.run(_main(args))
 
 
 async def _main(args: argparse.Namespace) -> int:
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from gpupair.kube import KubeConfigError, api_client
+    from gpupair.kube import api_client
 
-    try:
-        api = await api_client(args.kubeconfig or None, args.context or None)
-    except KubeConfigError as exc:
-        log.error(str(exc))
-        return 1
-    async with api:
+    async with await api_client(args.kubeconfig or None, args.context or None) as api:
         try:
             await ensure(api, namespace=args.namespace, service=args.service, secret=args.secret,
                          webhook_config=args.webhook_config, days=args.days,

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from gpupair.flags import (UsageError, add_default_placement, add_reporter_port, add_resource_name, add_tls_flags,
-                           add_token_audience)
+from gpupair import limits
+from gpupair.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
+                           add_tls_flags, add_token_audience)
 from gpupair.service import add_common_flags, add_flag
 from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on")
-    add_flag(parser, "--port", 8443, "HTTPS port for /mutate, /healthz, /readyz, /metrics")
+    add_flag(parser, "--port", 8443, "HTTPS port for /mutate, /healthz, /readyz, /metrics", bounds=PORT)
     add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key",
                   deprecated_cert=("--tls-cert",), deprecated_key=("--tls-key",))
-    add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this")
+    add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--scheduler-name", "",
              "if set, multi-GPU pods that use the default scheduler are given this schedulerName")
     add_flag(parser, "--verifier-image", "ghcr.io/gpupair/gpupair:0.1.0",
@@ -31,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
              old_env=())
     add_flag(parser, "--gpus-per-numa-node", DEFAULT_GPUS_PER_NUMA_NODE,
              "the most GPUs one NUMA node holds: a DRA request for more gets no NUMA constraint "
-             "(no node could honour it; the extender judges it by the fewest NUMA nodes)", old_env=())
+             "(no node could honour it; the extender judges it by the fewest NUMA nodes)", old_env=(),
+             bounds=Range(2, limits.MAX_GPUS))
     add_common_flags(parser)
 
 
@@ -48,15 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from webhook.sidecar import SidecarOptions
 
     setup_logging(args.log_level)
-    if args.min_gpus < 1:
-        raise UsageError("--min-gpus must be at least 1")
-    if not 0 < args.reporter_port < 65536:
-        raise UsageError("--reporter-port must be a TCP port (1-65535)")
     if not args.token_audience:
         raise UsageError("--token-audience must not be empty")
     device_classes = frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip())
-    if args.gpus_per_numa_node < 2:
-        raise UsageError("--gpus-per-numa-node must be at least 2")
     if not (args.tls_cert_file and args.tls_private_key_file):
         raise UsageError("the webhook serves HTTPS only: --tls-cert-file and --tls-private-key-file are required")
     options = InjectOptions(

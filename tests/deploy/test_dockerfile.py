@@ -145,7 +145,7 @@ def test_dependencies_are_a_layer_that_survives_source_changes(stages, tmp_path)
     ops = builder.instructions
     first_install = next(i for i, (op, arg) in enumerate(ops) if op == "RUN" and "--requirement" in arg)
     copied_before = [arg for op, arg in ops[:first_install] if op == "COPY"]
-    assert copied_before == ["pyproject.toml ./"], copied_before
+    assert copied_before == ["pyproject.toml constraints.txt ./"], copied_before
     assert any(op == "COPY" and "gpupair/" in arg for op, arg in ops[first_install:])
     run = ops[first_install][1]
     extract = re.search(r'(python -c "[^"]*")\s*>\s*(\S+)', run)
@@ -155,7 +155,38 @@ def test_dependencies_are_a_layer_that_survives_source_changes(stages, tmp_path)
                             capture_output=True, text=True, timeout=60, check=True).stdout.split()
     wanted = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert listed == wanted and f"--requirement {extract.group(2)}" in run
+    assert "--constraint constraints.txt" in run
 
+
+def test_the_constraints_pin_every_runtime_dependency_and_what_it_needs():
+    """constraints.txt pins the whole closure of [project] dependencies, each pin within its
+    requirement: a dependency added to pyproject.toml without re-running
+    scripts/refresh-constraints.sh fails here. The closure is read from this venv's metadata."""
+    from importlib.metadata import PackageNotFoundError, requires
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not a pin: {line}"
+            pins[canonicalize_name(name)] = version
+    wanted = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    seen: set[str] = set()
+    while wanted:
+        requirement = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        assert name in pins, f"{name} is needed but not pinned: run scripts/refresh-constraints.sh"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (requirement, pins[name])
+        try:
+            wanted += [Requirement(r) for r in requires(requirement.name) or []]
+        except PackageNotFoundError:
+            pass
+    assert len(seen) > 10
 
 def test_final_stage_has_a_working_directory_the_user_owns(stages):
     """`gpupair simulate` writes to the working directory: as uid 65532 in / it could not."""
@@ -410,11 +441,11 @@ def test_simulate_runs_from_the_wheel_as_the_images_user(stages, built):
                                 "-c", "import gpupair; print(gpupair.__file__)"],
                                cwd=home, env=run_env, capture_output=True, text=True, timeout=60, check=True)
         assert where.stdout.startswith(str(site_dir)), where.stdout  # the wheel, not a source tree
-        # Where it cannot write (the old image's cwd was /), it says so instead of a traceback.
+        # Where it cannot write (the old image's cwd was /), it says so before the run, not with a traceback.
         refused = subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", "gpupair",
                                   "simulate", "--runs", "1", "--rounds", "1", "--no-progress"],
                                  cwd=built.src, env=run_env, capture_output=True, text=True, timeout=300)
-        assert refused.returncode == 1 and "cannot write the TSV" in refused.stderr
+        assert refused.returncode == 2 and refused.stderr.startswith("gpupair simulate: error: --output: cannot write in")
         assert "Traceback" not in refused.stderr
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -64,10 +64,10 @@ def test_dry_run_with_uuids_on_a_core_json_layout(tmp_path):
         (["--topology-file", SEED_TOPO, "--allocated", "0,9", "--dry-run"], "does not have: 9"),
         (["--topology-file", SEED_TOPO, "--allocated", SEED_UUIDS[0], "--dry-run"], "use device indices"),
         (["--topology-file", SEED_TOPO, "--allocated", "0", "--once"], "--node-name"),
-        (["--topology-file", SEED_TOPO, "--scan-interval", "0", "--dry-run"], "--scan-interval must be positive"),
-        (["--topology-file", SEED_TOPO, "--annotation-refresh", "-1", "--dry-run"], "--annotation-refresh must be 0"),
+        (["--topology-file", SEED_TOPO, "--scan-interval", "0", "--dry-run"], "--scan-interval: must be above 0"),
+        (["--topology-file", SEED_TOPO, "--annotation-refresh", "-1", "--dry-run"], "--annotation-refresh: must be between 0 and"),
         (["--topology-file", SEED_TOPO, "--allocated", "0", "--once", "--node-name", "n", "--kubeconfig",
-          "/nonexistent"], "cannot load Kubernetes configuration"),
+          "/nonexistent"], "kubeconfig /nonexistent: no such file"),
     ],
 )
 def test_bad_input_is_a_clear_usage_error(args, message):

@@ -134,7 +134,7 @@ def test_pods_requests_change_where_the_default_profile_puts_them():
 def test_unknown_profile_or_negative_request_is_a_clear_error():
     root = Path(__file__).parents[2]
     for args, says in ((("--scheduler-profile", "binpack"), "scheduler profile 'binpack'"),
-                       (("--cpu-per-gpu", "-1"), "--cpu-per-gpu must not be negative"),
+                       (("--cpu-per-gpu", "-1"), "--cpu-per-gpu: must be between 0 and 1024, got -1"),
                        (("--configs", "default+naive,spread+aligned"), "configuration 'spread+aligned'")):
         done = simulate(*args, cwd=root)
         assert done.returncode == 2

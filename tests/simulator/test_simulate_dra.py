@@ -175,9 +175,9 @@ def test_fragmentation_command_and_bad_dra_flags(tmp_path):
     assert rows["kube+claim-numa"][4] == "6" and rows["gpupair+claim-numa"][4] == "7"
     assert "7 large pods fit with the one-GPU pods packed best" in done.stdout
     assert (tmp_path / "f.fragmentation.dra.summary.tsv").exists()
-    for args, says in ((("--path", "rdma"), "argument --path: invalid choice"),
+    for args, says in ((("--path", "rdma"), "--path: invalid choice"),
                        (("--path", "dra", "--dra-configs", "kube+aligned"), "--dra-configs: unknown DRA form"),
-                       (("--scenario", "fragmentation", "--large-gpus", "1"), "--large-gpus: must be at least 2")):
+                       (("--scenario", "fragmentation", "--large-gpus", "1"), "--large-gpus: must be between 2 and 16, got 1")):
         bad = simulate(*args)
         assert bad.returncode == 2, args
         assert "gpupair simulate: error: " in bad.stderr and says in bad.stderr, bad.stderr

@@ -132,9 +132,9 @@ def test_command_compares_the_two_accountings_and_writes_the_summary_tsv(tmp_pat
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--plugin-deviation", "1.5"), "--plugin-deviation must be between 0 and 1"),
-    (("--pinned-share", "-0.1"), "--pinned-share must be between 0 and 1"),
-    (("--reservation-ttl", "0"), "--reservation-ttl must be positive"),
+    (("--plugin-deviation", "1.5"), "--plugin-deviation: must be between 0 and 1, got 1.5"),
+    (("--pinned-share", "-0.1"), "--pinned-share: must be between 0 and 1, got -0.1"),
+    (("--reservation-ttl", "0"), "--reservation-ttl: must be above 0"),
 ])
 def test_bad_interference_is_a_clear_error(args, says):
     done = simulate(*args)

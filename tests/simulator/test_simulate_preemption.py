@@ -170,7 +170,7 @@ def test_fleet_command_reports_preemption_and_draws_its_panels(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--scenario", "fleet", "--high-priority-share", "1.5"), "--high-priority-share must be between 0 and 1"),
+    (("--scenario", "fleet", "--high-priority-share", "1.5"), "--high-priority-share: must be between 0 and 1, got 1.5"),
     (("--scenario", "fleet", "--intent-mix", "required=0.4"), "--intent-mix: the shares must sum to 1"),
     (("--high-priority-share", "0.2"), "apply to --scenario fleet only"),
 ])

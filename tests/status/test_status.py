@@ -157,7 +157,7 @@ async def test_pods_forbidden_leaves_the_nodes_and_says_so(fleet, tmp_path):
 async def test_nodes_not_listable_is_an_error(fleet, tmp_path):
     fleet.fail_next("/api/v1/nodes", 403, message="nodes is forbidden", reason="Forbidden")
     code, out, err = await status(fleet, tmp_path)
-    assert (code, out) == (2, "")
+    assert (code, out) == (1, "")  # a runtime failure: one line, exit 1
     assert err == "gpupair status: cannot list nodes: HTTP 403: nodes is forbidden\n"
 
 
@@ -168,13 +168,13 @@ async def test_no_cluster_configuration_is_an_error(tmp_path):
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert proc.returncode == 2 and out == b""
-    assert b"gpupair status: cannot load Kubernetes configuration" in err
+    assert err == f"gpupair status: error: kubeconfig {tmp_path / 'nope'}: no such file\n".encode()
 
 
 @pytest.mark.parametrize("flags,message", [
     (["--now", "yesterday"], "--now 'yesterday' is not an RFC 3339 time"),
-    (["--interval", "0"], "--interval must be positive"),
-    (["--fails", "-1"], "--fails must be 0 or more"),
+    (["--interval", "0"], "--interval: must be above 0"),
+    (["--fails", "-1"], "--fails: must be between 0 and 1000, got -1"),
 ])
 async def test_bad_flags_are_usage_errors(fleet, tmp_path, flags, message):
     code, out, err = await status(fleet, tmp_path, *flags)
@@ -290,6 +290,19 @@ def test_a_plan_naming_taken_devices_is_only_counted():
     node = build(listing, NOW).nodes[0]
     assert node.reserved.devices == [] and node.reserved.unplaced == 2
     assert [d.state for d in node.numa[0].devices] == ["taken", "taken", "free", "free"]
+
+
+def test_fragmentation_counts_what_the_extender_accepts_for_pods_larger_than_a_numa_node():
+    """No 8-GPU pod fits one 4-GPU NUMA node, yet the extender places one on an empty node
+    within the fewest (two) NUMA nodes: the "8 GPU" column counts that node."""
+    empty = Listing(nodes=[node_with(set(range(8)), 10)], pods=[], events=[])
+    assert [r.nodes for r in build(empty, NOW).summary.fragmentation] == [1, 1, 1, 1]
+    one_taken = Listing(nodes=[node_with(set(range(1, 8)), 10)], pods=[], events=[])
+    assert [r.nodes for r in build(one_taken, NOW).summary.fragmentation] == [1, 1, 1, 0]
+    store = Store()
+    bind(store, "somewhere", "n", 1, bound_ago=1)  # one GPU held on a device nobody has named yet
+    held = Listing(nodes=[node_with(set(range(8)), 10)], pods=store.items("pods"), events=[])
+    assert [r.nodes for r in build(held, NOW).summary.fragmentation] == [1, 1, 1, 0]
 
 
 def test_fragmentation_counts_fresh_nodes_and_unknown_reservations_against_them():

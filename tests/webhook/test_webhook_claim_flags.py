@@ -30,4 +30,5 @@ def test_the_variables_set_them(monkeypatch):
 def test_a_numa_node_of_one_gpu_is_a_usage_error():
     done = gpupair("webhook", "--gpus-per-numa-node", "1")
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == "gpupair webhook: error: --gpus-per-numa-node must be at least 2"
+    assert done.stderr.strip().splitlines()[-1] == \
+        "gpupair webhook: error: --gpus-per-numa-node: must be between 2 and 16, got 1"
