@@ -117,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
     from simulator.workload import PodMix, parse_intent_mix
 
     try:
-        if not 0.0 <= args.nic_share <= 1.0:
-            raise ValueError(f"--nic-share: must be between 0 and 1, not {args.nic_share:g}")
         if args.nic_share and args.configs == DEFAULT_PAIRS:
             args.configs = NIC_PAIRS
         paths = parse_paths(args.path)
