@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpupair import dra
+from gpupair import dra, links
 from gpupair import report as codec
 from gpupair.dra_picture import Allocation, PictureError, allocation_of, build as build_picture
 from gpupair.layout import NodeLayout
@@ -214,8 +214,27 @@ def _numa_views(decoded: codec.NodeReport, held: Reservation) -> list[NumaView]:
             return "reserved"
         return "free" if index in decoded.state.free else "taken"
 
-    return [NumaView(numa=numa_label(numa), devices=[DeviceView(index=i, state=state(i)) for i in members])
+    nics = nics_by_numa(decoded)
+    return [NumaView(numa=numa_label(numa), devices=[DeviceView(index=i, state=state(i)) for i in members],
+                     nics=None if nics is None else nics.get(numa, []))
             for numa, members in decoded.layout.numa_nodes.items()]
+
+
+def nics_by_numa(decoded: codec.NodeReport) -> dict[int, list[str]] | None:
+    """NUMA node -> the names of its RDMA NICs: a NIC's own numaNode, else the NUMA node of the
+    GPU it is closest to, unless that is SYS away (then it is on no GPU's NUMA node)."""
+    if decoded.nics is None:
+        return None
+    layout, out = decoded.layout, {}
+    for column, nic in enumerate(decoded.nics.nics):
+        numa = nic.numa_node if nic.numa_node >= 0 else None
+        if numa is None:
+            row = min(range(layout.size), key=lambda g: links.distance(decoded.nics.links[g][column]), default=None)
+            if row is not None and decoded.nics.links[row][column] != "SYS":
+                numa = layout.numa_of(row)
+        if numa is not None:
+            out.setdefault(numa, []).append(nic.name)
+    return out
 
 
 def _largest(numa: list[NumaView]) -> CloseSet:

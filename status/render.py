@@ -31,6 +31,13 @@ def free_map(node: NodeView) -> str:
     return "  ".join(f"{n.numa} {''.join(GLYPHS[d.state] for d in n.devices)}" for n in node.numa)
 
 
+def nic_map(node: NodeView) -> str:
+    """``NUMA0 mlx5_0,mlx5_1  NUMA1 -``; ``-`` where the node's reporter publishes no NICs."""
+    if not node.numa or all(n.nics is None for n in node.numa):
+        return "-"
+    return "  ".join(f"{n.numa} {','.join(n.nics) or '-'}" for n in node.numa)
+
+
 def _free(node: NodeView) -> str:
     if not node.numa:
         return "-"
@@ -70,14 +77,14 @@ def render_text(view: StatusView, wide: bool = False) -> str:
     now = view.generatedAt
     header = ["NODE", "STATE", "AGE", "FREE", "MAP", "LARGEST"]
     if wide:
-        header += ["GEN", "SOURCE", "RESERVED FROM"]
+        header += ["GEN", "SOURCE", "RESERVED FROM", "NICS"]
     header.append("NOTE")
     rows = []
     for node in view.nodes:
         row = [node.name, node.state, age(node.ageSeconds), _free(node), free_map(node), _largest(node)]
         if wide:
             row += ["-" if node.generation is None else str(node.generation), node.heartbeatSource or "-",
-                    node.reserved.basis or "-"]
+                    node.reserved.basis or "-", nic_map(node)]
         row.append(_note(node, wide))
         rows.append(row)
     lines = table(header, rows) if rows else ["no GPU nodes (none has nvidia.com/gpu allocatable or a gpupair report)"]

@@ -28,6 +28,9 @@ class DeviceView(_View):
 class NumaView(_View):
     numa: str = Field(description="NUMA0, NUMA1...; NUMA?0 for a group inferred from SYS links")
     devices: list[DeviceView]
+    nics: list[str] | None = Field(default=None, description=(
+        "the RDMA NICs on this NUMA node (their own numaNode, else that of the GPU they are closest to, "
+        "short of SYS), from gpupair.io/nics; null where the node's reporter publishes none"))
 
 
 class CloseSet(_View):

@@ -348,3 +348,26 @@ async def test_dra_nodes_show_the_same_map_marked_dra(tmp_path):
                if name != "dra-node-5")
     assert " invalid " in lines["dra-node-5"] and "no resource.kubernetes.io/numaNode attribute" in lines["dra-node-5"]
     assert "dra-node" not in skipped  # without the driver these nodes have no GPUs to show
+
+
+async def test_wide_shows_each_numa_nodes_nics(tmp_path):
+    from gpupair import nics
+    from gpupair.report import TOPOLOGY_KEY, encode_annotations, fingerprint
+    from tests.layouts import seed_layout
+
+    lopsided = nics.NicLayout(nics=(nics.Nic("mlx5_bond_0"),),  # no numaNode: placed by its nearest GPU
+                              links=tuple((("PIX",) if g < 4 else ("SYS",)) for g in range(8)))
+    annotations = encode_annotations(seed_layout("GPU-n"), frozenset(range(8)), 1, NOW)
+    annotations[nics.NICS_KEY] = nics.encode_nics(lopsided, fingerprint(annotations[TOPOLOGY_KEY]))
+    store = Store()
+    store.create("nodes", make_node("gpu-nic", annotations=annotations))
+    store.create("nodes", make_node("gpu-old", annotations=encode_annotations(seed_layout("GPU-o"), frozenset(), 1, NOW)))
+    async with running_kube_double(store) as double:
+        code, out, err = await status(double, tmp_path, "-o", "wide")
+        _, as_json, _ = await status(double, tmp_path, "-o", "json")
+    assert (code, err) == (0, "")
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("gpu-")}
+    assert "NUMA0 mlx5_bond_0  NUMA1 -" in lines["gpu-nic"]
+    nodes = {n["name"]: n for n in json.loads(as_json)["nodes"]}
+    assert [n["nics"] for n in nodes["gpu-nic"]["numa"]] == [["mlx5_bond_0"], []]
+    assert [n["nics"] for n in nodes["gpu-old"]["numa"]] == [None, None]
