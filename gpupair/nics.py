@@ -1,7 +1,7 @@
 """The network cards next to a node's GPUs: which RDMA NICs there are, and each GPU x NIC link.
 
 NCCL moves a multi-node job's gradients GPU-to-NIC directly (GPUDirect RDMA) only when the NIC
-is close on PCIe (NCCL_NET_GDR_LEVEL, PHB by default); otherwise every byte is staged through
+is close on PCIe (NCCL_NET_GDR_LEVEL; PXB in ncclTopoCheckGdr without it); otherwise every byte is staged through
 host memory. So a NIC is described by where it sits, as a GPU is, and each GPU x NIC pair gets
 a link class in nvidia-smi's vocabulary (``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``).
 
