@@ -51,8 +51,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
-    from audit.manifest import PodTemplate
-    from audit.runner import AuditPlan
+    from gpupair.audit.manifest import PodTemplate
+    from gpupair.audit.runner import AuditPlan
 
     try:
         plan = AuditPlan(
@@ -90,9 +90,9 @@ def _run(args: argparse.Namespace, plan, path: Path) -> int:
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from audit.runner import AuditError
-    from audit.sample import Sample, tsv_header
-    from audit.summary import format_summary, summarize, verdict_line
+    from gpupair.audit.runner import AuditError
+    from gpupair.audit.sample import Sample, tsv_header
+    from gpupair.audit.summary import format_summary, summarize, verdict_line
     from gpupair.cli import describe
 
     samples: list[Sample] = []
@@ -141,7 +141,7 @@ async def _audit(args: argparse.Namespace, plan, record, bar) -> bool:
     """Run the audit; True when Ctrl-C or SIGTERM stopped it (after its pods were deleted)."""
     from gpupair.kube import api_client
 
-    from audit.runner import Auditor
+    from gpupair.audit.runner import Auditor
 
     task = asyncio.current_task()
     assert task is not None

@@ -27,8 +27,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpupair.layout import NodeLayout
 from gpupair.report import TOPOLOGY_KEY, ReportError, decode_layout
 
-from audit.manifest import CONTAINER, PodTemplate, pod_manifest, pod_name, round_selector, run_selector
-from audit.sample import FINISHED_PHASES, Sample, decide, from_annotations
+from gpupair.audit.manifest import CONTAINER, PodTemplate, pod_manifest, pod_name, round_selector, run_selector
+from gpupair.audit.sample import FINISHED_PHASES, Sample, decide, from_annotations
 
 log = logging.getLogger("gpupair.audit")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gpupair import verdict as verdicts
 from gpupair.layout import NodeLayout
 
-from audit.pod_log import UNKNOWN, LogParseError, classify_log
+from gpupair.audit.pod_log import UNKNOWN, LogParseError, classify_log
 
 FAIL_TIMEOUT = "FAIL_TIMEOUT"
 RESULTS = (verdicts.PASS, verdicts.FAIL, verdicts.FAIL_PARSE, FAIL_TIMEOUT)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gpupair import links
 
-from audit.sample import FAIL_TIMEOUT, RESULTS, Sample
+from gpupair.audit.sample import FAIL_TIMEOUT, RESULTS, Sample
 
 UNSCHEDULED = "(unscheduled)"
 TOTAL = "all nodes"

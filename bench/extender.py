@@ -92,9 +92,9 @@ def bodies(nodes: list[dict], mode: str) -> bytes:
 def _serve_extender(port: int, count: int) -> None:
     from aiohttp import web
 
-    from extender.app import assemble, build_app
+    from gpupair.extender.app import assemble, build_app
     from gpupair.decisions import Decider
-    from extender.main import freeze_long_lived
+    from gpupair.extender.main import freeze_long_lived
 
     extender = assemble(decider=Decider(), resource="nvidia.com/gpu", api=None, stale_after=300.0, node_cache=True)
     extender.node_cache.replace(cluster(count))  # what the node list+watch would hold

@@ -26,7 +26,7 @@ from gpupair.decisions import Decider, NodeView  # noqa: E402
 from gpupair import policies  # noqa: E402
 from gpupair.limits import MAX_GPUS  # noqa: E402
 from gpupair.layout import Device, NodeLayout, NodeState  # noqa: E402
-from simulator.shapes import seed_layout  # noqa: E402
+from gpupair.simulator.shapes import seed_layout  # noqa: E402
 
 
 def sixteen_gpu_layout() -> NodeLayout:

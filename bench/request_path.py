@@ -125,10 +125,10 @@ def _serve_aiohttp_floor(port: int) -> None:
 def _stub_decisions(extender) -> None:
     """Every node passes, every score is 0, every bind plans GPUs 0 and 1: what is left of a
     request is the stack, the wire checks, the metrics, the logs and the Binding."""
-    import extender.app as app
-    from extender.decision_tables import host_priority_json
-    from extender.filter import FilterAnswer
-    from extender.protocol import ExtenderFilterResult
+    import gpupair.extender.app as app
+    from gpupair.extender.decision_tables import host_priority_json
+    from gpupair.extender.filter import FilterAnswer
+    from gpupair.extender.protocol import ExtenderFilterResult
     from gpupair.decisions import NodeDecision
 
     def filter_all(evaluator, args, gpus, intent):
@@ -158,8 +158,8 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
     sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - the process's whole life
     if source:
         sys.path.insert(0, source)
-    from extender.app import assemble, build_app
-    from extender.main import freeze_long_lived
+    from gpupair.extender.app import assemble, build_app
+    from gpupair.extender.main import freeze_long_lived
     from gpupair import kube, service
     from gpupair.decisions import Decider
 

@@ -55,10 +55,10 @@ async def measure(url: str, rounds: int) -> dict[str, list[float]]:
     import orjson
     from kubernetes_asyncio import client as k8s
 
-    from status.build import LayoutCache, Options, build
-    from status.fetch import list_cluster
-    from status.main import paused_gc
-    from status.render import render_text
+    from gpupair.status.build import LayoutCache, Options, build
+    from gpupair.status.fetch import list_cluster
+    from gpupair.status.main import paused_gc
+    from gpupair.status.render import render_text
 
     config = type.__call__(k8s.Configuration)
     config.host = url

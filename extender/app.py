@@ -27,23 +27,23 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from extender.bind import Binder
-from extender.decision_tables import DecisionTables
-from extender.dra_nodes import DraNodes
+from gpupair.extender.bind import Binder
+from gpupair.extender.decision_tables import DecisionTables
+from gpupair.extender.dra_nodes import DraNodes
 from gpupair.decisions import Decider
 from gpupair.defaults import DRA_DRIVER
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
-from extender.evaluation import Evaluator
-from extender.filter import filter_nodes
-from extender.heartbeats import Heartbeats
-from extender.metrics import ExtenderMetrics
-from extender.node_cache import HoldsByReport, NodeCache
-from extender.node_reports import ReportDecoder
-from extender.pod_requests import PodRequests
-from extender.pod_watch import PodWatch
-from extender.preempt import Preempter, unchanged
-from extender.prioritize import prioritize_nodes
-from extender.protocol import (
+from gpupair.extender.evaluation import Evaluator
+from gpupair.extender.filter import filter_nodes
+from gpupair.extender.heartbeats import Heartbeats
+from gpupair.extender.metrics import ExtenderMetrics
+from gpupair.extender.node_cache import HoldsByReport, NodeCache
+from gpupair.extender.node_reports import ReportDecoder
+from gpupair.extender.pod_requests import PodRequests
+from gpupair.extender.pod_watch import PodWatch
+from gpupair.extender.preempt import Preempter, unchanged
+from gpupair.extender.prioritize import prioritize_nodes
+from gpupair.extender.protocol import (
     ExtenderArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,

@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
-from extender.evaluation import Evaluator
-from extender.pod_requests import PodRequests
-from extender.protocol import ExtenderBindingArgs
+from gpupair.extender.evaluation import Evaluator
+from gpupair.extender.pod_requests import PodRequests
+from gpupair.extender.protocol import ExtenderBindingArgs
 from gpupair.reservations import Reservation, Reservations
 from gpupair import kube
 from gpupair.verdict import PLANNED_KEY, format_set

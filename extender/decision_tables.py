@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from gpupair.decisions import Decider, NodeDecision
-from extender.node_reports import ReportEntry
+from gpupair.extender.node_reports import ReportEntry
 from gpupair.reservations import NO_HOLD
 from gpupair.intent import Intent
 

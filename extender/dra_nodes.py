@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair import dra
 from gpupair.defaults import DRA_DRIVER
 from gpupair.dra_picture import Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names

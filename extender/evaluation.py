@@ -18,10 +18,10 @@ from typing import Any
 
 from cachetools import LRUCache, TTLCache
 
-from extender.decision_tables import DecisionTables
+from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decisions import Decider, NodeDecision
-from extender.node_reports import ReportDecoder, ReportEntry
-from extender.protocol import ExtenderArgs
+from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
 from gpupair.intent import Intent, pod_intent
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import filterfalse
 
-from extender.evaluation import Evaluator, Offer
-from extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
+from gpupair.extender.evaluation import Evaluator, Offer
+from gpupair.extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
 from gpupair.decisions import FilterOutcome
 from gpupair.intent import Intent
 

@@ -88,7 +88,7 @@ async def _dra_watches(api, dra, restarts) -> list:
     resource.k8s.io/v1; on a cluster without it no node has a DRA picture."""
     from kubernetes_asyncio import client as k8s
 
-    from extender.list_watch import ListWatch
+    from gpupair.extender.list_watch import ListWatch
     from gpupair import kube
 
     if not await kube.serves(api, "resource.k8s.io", "v1"):
@@ -108,9 +108,9 @@ async def _dra_watches(api, dra, restarts) -> list:
 async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     from kubernetes_asyncio import client as k8s
 
-    from extender.app import assemble, build_app
+    from gpupair.extender.app import assemble, build_app
     from gpupair.decisions import Decider, Unreported
-    from extender.list_watch import ListWatch
+    from gpupair.extender.list_watch import ListWatch
     from gpupair import kube
     from gpupair.intent import Intent
     from gpupair.policies import policy_named
@@ -140,7 +140,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         watches.append(ListWatch("nodes", core.list_node, extender.node_cache,
                                  on_restart=lambda why: restarts.labels("nodes", why).inc()))
     if extender.heartbeats is not None:
-        from extender.heartbeats import list_leases
+        from gpupair.extender.heartbeats import list_leases
 
         watches.append(ListWatch("leases", list_leases(api, args.lease_namespace), extender.heartbeats,
                                  on_restart=lambda why: restarts.labels("leases", why).inc()))

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from extender.dra_nodes import DraNodes
-from extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.extender.dra_nodes import DraNodes
+from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.reservations import Reservations
 from gpupair.nics import NICS_KEY
 from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY

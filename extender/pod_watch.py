@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from extender.pod_requests import PodRequests
+from gpupair.extender.pod_requests import PodRequests
 from gpupair.reservations import Reservations
 from gpupair.pod_request import PodRequestError
 

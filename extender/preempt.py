@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from extender.evaluation import Evaluator
+from gpupair.extender.evaluation import Evaluator
 from gpupair.preemption import (
     NodeSituation, NodeVerdict, Preemption, Victim, VictimGPUs, merge_holds,
 )
-from extender.protocol import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims
+from gpupair.extender.protocol import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims
 from gpupair.reservations import NO_HOLD, Hold, Reservations
 from gpupair.intent import Intent
 from gpupair.report import Ledger

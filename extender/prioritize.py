@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from itertools import filterfalse
 
-from extender.decision_tables import host_priority_json
-from extender.evaluation import Evaluator, Offer
-from extender.protocol import ExtenderArgs
+from gpupair.extender.decision_tables import host_priority_json
+from gpupair.extender.evaluation import Evaluator, Offer
+from gpupair.extender.protocol import ExtenderArgs
 from gpupair.intent import Intent
 
 

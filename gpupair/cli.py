@@ -20,14 +20,14 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "webhook": ("webhook.main", "mutating admission webhook: add the GPU verifier sidecar to multi-GPU pods"),
-    "verify": ("verifier.main", "sidecar: ask this node's reporter for the pod's GPU verdict and log it"),
-    "certs": ("webhook.certs", "create or renew the webhook's CA and serving certificate (Secret + caBundle)"),
-    "extender": ("extender.main", "kube-scheduler HTTP extender: keep multi-GPU pods on one NUMA node"),
-    "simulate": ("simulator.command", "compare placement policies on simulated GPU nodes (no cluster)"),
-    "audit": ("audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
-    "reporter": ("reporter.main", "publish this node's GPU layout and free GPUs as node annotations"),
-    "status": ("status.main", "the cluster's GPU nodes at a glance: free maps, report ages, pending pods, FAILs"),
+    "webhook": ("gpupair.webhook.main", "mutating admission webhook: add the GPU verifier sidecar to multi-GPU pods"),
+    "verify": ("gpupair.verifier.main", "sidecar: ask this node's reporter for the pod's GPU verdict and log it"),
+    "certs": ("gpupair.webhook.certs", "create or renew the webhook's CA and serving certificate (Secret + caBundle)"),
+    "extender": ("gpupair.extender.main", "kube-scheduler HTTP extender: keep multi-GPU pods on one NUMA node"),
+    "simulate": ("gpupair.simulator.command", "compare placement policies on simulated GPU nodes (no cluster)"),
+    "audit": ("gpupair.audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
+    "reporter": ("gpupair.reporter.main", "publish this node's GPU layout and free GPUs as node annotations"),
+    "status": ("gpupair.status.main", "the cluster's GPU nodes at a glance: free maps, report ages, pending pods, FAILs"),
 }
 
 

@@ -26,7 +26,7 @@ import grpc.aio
 
 from gpupair import defaults
 from gpupair.layout import NodeLayout, NodeState
-from reporter.podresources import api_pb2, api_pb2_grpc
+from gpupair.reporter.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("gpupair.reporter.allocations")
 

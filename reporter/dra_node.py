@@ -36,7 +36,7 @@ from gpupair.dra_picture import PictureError, allocation_of, build, claim_names
 from gpupair.intent import pod_intent
 from gpupair.layout import NodeLayout
 from gpupair.nics import NicLayout
-from reporter.verification import planned_set, record_verdict
+from gpupair.reporter.verification import planned_set, record_verdict
 
 log = logging.getLogger("gpupair.reporter.dra")
 
@@ -233,7 +233,7 @@ async def serve_verdicts(node: DraNode, stop: asyncio.Event, poll: float = 5.0) 
     """Once the node's GPUs show as DRA devices, watch the pods bound here and judge them."""
     import functools
 
-    from extender.list_watch import ListWatch  # the one list+watch loop; nothing extender-specific
+    from gpupair.extender.list_watch import ListWatch  # the one list+watch loop; nothing extender-specific
 
     while not node.active:
         try:

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from gpupair import leases
-from reporter.publisher import backoff_delay, describe_error
+from gpupair.reporter.publisher import backoff_delay, describe_error
 
 log = logging.getLogger("gpupair.reporter.heartbeat")
 

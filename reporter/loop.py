@@ -21,16 +21,16 @@ from gpupair.layout import NodeLayout
 from gpupair.nics import NicLayout
 from typing import TYPE_CHECKING
 
-from reporter.allocations import PodResourcesError
-from reporter.heartbeat import LeaseKeeper, Renewal
-from reporter.metrics import ReporterMetrics
-from reporter.nvml_discovery import DiscoveryResult, NvmlUnavailable
-from reporter.publisher import Outcome, Publisher
-from reporter.scan import AllocationSource, ScanResult, compute
-from reporter.topology_source import LayoutSource
+from gpupair.reporter.allocations import PodResourcesError
+from gpupair.reporter.heartbeat import LeaseKeeper, Renewal
+from gpupair.reporter.metrics import ReporterMetrics
+from gpupair.reporter.nvml_discovery import DiscoveryResult, NvmlUnavailable
+from gpupair.reporter.publisher import Outcome, Publisher
+from gpupair.reporter.scan import AllocationSource, ScanResult, compute
+from gpupair.reporter.topology_source import LayoutSource
 
 if TYPE_CHECKING:
-    from reporter.dra_node import DraNode
+    from gpupair.reporter.dra_node import DraNode
 
 log = logging.getLogger("gpupair.reporter.loop")
 

@@ -26,22 +26,22 @@ from gpupair import defaults, flags
 from gpupair.layout import NodeLayout
 from gpupair.layout_file import LayoutFileError
 from gpupair.service import add_common_flags, add_flag, serve, setup_logging
-from reporter.allocations import DEFAULT_SOCKET, PodResourcesClient
-from reporter.app import build_app
-from reporter.checkpoint_watch import DEFAULT_CHECKPOINT, CheckpointWatch
-from reporter.heartbeat import KubeLeases, LeaseKeeper
-from reporter.loop import ReporterLoop
-from reporter.metrics import ReporterMetrics
-from reporter.nvml_discovery import NvmlUnavailable
-from reporter.publisher import Publisher, Write
-from reporter.scan import (
+from gpupair.reporter.allocations import DEFAULT_SOCKET, PodResourcesClient
+from gpupair.reporter.app import build_app
+from gpupair.reporter.checkpoint_watch import DEFAULT_CHECKPOINT, CheckpointWatch
+from gpupair.reporter.heartbeat import KubeLeases, LeaseKeeper
+from gpupair.reporter.loop import ReporterLoop
+from gpupair.reporter.metrics import ReporterMetrics
+from gpupair.reporter.nvml_discovery import NvmlUnavailable
+from gpupair.reporter.publisher import Publisher, Write
+from gpupair.reporter.scan import (
     AllocationSource,
     PodResourcesAllocations,
     StaticAllocations,
     UnknownDevicesError,
     parse_id_list,
 )
-from reporter.topology_source import FileLayoutSource, LayoutSource, NvmlLayoutSource
+from gpupair.reporter.topology_source import FileLayoutSource, LayoutSource, NvmlLayoutSource
 
 log = logging.getLogger("gpupair.reporter")
 
@@ -138,7 +138,7 @@ def dra_node(args: argparse.Namespace, api: Any) -> Any:
     """This node's DRA side (reporter/dra_node.py), or None with --dra-driver ''."""
     if not args.dra_driver:
         return None
-    from reporter.dra_node import DraNode
+    from gpupair.reporter.dra_node import DraNode
 
     return DraNode(api, args.node_name, args.dra_driver)  # the loop gives it its layout
 
@@ -155,7 +155,7 @@ def verification_routes(
     registry: CollectorRegistry | None = None,
     nics: Callable[[], Any] = lambda: None,
 ) -> list[web.RouteDef]:
-    from reporter.verification import VerifyService  # only the service mode needs it
+    from gpupair.reporter.verification import VerifyService  # only the service mode needs it
 
     service = VerifyService(
         api=api,
@@ -239,7 +239,7 @@ async def run_service(args: argparse.Namespace) -> int:
             watch = CheckpointWatch(args.checkpoint_file)
             tasks.append(asyncio.create_task(watch.run(wake.set, stop, args.checkpoint_poll), name="checkpoint"))
         if loop.dra is not None:
-            from reporter.dra_node import serve_verdicts
+            from gpupair.reporter.dra_node import serve_verdicts
 
             tasks.append(asyncio.create_task(serve_verdicts(loop.dra, stop), name="dra-verdicts"))
         log.info("reporter started", extra={"node": args.node_name, "layout": topology.description,

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from reporter.nvml_discovery import NvmlFailure
+from gpupair.reporter.nvml_discovery import NvmlFailure
 
 NAMESPACE = "gpupair_reporter"
 

@@ -34,7 +34,7 @@ from enum import Enum
 from typing import Any
 
 from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, encode_topology
-from reporter.scan import ScanResult
+from gpupair.reporter.scan import ScanResult
 
 log = logging.getLogger("gpupair.reporter.publisher")
 

@@ -15,7 +15,7 @@ from typing import Protocol
 from gpupair import report
 from gpupair.nics import NICS_KEY, NicLayout, encode_nics
 from gpupair.layout import NodeLayout, NodeState
-from reporter.allocations import PodDevices, PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
+from gpupair.reporter.allocations import PodDevices, PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from dataclasses import replace
 from gpupair.layout_file import read_layout
 from gpupair.nics import NicLayout
 from gpupair.smi_topo import parse_topo_matrix
-from reporter.nic_discovery import discover_nics
-from reporter.nvml_discovery import DEFAULT_SYSFS, DiscoveryResult, discover
+from gpupair.reporter.nic_discovery import discover_nics
+from gpupair.reporter.nvml_discovery import DEFAULT_SYSFS, DiscoveryResult, discover
 
 
 class LayoutSource(Protocol):

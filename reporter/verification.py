@@ -43,8 +43,8 @@ from gpupair.intent import pod_intent
 from gpupair.kube import create_event, patch_annotations
 from gpupair.layout import NodeLayout
 from gpupair.nics import NicLayout
-from reporter.allocations import PodNotFoundError, PodResourcesError, map_device_ids
-from reporter.identity import PodIdentity, Refused, bearer_token, pod_identity, review_token
+from gpupair.reporter.allocations import PodNotFoundError, PodResourcesError, map_device_ids
+from gpupair.reporter.identity import PodIdentity, Refused, bearer_token, pod_identity, review_token
 
 log = logging.getLogger("gpupair.reporter.verify")
 

@@ -31,14 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpupair import links, report  # noqa: E402
 from gpupair.smi_topo import TopoParseError, parse_topo_matrix  # noqa: E402
-from reporter.nvml_discovery import (  # noqa: E402
+from gpupair.reporter.nvml_discovery import (  # noqa: E402
     NvmlUnavailable,
     discover,
     load_pynvml,
     read_sysfs_numa,
     read_sysfs_pcie_root,
 )
-from reporter.scan import Allocations, compute, parse_id_list  # noqa: E402
+from gpupair.reporter.scan import Allocations, compute, parse_id_list  # noqa: E402
 
 
 def nvidia_smi(*args: str) -> str | None:

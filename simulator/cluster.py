@@ -15,7 +15,7 @@ from gpupair.layout import NodeLayout, NodeState
 from gpupair.nics import NicLayout
 from gpupair.policies import Policy
 from gpupair.report import Ledger
-from simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
+from gpupair.simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
 
 # The nodes of the recorded real placements (tests/fixtures/real-k8s): 32 CPU, 256Gi each.
 DEFAULT_NODE_MILLI_CPU = 32_000

@@ -9,7 +9,7 @@ import sys
 from gpupair import limits
 from gpupair.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageError, add_log_level, add_topology_file
 from gpupair.service import add_flag
-from simulator.dra import DEFAULT_DRA_PAIRS
+from gpupair.simulator.dra import DEFAULT_DRA_PAIRS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -108,13 +108,13 @@ def run(args: argparse.Namespace) -> int:
 
     from gpupair.layout_file import read_layout
     from gpupair.outputs import check_output
-    from simulator import output
-    from simulator.configs import DEFAULT_PAIRS, DEVICE_PLUGIN, DRA, NIC_PAIRS, parse_configs, parse_paths
-    from simulator.fleet import FleetScenario, run_fleet
-    from simulator.interference import Interference
-    from simulator.seed_scenario import SeedScenario, run_seed_scenario
-    from simulator.shapes import seed_layout
-    from simulator.workload import PodMix, parse_intent_mix
+    from gpupair.simulator import output
+    from gpupair.simulator.configs import DEFAULT_PAIRS, DEVICE_PLUGIN, DRA, NIC_PAIRS, parse_configs, parse_paths
+    from gpupair.simulator.fleet import FleetScenario, run_fleet
+    from gpupair.simulator.interference import Interference
+    from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+    from gpupair.simulator.shapes import seed_layout
+    from gpupair.simulator.workload import PodMix, parse_intent_mix
 
     try:
         if args.nic_share and args.configs == DEFAULT_PAIRS:
@@ -222,13 +222,13 @@ NETWORK_HEADING = ("network pods (gpupair.io/nic: required; GDR-capable: every g
 
 def _network(args: argparse.Namespace, layout) -> dict:
     """The nodes' NICs and the pods that ask for the network, from --nics, --nic-share, --nic-level."""
-    from simulator.shapes import lopsided_nics
+    from gpupair.simulator.shapes import lopsided_nics
 
     nics = None
     if args.nics == "lopsided":
         nics = lopsided_nics(layout)
     elif args.nics == "auto" and args.topology_file:
-        from reporter.topology_source import nics_of_file
+        from gpupair.reporter.topology_source import nics_of_file
 
         nics = nics_of_file(args.topology_file)
     if args.nic_share:
@@ -245,8 +245,8 @@ def _network(args: argparse.Namespace, layout) -> dict:
 
 def _network_tables(tsv: Path, runs: dict, table) -> list[Path]:
     """The network pods' table per path, printed and written as ``<stem>.nic.tsv`` (``.dra.nic.tsv``)."""
-    from simulator import output
-    from simulator.configs import DRA
+    from gpupair.simulator import output
+    from gpupair.simulator.configs import DRA
 
     written = []
     for path, group in runs.items():
@@ -288,8 +288,8 @@ def _heading(path: str, paths: int) -> None:
 
 def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: dict, tsv: Path) -> int:
     """Small pods, then large ones, on empty nodes, each configuration of each path."""
-    from simulator import output
-    from simulator.fragmentation import FragmentationScenario, run_fragmentation
+    from gpupair.simulator import output
+    from gpupair.simulator.fragmentation import FragmentationScenario, run_fragmentation
 
     scenario = FragmentationScenario(nodes=args.nodes or 4, small=args.small_pods, large=args.large_pods,
                                      large_gpus=args.large_gpus, per_gpu=resources["per_gpu"],
@@ -315,7 +315,7 @@ def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: d
 
 def _resources(args: argparse.Namespace) -> dict:
     """Pods' cpu/memory requests and nodes' allocatable, in kube-scheduler's units (millicores, bytes)."""
-    from simulator.kube_scoring import PerGpu
+    from gpupair.simulator.kube_scoring import PerGpu
 
     return {
         "per_gpu": PerGpu(round(args.cpu_per_gpu * 1000), round(args.memory_per_gpu * GIB)),
@@ -335,7 +335,7 @@ def _describe(resources: dict) -> str:
 
 def _replay(args: argparse.Namespace, configs: list, layout) -> int:
     """The recorded state, pod by pod, under each profile (kube-scheduler alone: what was recorded)."""
-    from simulator.replay import StateError, load_state, replay, summary
+    from gpupair.simulator.replay import StateError, load_state, replay, summary
 
     if not args.state:
         raise UsageError("--scenario replay needs --state FILE")

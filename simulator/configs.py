@@ -10,10 +10,10 @@ from gpupair.reservations import DEFAULT_TTL
 from gpupair.policies import Policy, policy_named
 from gpupair.decisions import DRA, Decider
 from gpupair.intent import Intent
-from simulator.interference import Interference
-from simulator.dra import FORMS, Form, form_named
-from simulator.kube_scoring import PROFILES, Profile
-from simulator.schedulers import SCHEDULERS, Scheduler
+from gpupair.simulator.interference import Interference
+from gpupair.simulator.dra import FORMS, Form, form_named
+from gpupair.simulator.kube_scoring import PROFILES, Profile
+from gpupair.simulator.schedulers import SCHEDULERS, Scheduler
 
 DEVICE_PLUGIN = "device-plugin"
 PATHS = (DEVICE_PLUGIN, DRA)

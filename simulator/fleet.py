@@ -43,14 +43,14 @@ from gpupair.nic_ask import DEFAULT_LEVEL, NicAsk
 from gpupair.nics import NicLayout
 from gpupair.policies import Policy
 from gpupair.verdict import classify
-from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
-from simulator.configs import Config
-from simulator.interference import Interference
-from simulator.kube_scoring import PerGpu, PodRequest
-from simulator.network import gdr_capable, servable
-from simulator.preemption import HIGH_PRIORITY, Running, preempt
-from simulator.schedulers import Scheduler
-from simulator.workload import PodMix
+from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
+from gpupair.simulator.configs import Config
+from gpupair.simulator.interference import Interference
+from gpupair.simulator.kube_scoring import PerGpu, PodRequest
+from gpupair.simulator.network import gdr_capable, servable
+from gpupair.simulator.preemption import HIGH_PRIORITY, Running, preempt
+from gpupair.simulator.schedulers import Scheduler
+from gpupair.simulator.workload import PodMix
 
 
 @dataclass(frozen=True)

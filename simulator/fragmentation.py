@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from gpupair.layout import NodeLayout
 from gpupair.verdict import classify
-from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
-from simulator.configs import Config
-from simulator.kube_scoring import PerGpu
+from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
+from gpupair.simulator.configs import Config
+from gpupair.simulator.kube_scoring import PerGpu
 
 
 @dataclass(frozen=True)

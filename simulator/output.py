@@ -9,10 +9,10 @@ from pathlib import Path
 from gpupair.flags import UsageError
 from gpupair.outputs import atomic_write, write_text
 from gpupair.verdict import TSV_HEADER
-from simulator.configs import split_name
-from simulator.fleet import FleetResult
-from simulator.fragmentation import FragmentationResult
-from simulator.seed_scenario import ConfigResult
+from gpupair.simulator.configs import split_name
+from gpupair.simulator.fleet import FleetResult
+from gpupair.simulator.fragmentation import FragmentationResult
+from gpupair.simulator.seed_scenario import ConfigResult
 
 
 def write_tsv(path: Path, results: Sequence[ConfigResult]) -> list[Path]:

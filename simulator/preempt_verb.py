@@ -12,8 +12,8 @@ from __future__ import annotations
 from gpupair.intent import Intent
 from gpupair.preemption import NodeSituation, Preemption, Victim, VictimGPUs
 from gpupair.reservations import NO_HOLD, Hold
-from simulator.cluster import NAMESPACE, Cluster
-from simulator.schedulers import GpupairExtender
+from gpupair.simulator.cluster import NAMESPACE, Cluster
+from gpupair.simulator.schedulers import GpupairExtender
 
 
 def _hold_of(extender: GpupairExtender, node: str, pod: str, total: Hold) -> Hold:

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpupair.layout import NodeLayout
 from gpupair.wire import explain
-from simulator.cluster import Cluster, SimNode
-from simulator.kube_scoring import PodRequest, Profile
-from simulator.schedulers import KubeScheduler
+from gpupair.simulator.cluster import Cluster, SimNode
+from gpupair.simulator.kube_scoring import PodRequest, Profile
+from gpupair.simulator.schedulers import KubeScheduler
 
 
 class StatePod(BaseModel):

@@ -39,15 +39,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from extender.protocol import MAX_EXTENDER_PRIORITY
+from gpupair.extender.protocol import MAX_EXTENDER_PRIORITY
 from gpupair.decisions import Decider, NodeDecision, NodeView
 from gpupair.intent import Intent
 from gpupair.nic_ask import NicAsk
 from gpupair.reservations import DEFAULT_TTL, Reservation, Reservations
-from simulator.cluster import NAMESPACE, Cluster
-from simulator.dra import Form, dynamic_resources_scores
-from simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
-from simulator.preemption import PreemptVerb
+from gpupair.simulator.cluster import NAMESPACE, Cluster
+from gpupair.simulator.dra import Form, dynamic_resources_scores
+from gpupair.simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
+from gpupair.simulator.preemption import PreemptVerb
 
 EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README
 
@@ -159,7 +159,7 @@ class KubeScheduler:
     def preempt_verb(self) -> PreemptVerb | None:
         if self.extender is None or not self.extender.preempt_verb:
             return None
-        from simulator.preempt_verb import judge_candidates
+        from gpupair.simulator.preempt_verb import judge_candidates
 
         return lambda gpus, intent, candidates, cluster: judge_candidates(
             self.extender, gpus, intent, candidates, cluster)

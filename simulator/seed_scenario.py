@@ -26,12 +26,12 @@ from gpupair.layout import NodeLayout
 from gpupair.nic_ask import DEFAULT_LEVEL, NicAsk
 from gpupair.nics import NicLayout
 from gpupair.verdict import Verdict, classify
-from simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
-from simulator.configs import Config
-from simulator.interference import Interference
-from simulator.kube_scoring import PerGpu
-from simulator.network import gdr_capable
-from simulator.schedulers import Scheduler
+from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
+from gpupair.simulator.configs import Config
+from gpupair.simulator.interference import Interference
+from gpupair.simulator.kube_scoring import PerGpu
+from gpupair.simulator.network import gdr_capable
+from gpupair.simulator.schedulers import Scheduler
 
 SECONDS_PER_ROUND = 60.0  # the extender's clock; a hold never outlives its round here anyway
 

@@ -14,8 +14,8 @@ from gpupair.layout import NodeLayout
 from gpupair.placement import numa_label
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
 from gpupair.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
-from status import freshness
-from status.objects import (
+from gpupair.status import freshness
+from gpupair.status.objects import (
     annotations,
     event_for,
     event_text,
@@ -25,8 +25,8 @@ from status.objects import (
     parse_time,
     pod_key,
 )
-from status.reserved import Reservation, bound_gpu_pods, reservation
-from status.view import (
+from gpupair.status.reserved import Reservation, bound_gpu_pods, reservation
+from gpupair.status.view import (
     CloseSet,
     DeviceView,
     FailVerdict,

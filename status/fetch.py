@@ -18,8 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupair.kube import describe_error
 from gpupair.leases import HEARTBEAT_SELECTOR, renewed_at
-from status.build import Listing
-from status.view import Unseen
+from gpupair.status.build import Listing
+from gpupair.status.view import Unseen
 
 # Terminal pods hold no GPUs and are never pending: leave them on the server.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"

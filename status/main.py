@@ -52,7 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from status.objects import parse_time
+    from gpupair.status.objects import parse_time
 
     fixed_now = None
     if args.now:
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: TextIO) -> int:
     from gpupair.kube import api_client, describe_error
-    from status.build import LayoutCache, Options, build
-    from status.fetch import NodesNotVisible, list_cluster
+    from gpupair.status.build import LayoutCache, Options, build
+    from gpupair.status.fetch import NodesNotVisible, list_cluster
 
     options = Options(stale_after=args.stale_after, resource=args.resource_name, fails=args.fails)
     layouts = LayoutCache()
@@ -118,7 +118,7 @@ def paused_gc():
 def _format(view, output: str) -> str:
     if output == "json":
         return view.model_dump_json() + "\n"
-    from status.render import render_text
+    from gpupair.status.render import render_text
 
     return render_text(view, wide=output == "wide")
 

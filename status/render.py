@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from status.view import NodeView, StatusView
+from gpupair.status.view import NodeView, StatusView
 
 GLYPHS = {"free": "□", "taken": "■", "reserved": "◩", "unhealthy": "✕"}
 LEGEND = "legend: □ free  ■ taken  ◩ reserved (bound, not yet in the report)  ✕ unhealthy"

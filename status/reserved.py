@@ -20,7 +20,7 @@ from typing import Any, Literal
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.report import NodeReport
 from gpupair.verdict import PLANNED_KEY, parse_set
-from status.objects import annotations, is_terminal, meta, pod_key, scheduled_at
+from gpupair.status.objects import annotations, is_terminal, meta, pod_key, scheduled_at
 
 Basis = Literal["ledger", "binding-time"]
 

@@ -1,13 +1,13 @@
 """The JSON Schema of `gpupair status -o json`, kept in docs/status.schema.json.
 
-Regenerate after changing status/view.py: ``python -m status.schema > docs/status.schema.json``
+Regenerate after changing status/view.py: ``python -m gpupair.status.schema > docs/status.schema.json``
 (a test fails while the two differ, so the documented schema cannot drift from the output)."""
 
 from __future__ import annotations
 
 import json
 
-from status.view import StatusView
+from gpupair.status.view import StatusView
 
 SCHEMA_ID = "https://gpupair.io/schemas/status-v1.json"
 

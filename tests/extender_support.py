@@ -16,9 +16,9 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from extender.app import Extender, assemble, build_app
+from gpupair.extender.app import Extender, assemble, build_app
 from gpupair.decisions import Decider, Unreported
-from extender.list_watch import ListWatch
+from gpupair.extender.list_watch import ListWatch
 from gpupair.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout
 from tests.real_k8s import REAL_K8S
@@ -168,7 +168,7 @@ async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
         watches = [nodes, pods]
         leases = None
         if extender.heartbeats is not None:  # heartbeats=True: the reporters' Leases in gpupair-system
-            from extender.heartbeats import list_leases
+            from gpupair.extender.heartbeats import list_leases
 
             leases = ListWatch("leases", list_leases(api, "gpupair-system"), extender.heartbeats,
                                timeout_seconds=30, backoff_base=0.01, backoff_max=0.05)

@@ -12,9 +12,9 @@ from typing import Any
 
 from gpupair.layout import NodeLayout
 from gpupair.policies import POLICIES
-from reporter.main import node_writer
-from reporter.publisher import Outcome, Publisher
-from reporter.scan import Allocations, compute
+from gpupair.reporter.main import node_writer
+from gpupair.reporter.publisher import Outcome, Publisher
+from gpupair.reporter.scan import Allocations, compute
 from tests.extender_support import ExtenderClient, args_body, pod_object
 from tests.layouts import seed_layout
 

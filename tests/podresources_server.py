@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import grpc
 import grpc.aio
 
-from reporter.podresources import api_pb2
+from gpupair.reporter.podresources import api_pb2
 
 SERVICE = "v1.PodResourcesLister"
 GET_SERVED, GET_GATED, GET_ABSENT = "served", "gated", "absent"

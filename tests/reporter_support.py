@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from reporter.nvml_discovery import DiscoveryResult
-from reporter.topology_source import NvmlLayoutSource
+from gpupair.reporter.nvml_discovery import DiscoveryResult
+from gpupair.reporter.topology_source import NvmlLayoutSource
 from tests.nvml_fake import FakeNvml, load_recording, write_sysfs
 from tests.podresources_server import FakeContainer, FakeDevice, FakePod
 

@@ -28,20 +28,20 @@ import trustme
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from extender.app import build_app as extender_app
-from extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult, PrioritizeError
+from gpupair.extender.app import build_app as extender_app
+from gpupair.extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult, PrioritizeError
 from gpupair.json_body import MAX_DEPTH
-from reporter.app import MAX_REQUEST_BYTES
-from reporter.app import build_app as reporter_app
-from reporter.verification import VerifyService
+from gpupair.reporter.app import MAX_REQUEST_BYTES
+from gpupair.reporter.app import build_app as reporter_app
+from gpupair.reporter.verification import VerifyService
 from tests.extender_support import make_extender
 from tests.kube_double import kube_client_for, running_kube_double
 from tests.real_k8s import REAL_K8S
 from tests.layouts import seed_layout
-from webhook.admission import InjectOptions
-from webhook.app import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
-from webhook.app import create_app as webhook_app
-from webhook.sidecar import SidecarOptions
+from gpupair.webhook.admission import InjectOptions
+from gpupair.webhook.app import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
+from gpupair.webhook.app import create_app as webhook_app
+from gpupair.webhook.sidecar import SidecarOptions
 from gpupair.tls import ReloadingTLS
 
 SEED = 20261130

@@ -47,6 +47,6 @@ def annotations_for(layout_path: str, devices: str, planned: str | None = None,
     layout = read_layout(layout_path)
     indices = device_indices(devices, layout)
     plan = device_indices(planned, layout) if planned else None
-    from reporter.topology_source import nics_of_file  # a topo -m file's NIC columns
+    from gpupair.reporter.topology_source import nics_of_file  # a topo -m file's NIC columns
 
     return verdict.classify(layout, indices, plan, intent, nics_of_file(layout_path)).annotations()

@@ -199,7 +199,7 @@ def _verify_until_answered(args: argparse.Namespace) -> dict:
 def dry_run(args: argparse.Namespace) -> int:
     if not args.topology_file or not args.devices:
         raise UsageError("--dry-run needs --topology-file FILE and --devices LIST")
-    from verifier.dry_run import annotations_for
+    from gpupair.verifier.dry_run import annotations_for
 
     try:
         annotations = annotations_for(args.topology_file, args.devices, args.planned or None, args.placement)

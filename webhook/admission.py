@@ -22,8 +22,8 @@ from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.report import PREFIX
 from gpupair.wire import UserInfo, explain
-from webhook import claims, sidecar
-from webhook.claims import ClaimOptions, pointer
+from gpupair.webhook import claims, sidecar
+from gpupair.webhook.claims import ClaimOptions, pointer
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"

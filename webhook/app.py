@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpupair.intent import Intent, IntentError, parse_intent
 from gpupair.service import add_health_routes
-from webhook.admission import (
+from gpupair.webhook.admission import (
     InjectOptions,
     ReviewError,
     admit,

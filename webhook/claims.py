@@ -40,7 +40,7 @@ from pydantic import Field, ValidationError
 
 from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.wire import KubeWire, explain
-from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"

@@ -9,7 +9,7 @@ from gpupair import limits
 from gpupair.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
                            add_tls_flags, add_token_audience)
 from gpupair.service import add_common_flags, add_flag
-from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,11 +43,11 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.intent import Intent
     from gpupair.service import serve, setup_logging
     from gpupair.tls import serving_tls
-    from webhook.admission import InjectOptions
-    from webhook.claims import ClaimOptions
-    from webhook.app import create_app
-    from webhook.cert_expiry import CertificateExpiry
-    from webhook.sidecar import SidecarOptions
+    from gpupair.webhook.admission import InjectOptions
+    from gpupair.webhook.claims import ClaimOptions
+    from gpupair.webhook.app import create_app
+    from gpupair.webhook.cert_expiry import CertificateExpiry
+    from gpupair.webhook.sidecar import SidecarOptions
 
     setup_logging(args.log_level)
     if not args.token_audience:

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from reporter.podresources import api_pb2 as reporter_dot_podresources_dot_api__pb2
+from gpupair.reporter.podresources import api_pb2 as reporter_dot_podresources_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -23,9 +23,9 @@ import pytest
 from gpupair import report
 from gpupair import verdict as verdicts
 
-from audit.manifest import CONTAINER, ROUND_LABEL, RUN_LABEL, PodTemplate
-from audit.runner import AuditError, AuditPlan, Auditor
-from audit.sample import FAIL_TIMEOUT
+from gpupair.audit.manifest import CONTAINER, ROUND_LABEL, RUN_LABEL, PodTemplate
+from gpupair.audit.runner import AuditError, AuditPlan, Auditor
+from gpupair.audit.sample import FAIL_TIMEOUT
 from tests.audit_logs import container_log, host_layout
 from tests.kube_double import ApiError, kube_client_for, make_node, running_kube_double
 

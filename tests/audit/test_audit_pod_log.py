@@ -7,8 +7,8 @@ import pytest
 from gpupair import verdict as verdicts
 from gpupair.layout import Device, NodeLayout
 
-from audit.pod_log import UNKNOWN, LogParseError, classify_log, parse_query_csv
-from audit.sample import FAIL_TIMEOUT, decide, from_annotations, tsv_header
+from gpupair.audit.pod_log import UNKNOWN, LogParseError, classify_log, parse_query_csv
+from gpupair.audit.sample import FAIL_TIMEOUT, decide, from_annotations, tsv_header
 from tests.audit_logs import container_log, fixture, host_layout, query_csv
 
 SEED = "seed-5090d.txt"

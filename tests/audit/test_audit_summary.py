@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from audit.sample import FAIL_TIMEOUT, Sample
-from audit.summary import TOTAL, UNSCHEDULED, format_summary, summarize, verdict_line
+from gpupair.audit.sample import FAIL_TIMEOUT, Sample
+from gpupair.audit.summary import TOTAL, UNSCHEDULED, format_summary, summarize, verdict_line
 
 
 def _sample(node: str, topo: str, result: str) -> Sample:

@@ -50,8 +50,8 @@ def test_no_command_or_an_unknown_one_is_a_usage_error_naming_the_choices():
 def test_a_subcommand_help_configures_only_that_command_without_the_server_stack():
     text, modules = loaded_after("from gpupair import cli; cli.main(['extender', '--help'])")
     assert "--api-timeout" in text and "GPUPAIR_EXTENDER_API_TIMEOUT" in text
-    assert "gpupair.service" in modules and "extender.main" in modules
-    assert "webhook.main" not in modules
+    assert "gpupair.service" in modules and "gpupair.extender.main" in modules
+    assert "gpupair.webhook.main" not in modules
     assert heavy(modules) == []
 
 

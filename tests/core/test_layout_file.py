@@ -15,7 +15,7 @@ import pytest
 from gpupair import report
 from gpupair.verdict import LINK_KEY
 from gpupair.layout_file import LayoutFileError, parse_layout_text, read_layout
-from reporter.topology_source import FileLayoutSource
+from gpupair.reporter.topology_source import FileLayoutSource
 from tests.reporter_support import seed_layout
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from gpupair.decisions import Decider, NodeView, Unreported
 from gpupair import placement
 from gpupair.layout import Device, NodeLayout, NodeState
-from simulator.shapes import seed_layout
+from gpupair.simulator.shapes import seed_layout
 
 SEED = seed_layout()
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpupair.layout import Device, NodeLayout
 from gpupair.policies import POLICIES, AlignedPolicy, NaivePolicy
-from simulator.shapes import seed_layout
+from gpupair.simulator.shapes import seed_layout
 
 aligned = AlignedPolicy()
 naive = NaivePolicy()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpupair import report
 from gpupair.layout import normalize_pci, sysfs_pci
-from simulator.shapes import seed_layout
+from gpupair.simulator.shapes import seed_layout
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=timezone.utc)
 

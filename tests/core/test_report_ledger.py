@@ -8,7 +8,7 @@ import pytest
 
 from gpupair import report
 from gpupair.report import PodHolding
-from simulator.shapes import seed_layout
+from gpupair.simulator.shapes import seed_layout
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=timezone.utc)
 FREE = frozenset({0, 1, 2, 4})

@@ -19,7 +19,7 @@ from gpupair.reservations import Reservation, Reservations
 from gpupair.layout import NodeState
 from gpupair.policies import POLICIES
 from gpupair.report import Ledger
-from simulator.shapes import seed_layout
+from gpupair.simulator.shapes import seed_layout
 
 LAYOUT = seed_layout()
 NODES = ("a", "b")

@@ -2,7 +2,7 @@ import pytest
 
 from gpupair import verdict
 from gpupair.intent import Intent
-from simulator.shapes import seed_layout
+from gpupair.simulator.shapes import seed_layout
 
 
 def test_seed_pass_row():

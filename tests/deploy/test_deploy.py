@@ -555,7 +555,7 @@ def check_extender_stanza(extender: dict, objs: list[dict], host_forms: set[str]
     assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"], extender["preemptVerb"]) == (
         "filter", "prioritize", "bind", "preempt")
     # The verbs are routes the extender serves.
-    from extender.app import build_app
+    from gpupair.extender.app import build_app
     from tests.extender_support import make_extender
     routes = {r.resource.canonical for r in build_app(make_extender()).router.routes() if r.method == "POST"}
     assert {"/" + extender[verb] for verb in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")} <= routes

@@ -25,7 +25,7 @@ from tests.deploy_manifests import (
     render_consumer,
 )
 from tests.webhook.claim_shapes import plain_claim
-from webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 pytestmark = needs_kubectl
 

@@ -18,7 +18,7 @@ import yaml
 
 from gpupair import leases, verdict
 from tests.deploy_manifests import DEPLOY, OVERLAYS, find, needs_kubectl, render
-from webhook.admission import REPORTER_KEYS
+from gpupair.webhook.admission import REPORTER_KEYS
 from tests.real_k8s import REAL_K8S
 
 REPORTER = "system:serviceaccount:gpupair-system:gpupair-reporter"

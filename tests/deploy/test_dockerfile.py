@@ -295,10 +295,10 @@ def test_context_is_what_the_wheel_needs(context):
 
 
 def packages_in_pyproject() -> list[str]:
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    return sorted(d.name for d in REPO.iterdir()
-                  if (d / "__init__.py").exists() and any(fnmatch.fnmatch(d.name, p) for p in include))
+    """The top-level folders the wheel's packages come from (package-dir maps gpupair.X to X/)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {config.get("package-dir", {}).get(name, name.replace(".", "/")) for name in config["packages"]}
+    return sorted({folder.split("/")[0] for folder in folders})
 
 
 def test_every_package_is_copied_into_the_builder(stages, context):
@@ -357,8 +357,11 @@ def test_the_wheel_builds_from_the_context_and_imports(tmp_path, built):
         z.extractall(tmp_path / "site")
     assert "gpupair = gpupair.cli:main" in entry_points
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
-    assert {"gpupair/cli.py", "webhook/certs.py", "reporter/podresources/api.proto"} <= names
+    assert {"gpupair/cli.py", "gpupair/webhook/certs.py", "gpupair/reporter/podresources/api.proto"} <= names
     assert not [n for n in names if n.startswith(("tests/", "deploy/"))]
+    # Everything installs under gpupair/: no top-level "status" or "audit" to collide with another package's.
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"gpupair"}, tops
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "import gpupair, importlib; from gpupair import cli;"

@@ -39,13 +39,13 @@ METRIC = re.compile(r"\bgpupair_[a-z0-9_]+\b")
 
 def exported_metric_names() -> set[str]:
     """Every sample name the gpupair services can expose, read from their real registries."""
-    from extender.metrics import ExtenderMetrics
-    from reporter.metrics import ReporterMetrics
-    from reporter.verification import VerifyService
-    from webhook.admission import InjectOptions
-    from webhook.app import create_app
-    from webhook.cert_expiry import CertificateExpiry
-    from webhook.sidecar import SidecarOptions
+    from gpupair.extender.metrics import ExtenderMetrics
+    from gpupair.reporter.metrics import ReporterMetrics
+    from gpupair.reporter.verification import VerifyService
+    from gpupair.webhook.admission import InjectOptions
+    from gpupair.webhook.app import create_app
+    from gpupair.webhook.cert_expiry import CertificateExpiry
+    from gpupair.webhook.sidecar import SidecarOptions
 
     reporter = ReporterMetrics()
     # The verification counter lives on the reporter's registry (reporter/main.py passes it).

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gpupair.decisions import Decider, NodeView, Unreported
-from extender.evaluation import Offer
-from extender.filter import filter_verdicts
-from extender.prioritize import scores_json
-from extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult
+from gpupair.extender.evaluation import Offer
+from gpupair.extender.filter import filter_verdicts
+from gpupair.extender.prioritize import scores_json
+from gpupair.extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult
 from gpupair.reservations import Reservation
 from gpupair.report import FREE_KEY, TOPOLOGY_KEY, ReportError, decode_annotations
 from tests.extender_support import NOW, make_extender, node_object, report_annotations, serving
@@ -312,7 +312,7 @@ def test_decision_tables_agree_with_deciding_afresh(ops, fail, shuffled, cut):
 def test_names_fast_path_agrees_with_the_model(body, names):
     """parse_args skips pydantic for kube-scheduler's NodeNames shape; whatever it accepts that
     way, the model accepts with the same fields, and whatever the model refuses it refuses."""
-    from extender.protocol import ExtenderArgs, ProtocolError, parse_args
+    from gpupair.extender.protocol import ExtenderArgs, ProtocolError, parse_args
 
     bodies = [body]
     if isinstance(body, dict):
@@ -330,7 +330,7 @@ def test_names_fast_path_agrees_with_the_model(body, names):
 
 
 def _folded(body):
-    from extender.protocol import ExtenderArgs, _fold_case
+    from gpupair.extender.protocol import ExtenderArgs, _fold_case
 
     return _fold_case(ExtenderArgs, body)
 
@@ -342,7 +342,7 @@ def _folded(body):
        error=st.text(max_size=8), extra=st.dictionaries(st.sampled_from(["kind", "apiVersion"]), json_values))
 def test_filter_result_json_is_the_models_json(names, nodes, failed, unresolvable, error, extra):
     """The orjson encoding of filter's answer writes what pydantic would: same keys, same order."""
-    from extender.protocol import NodeList, filter_result_json
+    from gpupair.extender.protocol import NodeList, filter_result_json
 
     node_list = None if nodes is None else NodeList.model_construct(metadata={}, items=nodes, **extra)
     result = ExtenderFilterResult.model_construct(Nodes=node_list, NodeNames=names, FailedNodes=failed,

@@ -12,15 +12,15 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.heartbeats import Heartbeats
+from gpupair.extender.heartbeats import Heartbeats
 from gpupair import leases
-from reporter.allocations import PodResourcesClient
-from reporter.heartbeat import KubeLeases, LeaseKeeper, Renewal
-from reporter.loop import ReporterLoop
-from reporter.main import node_writer
-from reporter.metrics import ReporterMetrics
-from reporter.publisher import Publisher
-from reporter.scan import PodResourcesAllocations
+from gpupair.reporter.allocations import PodResourcesClient
+from gpupair.reporter.heartbeat import KubeLeases, LeaseKeeper, Renewal
+from gpupair.reporter.loop import ReporterLoop
+from gpupair.reporter.main import node_writer
+from gpupair.reporter.metrics import ReporterMetrics
+from gpupair.reporter.publisher import Publisher
+from gpupair.reporter.scan import PodResourcesAllocations
 from tests.extender_support import NOW, args_body, eventually, kube_extender, pod_object, report_annotations
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 from tests.reporter_support import GPU, NODE, FakeClock, seed_source

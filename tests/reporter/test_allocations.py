@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reporter.allocations import free_devices, map_device_ids, strip_replica
+from gpupair.reporter.allocations import free_devices, map_device_ids, strip_replica
 from tests.reporter.test_podresources import UUIDS, node_layout
 
 LAYOUT = node_layout()

@@ -9,7 +9,7 @@ import pytest
 
 from gpupair import nics
 from gpupair.smi_topo import parse_topo_matrix
-from reporter.nic_discovery import discover_nics
+from gpupair.reporter.nic_discovery import discover_nics
 from tests.sysfs_tree import build
 
 TOPO = Path(__file__).resolve().parents[1] / "fixtures" / "topo"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpupair.smi_topo import parse_topo_matrix
-from reporter import nvml_discovery
-from reporter.nvml_discovery import NvmlUnavailable, discover
+from gpupair.reporter import nvml_discovery
+from gpupair.reporter.nvml_discovery import NvmlUnavailable, discover
 from tests.nvml_fake import RECORDINGS, FakeNvml, load_recording, real, topo_text, write_sysfs
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpupair import report
-from reporter.nvml_discovery import discover
+from gpupair.reporter.nvml_discovery import discover
 from tests.nvml_fake import RECORDINGS, FakeNvml, load_recording, real, topo_text, write_sysfs
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "nvml_probe.py"

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from gpupair.layout import Device, NodeLayout
-from reporter.allocations import (
+from gpupair.reporter.allocations import (
     PodDevices,
     PodNotFoundError,
     PodResourcesClient,

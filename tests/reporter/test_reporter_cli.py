@@ -85,7 +85,7 @@ def parse(*args: str):
 
 
 async def test_once_writes_one_report_and_exits(tmp_path, capsys):
-    from reporter.main import run_once
+    from gpupair.reporter.main import run_once
 
     async with running_kube_double() as double:
         double.store.create("nodes", make_node(NODE))
@@ -106,7 +106,7 @@ async def test_once_writes_one_report_and_exits(tmp_path, capsys):
 
 
 async def test_without_a_lease_namespace_annotation_writes_are_the_heartbeat(tmp_path):
-    from reporter.main import lease_keeper, publisher_for
+    from gpupair.reporter.main import lease_keeper, publisher_for
 
     args = parse("--node-name", NODE, "--lease-namespace", "", "--heartbeat", "20", "--annotation-refresh", "0")
     assert lease_keeper(args, None) is None and publisher_for(args, None).heartbeat == 20

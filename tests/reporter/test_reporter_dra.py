@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 
 from gpupair import report, verdict
 from gpupair.dra_picture import claim_names
-from reporter.dra_node import DraNode, serve_verdicts
-from reporter.main import node_writer
-from reporter.publisher import Publisher
-from reporter.scan import ScanResult
+from gpupair.reporter.dra_node import DraNode, serve_verdicts
+from gpupair.reporter.main import node_writer
+from gpupair.reporter.publisher import Publisher
+from gpupair.reporter.scan import ScanResult
 from tests.dra_support import DRIVER, allocated_claim, node_slice, recorded, recorded_claims
 from tests.extender_support import eventually
 from tests.kube_double import kube_client_for, make_node, running_kube_double

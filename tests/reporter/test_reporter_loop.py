@@ -13,15 +13,15 @@ from prometheus_client import CollectorRegistry
 
 from gpupair.decisions import Decider, NodeView
 from gpupair.report import FREE_KEY, decode_annotations, decode_layout
-from reporter.allocations import PodResourcesClient
-from reporter.app import build_app
-from reporter.checkpoint_watch import CheckpointWatch
-from reporter.loop import ReporterLoop
-from reporter.main import node_writer
-from reporter.metrics import ReporterMetrics
-from reporter.publisher import Outcome, Publisher
-from reporter.scan import PodResourcesAllocations, StaticAllocations
-from reporter.topology_source import FileLayoutSource
+from gpupair.reporter.allocations import PodResourcesClient
+from gpupair.reporter.app import build_app
+from gpupair.reporter.checkpoint_watch import CheckpointWatch
+from gpupair.reporter.loop import ReporterLoop
+from gpupair.reporter.main import node_writer
+from gpupair.reporter.metrics import ReporterMetrics
+from gpupair.reporter.publisher import Outcome, Publisher
+from gpupair.reporter.scan import PodResourcesAllocations, StaticAllocations
+from gpupair.reporter.topology_source import FileLayoutSource
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 from tests.nvml_fake import real
 from tests.podresources_server import running_kubelet

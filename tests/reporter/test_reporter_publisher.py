@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from gpupair.report import FREE_KEY, TOPOLOGY_KEY, decode_annotations, encode_free, encode_topology
-from reporter.main import node_writer
-from reporter.publisher import Outcome, Publisher
-from reporter.scan import Allocations, compute
+from gpupair.reporter.main import node_writer
+from gpupair.reporter.publisher import Outcome, Publisher
+from gpupair.reporter.scan import Allocations, compute
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 from tests.reporter_support import NODE, FakeClock, seed_layout
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpupair import report
-from reporter.scan import Allocations, StaticAllocations, UnknownDevicesError, compute, parse_id_list
+from gpupair.reporter.scan import Allocations, StaticAllocations, UnknownDevicesError, compute, parse_id_list
 from gpupair.layout_file import parse_layout_text
 from tests.reporter_support import SEED_UUIDS, seed_layout
 

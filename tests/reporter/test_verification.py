@@ -20,9 +20,9 @@ from aiohttp import web
 
 from gpupair import verdict
 from gpupair.layout import NodeLayout
-from reporter.allocations import PodResourcesClient
-from reporter.identity import NODE_NAME_CLAIM, POD_NAME_CLAIM, POD_UID_CLAIM
-from reporter.verification import FAIL_REASON, VerifyService
+from gpupair.reporter.allocations import PodResourcesClient
+from gpupair.reporter.identity import NODE_NAME_CLAIM, POD_NAME_CLAIM, POD_UID_CLAIM
+from gpupair.reporter.verification import FAIL_REASON, VerifyService
 from tests.kube_double import KubeDouble, kube_client_for, make_pod, running_kube_double
 from tests.layouts import seed_layout
 from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod, running_kubelet

@@ -5,10 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simulator.configs import Config
-from simulator.fleet import FleetScenario, run_fleet
-from simulator.seed_scenario import SeedScenario, run_seed_scenario
-from simulator.shapes import seed_layout
+from gpupair.simulator.configs import Config
+from gpupair.simulator.fleet import FleetScenario, run_fleet
+from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.shapes import seed_layout
 
 
 def simulate(*args, cwd):
@@ -85,9 +85,9 @@ def test_simulated_extender_reserves_the_pair_it_promised_until_a_report_shows_i
     import random
 
     from gpupair.policies import POLICIES
-    from simulator.cluster import Cluster
-    from simulator.kube_scoring import PROFILES, PodRequest
-    from simulator.schedulers import GpupairExtender, KubeScheduler
+    from gpupair.simulator.cluster import Cluster
+    from gpupair.simulator.kube_scoring import PROFILES, PodRequest
+    from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
 
     cluster = Cluster.of({"only": seed_layout()})
     node = cluster.nodes["only"]
@@ -126,7 +126,7 @@ def test_pods_requests_change_where_the_default_profile_puts_them():
                                    SeedScenario(per_gpu=per_gpu), seed=1)
         return {s.node for s in result.granted}
 
-    from simulator.kube_scoring import PerGpu
+    from gpupair.simulator.kube_scoring import PerGpu
 
     assert len(nodes_used(PerGpu())) < len(nodes_used(PerGpu(milli_cpu=4000)))
 

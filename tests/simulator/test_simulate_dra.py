@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simulator.cluster import Cluster
-from simulator.configs import DRA, Config
-from simulator.dra import FORMS, dynamic_resources_scores
-from simulator.fleet import FleetScenario, run_fleet
-from simulator.fragmentation import FragmentationScenario, run_fragmentation
-from simulator.kube_scoring import PerGpu, PodRequest
-from simulator.seed_scenario import SeedScenario, run_seed_scenario
-from simulator.shapes import seed_layout
+from gpupair.simulator.cluster import Cluster
+from gpupair.simulator.configs import DRA, Config
+from gpupair.simulator.dra import FORMS, dynamic_resources_scores
+from gpupair.simulator.fleet import FleetScenario, run_fleet
+from gpupair.simulator.fragmentation import FragmentationScenario, run_fragmentation
+from gpupair.simulator.kube_scoring import PerGpu, PodRequest
+from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.shapes import seed_layout
 
 ROOT = Path(__file__).parents[2]
 # tests/fixtures/real-k8s/dra/README.md: the four seed-like DRA nodes' free sets.
@@ -184,7 +184,7 @@ def test_fragmentation_command_and_bad_dra_flags(tmp_path):
 
 
 def test_preemption_dry_run_on_dra_runs_the_allocator_on_what_the_victims_free():
-    from simulator.preemption import Running, select_victims
+    from gpupair.simulator.preemption import Running, select_victims
 
     sim = Cluster.of({"n": seed_layout()}).nodes["n"]
     running = {}

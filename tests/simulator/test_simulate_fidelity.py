@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cluster import Cluster
-from simulator.kube_scoring import PROFILES, PodRequest
-from simulator.replay import load_state, replay
-from simulator.schedulers import GpupairExtender, KubeScheduler
-from simulator.shapes import seed_layout
+from gpupair.simulator.cluster import Cluster
+from gpupair.simulator.kube_scoring import PROFILES, PodRequest
+from gpupair.simulator.replay import load_state, replay
+from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
+from gpupair.simulator.shapes import seed_layout
 from tests.real_k8s import load
 
 ROOT = Path(__file__).parents[2]

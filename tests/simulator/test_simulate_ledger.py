@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from gpupair.policies import POLICIES
-from simulator.cluster import Cluster
-from simulator.configs import Config
-from simulator.fleet import FleetScenario, run_fleet
-from simulator.interference import DevicePlugin, Interference
-from simulator.kube_scoring import PROFILES, PodRequest
-from simulator.schedulers import GpupairExtender, KubeScheduler
-from simulator.seed_scenario import SeedScenario, run_seed_scenario
-from simulator.shapes import seed_layout
+from gpupair.simulator.cluster import Cluster
+from gpupair.simulator.configs import Config
+from gpupair.simulator.fleet import FleetScenario, run_fleet
+from gpupair.simulator.interference import DevicePlugin, Interference
+from gpupair.simulator.kube_scoring import PROFILES, PodRequest
+from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
+from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.shapes import seed_layout
 
 ROOT = Path(__file__).parents[2]
 LEDGER, LEGACY = Config("gpupair", "aligned"), Config("gpupair-legacy", "aligned")

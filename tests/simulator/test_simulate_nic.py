@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.configs import Config
-from simulator.fleet import FleetScenario, arrivals, run_fleet
-from simulator.network import gdr_capable, servable
-from simulator.seed_scenario import SeedScenario, run_seed_scenario
-from simulator.shapes import LOPSIDED_NIC, lopsided_nics, seed_layout
+from gpupair.simulator.configs import Config
+from gpupair.simulator.fleet import FleetScenario, arrivals, run_fleet
+from gpupair.simulator.network import gdr_capable, servable
+from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.shapes import LOPSIDED_NIC, lopsided_nics, seed_layout
 
 ROOT = Path(__file__).parents[2]
 LAYOUT = seed_layout()

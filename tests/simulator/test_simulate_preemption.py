@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from gpupair.intent import Intent
-from simulator.cluster import Cluster
-from simulator.configs import Config
-from simulator.fleet import FleetScenario, arrivals, run_fleet
-from simulator.kube_scoring import PROFILES, PodRequest
-from simulator.preemption import HIGH_PRIORITY, Running, pick_node, preempt, select_victims
-from simulator.schedulers import GpupairExtender, KubeScheduler
-from simulator.shapes import seed_layout
-from simulator.workload import PodMix, parse_intent_mix
+from gpupair.simulator.cluster import Cluster
+from gpupair.simulator.configs import Config
+from gpupair.simulator.fleet import FleetScenario, arrivals, run_fleet
+from gpupair.simulator.kube_scoring import PROFILES, PodRequest
+from gpupair.simulator.preemption import HIGH_PRIORITY, Running, pick_node, preempt, select_victims
+from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
+from gpupair.simulator.shapes import seed_layout
+from gpupair.simulator.workload import PodMix, parse_intent_mix
 
 ROOT = Path(__file__).parents[2]
 KUBE, NO_VERB, VERB = Config("kube", "aligned"), Config("gpupair-nopreempt", "aligned"), Config("gpupair", "aligned")

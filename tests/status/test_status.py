@@ -19,11 +19,11 @@ import jsonschema
 import pytest
 
 from gpupair import report as codec
-from status import freshness
-from status.build import Listing, Options, build
-from status.main import CLEAR, _show, paused_gc
-from status.schema import schema, schema_text
-from status.view import StatusView
+from gpupair.status import freshness
+from gpupair.status.build import Listing, Options, build
+from gpupair.status.main import CLEAR, _show, paused_gc
+from gpupair.status.schema import schema, schema_text
+from gpupair.status.view import StatusView
 from tests.kube_double import Store, make_node, running_kube_double
 from tests.status_fleet import NOW, NS, bind, report, rfc3339, small_fleet
 
@@ -232,7 +232,7 @@ def test_paused_gc_restores_the_collector_as_it_was():
 
 
 def test_documented_schema_is_the_one_the_code_emits():
-    assert SCHEMA_FILE.read_text() == schema_text(), "regenerate: python -m status.schema > docs/status.schema.json"
+    assert SCHEMA_FILE.read_text() == schema_text(), "regenerate: python -m gpupair.status.schema > docs/status.schema.json"
     jsonschema.Draft202012Validator.check_schema(schema())
 
 

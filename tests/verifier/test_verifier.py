@@ -13,7 +13,7 @@ import pytest
 from gpupair import verdict
 from gpupair.report import TOPOLOGY_KEY, encode_topology
 from tests.layouts import seed_layout
-from verifier.main import reporter_url
+from gpupair.verifier.main import reporter_url
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "kubernetes", "prometheus_client", "google.protobuf",
@@ -37,18 +37,18 @@ def test_the_sidecar_path_imports_only_the_standard_library():
     loaded = json.loads(result.stdout)
     heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert heavy == []
-    assert "urllib.request" in loaded and "verifier.main" in loaded
-    ours = [m for m in loaded if m.split(".")[0] in ("gpupair", "verifier")]
+    assert "urllib.request" in loaded and "gpupair.verifier.main" in loaded
+    ours = [m for m in loaded if m.split(".")[0] == "gpupair"]
     # the flag and log helpers every command shares, themselves on the standard library
     assert sorted(ours) == ["gpupair", "gpupair.cli", "gpupair.defaults", "gpupair.flags", "gpupair.service",
-                            "verifier", "verifier.main"]
+                            "gpupair.verifier", "gpupair.verifier.main"]
 
 
 def test_main_dispatch_loads_only_the_chosen_command():
     probe = ("import sys\nfrom gpupair import cli\n"
              "try: rc = cli.main(['verify', '--dry-run'])\n"
              "except SystemExit as exit_: rc = exit_.code\n"
-             "print(rc, 'webhook.main' in sys.modules, 'aiohttp' in sys.modules)")
+             "print(rc, 'gpupair.webhook.main' in sys.modules, 'aiohttp' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["2", "False", "False"], result.stderr
 

@@ -23,7 +23,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gpupair.kube import api_client
-from webhook import certs
+from gpupair.webhook import certs
 
 REPO = Path(__file__).resolve().parents[2]
 NS, SERVICE, SECRET, CONFIG = "gpupair-system", "gpupair-webhook", "gpupair-webhook-tls", "gpupair-webhook"

@@ -22,8 +22,8 @@ from tests.webhook.claim_shapes import (
     recorded_template,
     validation_errors,
 )
-from webhook.admission import AdmissionRequest, InjectOptions, admit
-from webhook.claims import (
+from gpupair.webhook.admission import AdmissionRequest, InjectOptions, admit
+from gpupair.webhook.claims import (
     ANY_SUBREQUEST,
     CLOSE_SUBREQUEST,
     MAX_CONSTRAINTS,
@@ -34,7 +34,7 @@ from webhook.claims import (
     plan_claim,
     resolve_intent,
 )
-from webhook.sidecar import SidecarOptions
+from gpupair.webhook.sidecar import SidecarOptions
 
 OPTIONS = ClaimOptions()
 REQUIRED = {"matchAttribute": NUMA_ATTRIBUTE, "requests": ["gpus"]}

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.webhook.test_webhook_server import SERVICE_NAME, client_context, free_port, write_pair
-from webhook.cert_expiry import NAME, CertificateExpiry
-from webhook.certs import make_ca
+from gpupair.webhook.cert_expiry import NAME, CertificateExpiry
+from gpupair.webhook.certs import make_ca
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tests.core.test_cli_contract import gpupair
-from webhook import main
+from gpupair.webhook import main
 
 
 def parse(*args: str) -> argparse.Namespace:

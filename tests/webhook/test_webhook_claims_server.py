@@ -19,7 +19,7 @@ from tests.webhook.claim_shapes import (
 # The same server as the pod tests (their fixtures: a CA, the app with default options on TLS).
 from tests.webhook.test_webhook_server import ca, server  # noqa: F401
 from tests.webhook.test_webhook_server import FIXTURE, decode_patch, post
-from webhook.claims import NUMA_ATTRIBUTE, RESOURCES
+from gpupair.webhook.claims import NUMA_ATTRIBUTE, RESOURCES
 
 USER = {"username": "kubernetes-admin", "groups": ["kubeadm:cluster-admins", "system:authenticated"]}
 CLAIM_CONTROLLER = {"username": "system:serviceaccount:kube-system:resource-claim-controller",

@@ -13,8 +13,8 @@ from gpupair import verdict
 from gpupair.intent import PLACEMENT_KEY, Intent, IntentError
 from gpupair.pod_request import PodRequestError, gpu_request
 from tests.pss import restricted_violations
-from webhook import sidecar
-from webhook.admission import (
+from gpupair.webhook import sidecar
+from gpupair.webhook.admission import (
     VERIFIER_KEY,
     VERIFY_KEY,
     InjectOptions,
@@ -22,7 +22,7 @@ from webhook.admission import (
     plan,
     pointer,
 )
-from webhook.sidecar import SidecarOptions
+from gpupair.webhook.sidecar import SidecarOptions
 from tests.real_k8s import REAL_K8S
 
 FIXTURE = REAL_K8S / "admission-pod-create-p1-05-job-generatename.json"

@@ -28,10 +28,10 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook import sidecar
-from webhook.admission import VERIFY_KEY, InjectOptions
-from webhook.app import create_app
-from webhook.sidecar import SidecarOptions
+from gpupair.webhook import sidecar
+from gpupair.webhook.admission import VERIFY_KEY, InjectOptions
+from gpupair.webhook.app import create_app
+from gpupair.webhook.sidecar import SidecarOptions
 from gpupair.tls import ReloadingTLS
 from tests.real_k8s import REAL_K8S
 
