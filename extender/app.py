@@ -111,17 +111,19 @@ def assemble(
     gpu_device_classes: frozenset[str] = frozenset({DRA_DRIVER}),
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES,
     nic_level: str = DEFAULT_LEVEL,
+    dra_nic_drivers: frozenset[str] = frozenset(),
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
     DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
     runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
     whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
-    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/nic_ask.py)."""
+    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/nic_ask.py). ``dra_nic_drivers``:
+    RDMA DRA drivers whose devices are the NICs, where no reporter publishes them."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
-    dra = DraNodes(dra_driver, decoder, clock, gpu_device_classes) if dra_driver else None
+    dra = DraNodes(dra_driver, decoder, clock, gpu_device_classes, dra_nic_drivers) if dra_driver else None
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
     beats: Heartbeats | None = None

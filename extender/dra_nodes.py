@@ -25,7 +25,9 @@ from typing import Any
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair import dra
 from gpupair.defaults import DRA_DRIVER
-from gpupair.dra_picture import Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names
+from gpupair.dra_picture import (
+    Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
+)
 from gpupair.nics import NICS_KEY
 from gpupair.pod_request import PodRequestError
 from gpupair.report import decode_node_nics
@@ -37,13 +39,15 @@ ChangeListener = Callable[[set[str]], None]
 
 class DraNodes:
     def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
-                 gpu_classes: frozenset[str] = frozenset({DRA_DRIVER})):
+                 gpu_classes: frozenset[str] = frozenset({DRA_DRIVER}), nic_drivers: frozenset[str] = frozenset()):
         self.driver = driver
+        self.nic_drivers = nic_drivers  # RDMA DRA drivers whose devices are the node's NICs
         self.gpu_classes = gpu_classes
         self._decoder = decoder
         self._clock = clock
         self._listeners: list[ChangeListener] = []
         self._slices: dict[str, dra.ResourceSlice] = {}  # slice name -> slice (this driver, one node)
+        self._nic_slices: dict[str, dict[str, dra.ResourceSlice]] = defaultdict(dict)  # node -> name -> slice
         self._by_node: dict[str, dict[str, dra.ResourceSlice]] = defaultdict(dict)
         self._pool_node: dict[str, str] = {}  # pool -> the node whose slices publish it
         self._claims: dict[tuple[str, str], Allocation] = {}  # (namespace, name) -> its devices here
@@ -131,6 +135,9 @@ class DraNodes:
         if nics is not None and not picture.inferred:  # the reporter's NICs index its own layout
             found, problem = decode_node_nics({NICS_KEY: nics}, report.fingerprint, report.layout.size)
             report = replace(report, nics=found, nics_problem=problem)
+        if report.nics is None and self._nic_slices.get(node):  # measured links first, then inferred ones
+            report = replace(report, nics=nics_from_slices(self._nic_slices[node].values(), self.nic_drivers,
+                                                           report.layout))
         return ReportEntry(report)
 
     def _changed(self, nodes: set[str]) -> None:
@@ -150,10 +157,11 @@ class DraNodes:
     # slices
 
     def _replace_slices(self, items: list[dict[str, Any]]) -> None:
-        touched = set(self._by_node)
+        touched = set(self._by_node) | set(self._nic_slices)
         self._slices.clear()
         self._by_node.clear()
         self._pool_node.clear()
+        self._nic_slices.clear()
         for obj in items:
             self._put_slice(obj)
         self._changed(touched | set(self._by_node))
@@ -161,7 +169,7 @@ class DraNodes:
     def _apply_slice(self, event: str, obj: dict[str, Any]) -> None:
         name = _name(obj)
         old = self._slices.pop(name, None)
-        touched = set()
+        touched = {node for node, slices in self._nic_slices.items() if slices.pop(name, None) is not None}
         if old is not None:
             node, pool = old.spec.nodeName, old.spec.pool.name
             touched.add(node)
@@ -179,6 +187,9 @@ class DraNodes:
             self.rejected += 1
             log.warning("ResourceSlice left out of the node picture", extra={"why": str(exc)})
             return ""
+        if item.spec.nodeName and item.spec.driver in self.nic_drivers:
+            self._nic_slices[item.spec.nodeName][item.metadata.name] = item
+            return item.spec.nodeName
         if item.spec.driver != self.driver or not item.spec.nodeName:
             return ""  # another driver's, or not one node's (allNodes, node selectors)
         self._slices[item.metadata.name] = item

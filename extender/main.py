@@ -57,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--nic-level", "PXB",
              "the farthest GPU x NIC link a pod asking for the network accepts, unless its gpupair.io/nic-level says",
              choices=("PIX", "PXB", "PHB", "NODE"))
+    add_flag(parser, "--dra-nic-drivers", "",
+             "RDMA DRA drivers (comma-separated) whose ResourceSlices publish the NICs, on nodes whose reporter "
+             "publishes none: links inferred from pcieRoot and numaNode")
     add_common_flags(parser)
 
 
@@ -96,7 +99,9 @@ async def _dra_watches(api, dra, restarts) -> list:
         dra.mark_unserved()
         return []
     resource = k8s.ResourceV1Api(api)
-    slices = functools.partial(resource.list_resource_slice, field_selector=f"spec.driver={dra.driver}")
+    # One driver: the server filters; with RDMA drivers too, every slice comes and the handler picks.
+    slices = (functools.partial(resource.list_resource_slice, field_selector=f"spec.driver={dra.driver}")
+              if not dra.nic_drivers else resource.list_resource_slice)
     return [
         ListWatch("resourceslices", slices, dra.slices,
                   on_restart=lambda why: restarts.labels("resourceslices", why).inc()),
@@ -132,6 +137,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         gpu_device_classes=frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip()),
         rdma_resources=tuple(name.strip() for name in args.rdma_resources.split(",") if name.strip()),
         nic_level=args.nic_level,
+        dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts

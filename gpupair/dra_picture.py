@@ -35,6 +35,7 @@ from typing import Any
 
 from gpupair import dra
 from gpupair.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
+from gpupair.nics import Nic, NicLayout
 from gpupair.report import Ledger, NodeReport, encode_topology, fingerprint
 
 SAME_ROOT, SAME_NUMA, CROSS_NUMA = "PHB", "NODE", "SYS"
@@ -322,3 +323,42 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Deman
     if len(policies) == 1:
         return Demand(gpus, policies.pop())
     return Demand(gpus, "dra-first-fit")  # several GPU requests: the unconstrained walk bounds them
+
+
+def nics_from_slices(slices: Iterable[dra.ResourceSlice], drivers: frozenset[str], layout: NodeLayout) -> NicLayout | None:
+    """The NICs an RDMA DRA driver publishes for the node, with each GPU's link inferred from the
+    standard attributes as GPU links are: same ``pcieRoot`` PHB (the inference cannot see a
+    shared PCIe switch, so it never says PIX or PXB), same ``numaNode`` NODE, else SYS. None
+    without such slices. Devices in the driver's pools' newest generation; a NIC device is named
+    by its device name."""
+    by_pool: dict[tuple[str, str], list[dra.ResourceSlice]] = defaultdict(list)
+    for item in slices:
+        if item.spec.driver in drivers:
+            by_pool[(item.spec.driver, item.spec.pool.name)].append(item)
+    if not by_pool:
+        return None
+    found: list[Nic] = []
+    for key in sorted(by_pool):
+        newest = max(s.spec.pool.generation for s in by_pool[key])
+        for item in sorted((s for s in by_pool[key] if s.spec.pool.generation == newest), key=lambda s: s.metadata.name):
+            for device in item.spec.devices:
+                numa = device.attribute(dra.NUMA_ATTRIBUTE, key[0])
+                root = device.attribute(dra.PCIE_ROOT_ATTRIBUTE, key[0])
+                pci = device.attribute(dra.PCI_BUS_ID_ATTRIBUTE, key[0])
+                try:
+                    pci = normalize_pci(pci) if isinstance(pci, str) and pci else ""
+                except ValueError:
+                    pci = ""
+                found.append(Nic(name=device.name, pci_bus_id=pci,
+                                 numa_node=numa if isinstance(numa, int) and not isinstance(numa, bool) and numa >= 0
+                                 else NO_NUMA,
+                                 pcie_root=root if isinstance(root, str) else ""))
+
+    def link(gpu: Device, nic: Nic) -> str:
+        if gpu.pcie_root and gpu.pcie_root == nic.pcie_root:
+            return "PHB"
+        if gpu.numa_node >= 0 and gpu.numa_node == nic.numa_node:
+            return "NODE"
+        return "SYS"
+
+    return NicLayout(nics=tuple(found), links=tuple(tuple(link(gpu, nic) for nic in found) for gpu in layout.devices))

@@ -133,3 +133,28 @@ async def test_on_a_dra_node_the_reporters_nics_join_the_picture_from_the_slices
         _, filtered = await client.post("filter", args_body(asking(), nodes=nodes))
     assert [n["metadata"]["name"] for n in filtered["Nodes"]["items"]] == ["dra-lop"]
     assert filtered["FailedNodes"]["dra-far"].endswith("free near mlx5_bond_0: 0")
+
+
+async def test_nics_an_rdma_dra_driver_publishes_are_judged_by_their_attributes():
+    from tests.dra_support import DRIVER, node_slice
+
+    gpus = node_slice("dra-net")
+    rdma = node_slice("dra-net", name="dra-net-rdma", pool="dra-net-rdma", driver="rdma.example.com",
+                      devices=[0, 4])
+    for device, name in zip(rdma["spec"]["devices"], ("mlx5-0", "mlx5-1")):
+        device["name"] = name
+        device["attributes"] = {key: device["attributes"][key] for key in
+                                ("resource.kubernetes.io/numaNode", "resource.kubernetes.io/pcieRoot")}
+    # mlx5-0 shares GPU0's root complex (PHB), mlx5-1 GPU4's
+    extender = make_extender(dra_driver=DRIVER, dra_nic_drivers=frozenset({"rdma.example.com"}))
+    extender.dra.slices.replace([gpus, rdma])
+    extender.dra.claims.replace([])
+    nics_of = extender.dra.entry("dra-net", None).report.nics
+    assert [n.name for n in nics_of.nics] == ["mlx5-0", "mlx5-1"]
+    assert nics_of.links[0] == ("PHB", "SYS") and nics_of.links[1] == ("NODE", "SYS") and nics_of.links[4][1] == "PHB"
+    async with serving(extender) as client:
+        _, at_pxb = await client.post("filter", args_body(asking(), nodes=[node_object("dra-net")]))
+        _, at_phb = await client.post("filter", args_body(asking(level="PHB"), nodes=[node_object("dra-net")]))
+    # inferred links never claim a shared switch: at PXB no GPU qualifies; at PHB only GPU0 and GPU4 do
+    assert at_pxb["FailedNodes"]["dra-net"].endswith("free near mlx5-0: 0, mlx5-1: 0")
+    assert at_phb["FailedNodes"]["dra-net"].endswith("free near mlx5-0: 1, mlx5-1: 1")
