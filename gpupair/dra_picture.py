@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -80,16 +80,6 @@ class Allocation:
     devices: tuple[tuple[str, str], ...]  # (pool, device name) of this node's driver
     pods: tuple[tuple[str, str], ...] = ()  # (pod name, pod uid)
     allocated_at: datetime | None = None
-
-
-@dataclass
-class NodeSlices:
-    """The slices of one driver published for one node, by slice name."""
-
-    slices: dict[str, dra.ResourceSlice] = field(default_factory=dict)
-
-    def pools(self) -> set[str]:
-        return {s.spec.pool.name for s in self.slices.values()}
 
 
 def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:

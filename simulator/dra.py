@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from gpupair.intent import Intent
 from gpupair.layout import NodeLayout
-from gpupair.policies import POLICIES, Policy
+from gpupair.policies import POLICIES
 
 FIRST_FIT = POLICIES["dra-first-fit"]
 FIRST_FIT_NUMA = POLICIES["dra-first-fit-numa"]

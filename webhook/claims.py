@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.wire import KubeWire, explain
