@@ -38,21 +38,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpupair import dra
 from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.wire import KubeWire, explain
 from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
-GROUP = "resource.k8s.io"
-VERSION = "v1"
+GROUP, VERSION = dra.API_VERSION.split("/")
 RESOURCES = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}
-NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"  # KEP-6072's standard name
+NUMA_ATTRIBUTE = dra.NUMA_ATTRIBUTE
 CLOSE_SUBREQUEST = "numa"  # tried first: the devices on one NUMA node
 ANY_SUBREQUEST = "any"  # then the same devices anywhere on the node
 EXACT_COUNT = "ExactCount"
 MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
 # Set by kube-scheduler on the claim it makes for a pod asking an extended resource that a
 # DeviceClass maps to DRA devices; it has allocated the devices before it creates the claim.
-EXTENDED_RESOURCE_CLAIM_KEY = "resource.kubernetes.io/extended-resource-claim"
+EXTENDED_RESOURCE_CLAIM_KEY = dra.EXTENDED_RESOURCE_CLAIM_KEY
 
 
 class ClaimError(ValueError):
@@ -81,6 +81,8 @@ class ClaimPlan:
 
 
 # --- reading (k8s.io/api/resource/v1 types.go: only the fields decided on) ----------------------
+# Not gpupair.dra's models: mutating admission runs before the apiserver validates, so these
+# read an object as sent, leniently (a subrequest is not looked into); gpupair.dra reads stored ones.
 
 
 class ExactRequest(KubeWire):
