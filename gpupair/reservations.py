@@ -99,9 +99,12 @@ class Reservations:
         self._bound: dict[str, set[str]] = {}  # node -> UIDs in _pods
         # node -> its latest report's ledger; a node absent here has not reported, None: no ledger.
         self._ledgers: dict[str, Ledger | None] = {}
-        # by_node() is asked on every filter and prioritize; it is rebuilt only after a change.
-        self._version = 0
-        self._by_node: tuple[int, dict[str, Hold]] = (-1, {})
+        # by_node() is asked on every filter and prioritize. After a change only the nodes it
+        # touched are asked afresh: a bind changes one node, and rebuilding every node that owes
+        # something cost more than the filter it preceded (bench/request_path.py).
+        self._version = 0  # every change; readers key what they derive from the holds on it
+        self._dirty: set[str] = set()
+        self._by_node: dict[str, Hold] = {}
 
     # ---- the extender's own binds
 
@@ -109,8 +112,9 @@ class Reservations:
         previous = self._plans.get(reservation.uid)
         if previous is not None and previous.node != reservation.node:
             self._unindex(previous.uid, previous.node)
+            self._changed(previous.node)
         self._plans[reservation.uid] = reservation
-        self._version += 1
+        self._changed(reservation.node)
         self._plans_by_node.setdefault(reservation.node, set()).add(reservation.uid)
 
     def release(self, uid: str) -> Reservation | None:
@@ -118,7 +122,7 @@ class Reservations:
         reservation = self._plans.pop(uid, None)
         if reservation is not None:
             self._unindex(uid, reservation.node)
-            self._version += 1
+            self._changed(reservation.node)
         return reservation
 
     def get(self, uid: str) -> Reservation | None:
@@ -218,12 +222,23 @@ class Reservations:
         """Every node that owes something now, and what (do not modify: it is shared until the
         next change)."""
         self._expire()
-        version, holds = self._by_node
-        if version != self._version:
-            nodes = set(self._plans_by_node) | set(self._bound)
-            holds = {node: hold for node in nodes if (hold := self._hold(node))}
-            self._by_node = (self._version, holds)
-        return holds
+        if self._dirty:
+            holds = dict(self._by_node)
+            for node in self._dirty:
+                hold = self._hold(node)
+                if hold:
+                    holds[node] = hold
+                else:
+                    holds.pop(node, None)
+            self._dirty.clear()
+            self._by_node = holds
+        return self._by_node
+
+    @property
+    def version(self) -> int:
+        """Changes so far, expiries included: equal versions mean equal holds."""
+        self._expire()
+        return self._version
 
     def on_node(self, node: str, exclude: str | None = None) -> frozenset[int]:
         """Devices planned on ``node`` (less those of pod ``exclude``)."""
@@ -251,7 +266,7 @@ class Reservations:
     def _expire(self) -> None:
         for uid, plan in self._plans.expire():
             self._unindex(uid, plan.node)
-            self._version += 1
+            self._changed(plan.node)
             self._outcome("expired", plan.namespace, plan.name, plan.node, plan=plan)
         if not self._pods:
             return
@@ -285,16 +300,20 @@ class Reservations:
             if not uids:
                 del self._plans_by_node[node]
 
+    def _changed(self, node: str) -> None:
+        self._version += 1
+        self._dirty.add(node)
+
     def _bind(self, pod: BoundPod) -> None:
         self._unbind(pod.uid)
         self._pods[pod.uid] = pod
-        self._version += 1
+        self._changed(pod.node)
         self._bound.setdefault(pod.node, set()).add(pod.uid)
 
     def _unbind(self, uid: str) -> BoundPod | None:
         pod = self._pods.pop(uid, None)
         if pod is not None:
-            self._version += 1
+            self._changed(pod.node)
             uids = self._bound[pod.node]
             uids.discard(uid)
             if not uids:
