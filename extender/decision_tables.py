@@ -75,6 +75,7 @@ class DecisionTables:
         self._next_check: dict[str, float] = {}
         self._stale: set[str] = set()  # nodes the tables hold as stale
         self._order = itertools.count()
+        self.version = 0  # bumped by every change of a node's decisions (report, staleness, gone)
 
     def node_changed(self, name: str, entry: ReportEntry, now: float) -> None:
         # Expiring here too keeps the queue to reports not yet stale even when no request
@@ -99,6 +100,7 @@ class DecisionTables:
             self._schedule(name, stale_at)  # earlier than the check queued (a Lease gone)? move it
 
     def node_gone(self, name: str) -> None:
+        self.version += 1
         for table in self._tables.values():
             table.drop(name)
         self._stale.discard(name)
@@ -121,6 +123,7 @@ class DecisionTables:
         return table
 
     def _decide(self, name: str, entry: ReportEntry, now: float) -> None:
+        self.version += 1
         alive = self._alive(name)
         for table in self._tables.values():
             table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now, alive, table.intent))

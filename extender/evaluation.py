@@ -34,6 +34,7 @@ log = logging.getLogger("gpupair.extender")
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
+FRESH_LIMIT = 65536  # decisions kept between changes; a change empties them anyway
 NO_CACHE_PROBLEM = ("the extender runs without a node cache (--no-node-cache): register it with "
                     "nodeCacheCapable: false, or drop that flag")
 
@@ -74,6 +75,10 @@ class Evaluator:
         self.last_seen: LRUCache = LRUCache(self.seen_limit)
         self._pod_deciders: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> its Decider, for bind
         self._variants: dict[tuple, Decider] = {}
+        # Table mode: decisions taken afresh (nodes holding reservations), kept while neither the
+        # holds nor any report changed, so a pod's prioritize reuses what its filter decided.
+        self._fresh: dict[tuple[str, int, Intent], NodeDecision] = {}
+        self._fresh_state: tuple[int, int] = (-1, -1)
 
     # ---- one request
 
@@ -145,11 +150,28 @@ class Evaluator:
         now = self.clock()
         holds = self.reservations.by_node()
         decider, entry_of, unknown, alive = offer.decider or self.decider, offer.entry_of, offer.unknown, self.alive
-        return [
-            (entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name),
-                                               intent)
-            for name in (offer.names if names is None else names)
-        ]
+        names = offer.names if names is None else names
+        if not offer.cached:
+            return [(entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now,
+                                                       alive(name), intent)
+                    for name in names]
+        # The tables were brought up to ``now`` by the verb (DecisionTables.table): their version
+        # and the holds' say whether anything a decision depends on has changed since.
+        assert self.tables is not None
+        state = (self.reservations.version, self.tables.version)
+        fresh = self._fresh
+        if state != self._fresh_state or len(fresh) > FRESH_LIMIT:
+            fresh.clear()
+            self._fresh_state = state
+        out = []
+        for name in names:
+            key = (name, gpus, intent)
+            decision = fresh.get(key)
+            if decision is None:
+                decision = fresh[key] = (entry_of(name) or unknown).decide(
+                    decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name), intent)
+            out.append(decision)
+        return out
 
     def intent_of(self, pod: Any) -> Intent:
         """The pod's placement intent; a bad value counts as required, and is logged."""

@@ -161,3 +161,41 @@ async def test_bind_answers_its_error_shape_without_api_access():
     async with serving(make_extender()) as client:
         status, answer = await client.post("bind", json.dumps(bind_body()))
     assert status == 200 and "no Kubernetes API access" in answer["Error"]
+
+
+async def test_prioritize_reuses_its_filters_decisions_only_while_nothing_changed():
+    """The decisions filter takes afresh (nodes holding reservations) serve the same pod's
+    prioritize; a bind or a report between the two is seen, never answered from before it."""
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(set(range(8)), node="a")))
+        double.store.create("nodes", make_node("gpu-node-b", annotations=report_annotations(set(range(8)), node="b")))
+        for index in range(4):
+            create_pod(double, gpus=4 if index else 2, name=f"p{index}", uid=f"uid-{index}")
+        asker = args_body(pod_object(2, name="p0", uid="uid-0"), names=["gpu-node-a", "gpu-node-b"])
+
+        async def scores(k) -> dict[str, int]:
+            _, answer = await k.client.post("prioritize", asker)
+            return {entry["Host"]: entry["Score"] for entry in answer}
+
+        async with kube_extender(double) as k:
+            await ready(k)
+            for index, node in ((1, "gpu-node-a"), (2, "gpu-node-b")):  # a hold on each node
+                await k.client.post("filter", args_body(pod_object(4, name=f"p{index}", uid=f"uid-{index}"),
+                                                        names=[node]))
+                assert (await k.client.post("bind", bind_body(f"p{index}", f"uid-{index}", node)))[1] == {"Error": ""}
+            _, passed = await k.client.post("filter", asker)
+            before = await scores(k)
+            # Between p0's filter and its prioritize, p3 takes gpu-node-a's other NUMA node ...
+            await k.client.post("filter", asker)
+            await k.client.post("filter", args_body(pod_object(4, name="p3", uid="uid-3"), names=["gpu-node-a"]))
+            assert (await k.client.post("bind", bind_body("p3", "uid-3", "gpu-node-a")))[1] == {"Error": ""}
+            after_bind = await scores(k)
+            # ... and gpu-node-b's report stops being usable.
+            await k.client.post("filter", asker)
+            double.store.patch("nodes", "gpu-node-b", {"metadata": {"annotations": {"gpupair.io/topology": None}}})
+            await eventually(lambda: k.extender.node_cache.get("gpu-node-b").report is None, what="report gone")
+            after_report = await scores(k)
+    assert sorted(passed["NodeNames"]) == ["gpu-node-a", "gpu-node-b"]
+    assert before["gpu-node-a"] > 0 and before["gpu-node-b"] > 0
+    assert after_bind == {"gpu-node-a": 0, "gpu-node-b": before["gpu-node-b"]}
+    assert after_report == {"gpu-node-a": 0, "gpu-node-b": 0}
