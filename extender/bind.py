@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from gpupair.binding_client import BindingClient
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.pod_requests import PodRequests
 from gpupair.extender.protocol import ExtenderBindingArgs
@@ -52,6 +53,9 @@ class Binder:
         self.requests = requests
         self.annotate_plan = annotate_plan
         self.timeout = timeout
+        # The Binding on a lean client of its own where it can (gpupair/binding_client.py): on
+        # kube-scheduler's path, it is most of what a bind costs the event loop.
+        self._bindings = BindingClient.for_api(api) if api is not None else None
         self._background: set[asyncio.Task] = set()
 
     async def bind(self, args: ExtenderBindingArgs) -> BindOutcome:
@@ -86,8 +90,12 @@ class Binder:
         annotations = {PLANNED_KEY: format_set(plan)} if (self.annotate_plan and plan) else None
         try:
             async with asyncio.timeout(self.timeout):  # no task of its own, unlike wait_for
-                await kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
-                                    annotations)
+                if self._bindings is not None:
+                    await self._bindings.bind(args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
+                                              annotations)
+                else:
+                    await kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
+                                        annotations)
         except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
             if plan:
                 self.reservations.release(key)
@@ -123,3 +131,9 @@ class Binder:
         """Wait for pending Events (shutdown, tests)."""
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Drain, then close the Binding connections (shutdown)."""
+        await self.drain()
+        if self._bindings is not None:
+            await self._bindings.close()

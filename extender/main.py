@@ -164,6 +164,6 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await extender.binder.drain()
+        await extender.binder.close()
         await api.close()
     return 0

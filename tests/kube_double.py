@@ -38,6 +38,7 @@ import copy
 import json
 import random
 import re
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -468,9 +469,11 @@ def _bool(query, name: str) -> bool:
 class KubeDouble:
     """The running server. See module docstring for the behaviour it copies."""
 
-    def __init__(self, store: Store | None = None, host: str = "127.0.0.1", serve_dra: bool = True):
+    def __init__(self, store: Store | None = None, host: str = "127.0.0.1", serve_dra: bool = True,
+                 ssl_context: ssl.SSLContext | None = None):
         self.store = store or Store()
         self.host = host
+        self.ssl_context = ssl_context  # serve HTTPS, as a real apiserver does
         self.serve_dra = serve_dra  # False: an apiserver without resource.k8s.io/v1 (404s)
         self.port = 0
         self.requests: list[RecordedRequest] = []
@@ -484,7 +487,7 @@ class KubeDouble:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.port}"
 
     def write_kubeconfig(self, path) -> "Path":
         """A kubeconfig file pointing at the double (plain HTTP, a token it ignores), for commands
@@ -521,7 +524,7 @@ class KubeDouble:
         self._routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context)
         await site.start()
         if not self.port:
             self.port = self._runner.addresses[0][1]

@@ -85,6 +85,36 @@ async def test_api_client_takes_its_proxy_from_the_environment_once(tmp_path, mo
             assert not api.rest_client.proxy
 
 
+async def test_api_client_keeps_no_cookies(tmp_path):
+    """client-go has no cookie jar: a Set-Cookie from the server (or a proxy before it) is never
+    sent back."""
+    from aiohttp import web
+
+    seen: list[str | None] = []
+
+    async def nodes(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.json_response({"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": []})
+        response.set_cookie("session", "abc")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", nodes)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        path = write_kubeconfig(tmp_path / "config", f"http://localhost:{port}", "t", "gpu")  # a jar keeps no IP's cookies
+        async with await kube.api_client(path) as api:
+            for _ in range(2):
+                await k8s.CoreV1Api(api).list_node()
+    finally:
+        await runner.cleanup()
+    assert seen == [None, None]
+
+
 async def test_api_client_without_any_config_says_what_it_tried(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
