@@ -157,7 +157,7 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
     asyncio's own loop instead of uvloop; ``source``: the code of another tree (``--before``)."""
     sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - the process's whole life
     if source:
-        sys.path.insert(0, source)
+        sys.path.insert(0, _as_installed(source, Path(log_path).with_suffix(".tree")))
     from gpupair.extender.app import assemble, build_app
     from gpupair.extender.main import freeze_long_lived
     from gpupair import kube, service
@@ -178,6 +178,30 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
         await serve(build_app(extender), "127.0.0.1", port)
 
     run_loop(main(), fast=fast_loop)
+
+
+def _as_installed(source: str, scratch: Path) -> str:
+    """A directory to import another tree's ``gpupair`` from, laid out as its wheel installs it:
+    its pyproject's package-dir puts extender/, webhook/ ... under gpupair/. On sys.path alone,
+    ``gpupair.extender`` would not be found in the tree and this checkout's editable install
+    would supply it: the new extender over the old core."""
+    import tomllib
+
+    tree = Path(source)
+    package_dir = (tomllib.loads((tree / "pyproject.toml").read_text()).get("tool", {}).get("setuptools", {})
+                   .get("package-dir", {}))
+    if not package_dir:
+        return source  # a tree from before the package-dir layout imports as it lies
+    root = scratch / "gpupair"
+    root.mkdir(parents=True, exist_ok=True)
+    for entry in (tree / "gpupair").iterdir():
+        if not (root / entry.name).exists():
+            (root / entry.name).symlink_to(entry.resolve())
+    for package, folder in package_dir.items():
+        link = root / package.split(".", 1)[1]
+        if package.startswith("gpupair.") and "." not in package.split(".", 1)[1] and not link.exists():
+            link.symlink_to((tree / folder).resolve())
+    return str(scratch)
 
 
 # ---------------------------------------------------------------- client
