@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 from collections import OrderedDict
 from collections.abc import Callable
+
+import orjson
 
 from gpupair.decisions import Decider, NodeDecision
 from gpupair.extender.node_reports import ReportEntry
@@ -55,7 +56,7 @@ class Table:
 
 
 def host_priority_json(name: str, score: int) -> str:
-    return '{"Host":%s,"Score":%d}' % (json.dumps(name), score)
+    return '{"Host":%s,"Score":%d}' % (orjson.dumps(name).decode(), score)  # orjson: under half json.dumps' time
 
 
 class DecisionTables:

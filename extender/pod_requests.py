@@ -30,8 +30,8 @@ class PodRequests:
                  claims: Callable[[Any], Demand | None] | None = None):
         self.resource = resource
         self.claims = claims  # the GPUs a pod's own DRA claims ask (extender/dra_nodes.py)
-        self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> GPUs, from request bodies
-        self._intents: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)  # uid -> placement intent, same
+        # uid -> (GPUs, placement intent), from request bodies
+        self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)
         self._unbound: dict[str, int] = {}  # uid -> GPUs, GPU pods the pod watch sees unbound
 
     def of(self, pod: Any) -> int:
@@ -46,14 +46,17 @@ class PodRequests:
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if isinstance(uid, str) and uid:
-            self._filtered[uid] = gpus
-            if intent is not None:
-                self._intents[uid] = intent
+            seen = (gpus, intent)
+            # Filter remembered it already for the same pod's prioritize: a TTLCache write costs
+            # more than the check, and a pod is bound within seconds of its filter.
+            if self._filtered.get(uid) != seen:
+                self._filtered[uid] = seen
 
     def intent(self, uid: str) -> Intent | None:
         """The placement intent the pod's filter was decided under; None if not filtered here
         (bind then uses the cluster default)."""
-        return self._intents.get(uid) if uid else None
+        seen = self._filtered.get(uid) if uid else None
+        return seen[1] if seen is not None else None
 
     # ---- the pod watch
 
@@ -72,8 +75,8 @@ class PodRequests:
     def known(self, uid: str) -> int | None:
         if not uid:
             return None
-        gpus = self._filtered.get(uid)
-        return gpus if gpus is not None else self._unbound.get(uid)
+        seen = self._filtered.get(uid)
+        return seen[0] if seen is not None else self._unbound.get(uid)
 
     async def fetch(self, api: Any, namespace: str, name: str, uid: str, timeout: float) -> int:
         """Read the pod from the API server; raise (ApiException, ValueError, TimeoutError)

@@ -50,10 +50,24 @@ def nic_ask(pod: Any, rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES,
         if asked in (Intent.REQUIRED.value, Intent.PREFERRED.value):
             return NicAsk(Intent(asked), level), problem
         return NicAsk(Intent.REQUIRED, level), f"{NIC_ASK_KEY}: {asked!r} is not required, preferred or none"
-    for resource in rdma_resources:
+    for resource in _named(pod, rdma_resources):
         try:
             if gpu_request(pod, resource) > 0:
                 return NicAsk(Intent.REQUIRED, level), problem
         except PodRequestError:
             continue
     return None, problem
+
+
+def _named(pod: Any, resources: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``resources`` some container's requests or limits name (a request of one no container
+    names is 0): one walk of the pod for every pod that asks for none, not one per resource. A
+    pod it cannot walk keeps them all, for gpu_request to judge."""
+    try:
+        spec = pod["spec"]
+        tables = [table for field in ("containers", "initContainers") for container in (spec.get(field) or ())
+                  for table in ((container.get("resources") or {}).get("requests"),
+                                (container.get("resources") or {}).get("limits")) if table]
+        return tuple(resource for resource in resources if any(resource in table for table in tables))
+    except (KeyError, TypeError, AttributeError):
+        return resources

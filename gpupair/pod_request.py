@@ -32,6 +32,8 @@ class PodRequestError(ValueError):
 
 def parse_count(value: Any, where: str) -> int:
     """A Kubernetes quantity for a countable resource ("2", 2, "2e0") as an int."""
+    if type(value) is str and value.isascii() and value.isdigit():
+        return int(value)  # "2", as nearly every pod writes it: what the grammar below gives, sooner
     if isinstance(value, bool):
         raise PodRequestError(f"{where}: expected a quantity, got {value!r}")
     if isinstance(value, int):
