@@ -448,17 +448,21 @@ async def _run_burst(args) -> dict:
 
 async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: int) -> dict[str, list[float]]:
     """The API-call path alone, in this process: ``count`` Bindings one at a time by the plain
-    client, through gpupair.kube.bind_pod on the client `gpupair extender` makes, and through
+    client, through gpupair.binding_client (the extender's binds), through gpupair.kube.bind_pod
+    on the client `gpupair extender` makes (its fallback behind a proxy), and through
     the same call on kubernetes-asyncio's own session (the environment consulted in a worker
     thread before each request, as before issue 10); each on an idle event loop and on one kept
     busy in 1 ms slices, as filter and prioritize keep the extender's."""
     from kubernetes_asyncio import client as k8s
 
     from gpupair import kube
+    from gpupair.binding_client import BindingClient
 
     api = await kube.api_client(str(kubeconfig))
     stock = k8s.ApiClient(configuration=api.configuration)
-    clients = {"plain aiohttp": None, "gpupair.kube": api, "kubernetes-asyncio stock": stock}
+    lean = BindingClient(api)  # what the extender's binds go through
+    clients = {"plain aiohttp": None, "gpupair.binding_client": lean, "gpupair.kube": api,
+               "kubernetes-asyncio stock": stock}
     times: dict[str, list[float]] = {}
     stop = asyncio.Event()
 
@@ -492,7 +496,10 @@ async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: 
                         times[key].append(await burst.bind("direct", pod, node))
                         continue
                     t0 = time.perf_counter()
-                    await kube.bind_pod(client, meta["namespace"], meta["name"], node, meta["uid"])
+                    if isinstance(client, BindingClient):
+                        await client.bind(meta["namespace"], meta["name"], node, meta["uid"])
+                    else:
+                        await kube.bind_pod(client, meta["namespace"], meta["name"], node, meta["uid"])
                     times[key].append((time.perf_counter() - t0) * 1e3)
                 times[f"{label} thread hand-offs"] = [handoffs["n"] / count]
             if spinner is not None:
@@ -500,6 +507,7 @@ async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: 
                 await spinner
     finally:
         loop.run_in_executor = run_in_executor
+        await lean.close()
         await api.close()
         await stock.close()
     return times
@@ -540,7 +548,7 @@ def _print_burst(args, results: dict) -> None:
         if label.endswith("hand-offs"):
             continue
         plain = results["clients"]["plain aiohttp" + label[label.index(","):]]
-        print(f"  {label:<37}{len(ms):>5}  p50 {_percentile(ms, 0.5):6.2f} ms  p99 {_percentile(ms, 0.99):6.2f} ms"
+        print(f"  {label:<39}{len(ms):>5}  p50 {_percentile(ms, 0.5):6.2f} ms  p99 {_percentile(ms, 0.99):6.2f} ms"
               f"  x plain p50 {_percentile(ms, 0.5) / _percentile(plain, 0.5):.2f}"
               f" p99 {_percentile(ms, 0.99) / _percentile(plain, 0.99):.2f}")
     print("  worker-thread hand-offs per Binding: " + ", ".join(
