@@ -11,7 +11,7 @@ another) is pointed at four servers, each in its own process, interleaved in one
 - ``python floor``: the same server as an asyncio Protocol on the extender's event loop: the
   least an HTTP server in CPython costs.
 - ``gpupair stubbed``: the real extender app (aiohttp, the wire checks, metrics, logs, the
-  Binding through its API client) with the decisions stubbed out: every node passes, every
+  Binding through its Binding client) with the decisions stubbed out: every node passes, every
   score is 0, every bind reserves a fixed pair.
 - ``gpupair``: the real extender, the node cache holding reported nodes.
 
@@ -362,7 +362,7 @@ async def _run(args, ports: dict[str, int], pids: dict[str, int]) -> dict:
     pools = {server: _Pool(port) for server, port in ports.items()}
     order = [server for server in SERVERS if server in ports]
     try:
-        for server in order:  # warm every path up (connections, caches, the API client's pool)
+        for server in order:  # warm every path up (connections, caches, the Binding client's pool)
             for size in args.sizes:
                 await _pods(pools[server], bodies[size][0], 2 * UIDS, errors)
         for round_ in range(args.rounds):

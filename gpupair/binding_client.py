@@ -3,9 +3,9 @@ path for every pod the extender binds.
 
 kube-scheduler waits for the bind answer, and the extender serves every verb from one event
 loop, so what a Binding costs in CPU is taken from the next pod's filter. Through aiohttp's
-ClientSession a Binding cost about 160 us of CPU (a request and a response object, a task for
-the body, timers, header multidicts); here it costs about 30 us, and gpupair's whole cost per
-pod fell by a fifth (bench/request_path.py). What stays the same as the API client's: the
+ClientSession a Binding cost 200-250 us of CPU (a request and a response object, a task for
+the body, timers, header multidicts); here it costs 45-50 us against the same server, and the
+extender's CPU per pod fell by a fifth (bench/request_path.py, docs/extender.md). What stays the same as the API client's: the
 server, its TLS settings (CA, client certificate, server name, verification) and the bearer
 token, asked of the client's configuration before each request so a refreshed token is used.
 The response is parsed by httptools (llhttp, the parser uvicorn and Node.js use), which handles
