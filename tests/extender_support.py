@@ -114,7 +114,7 @@ async def serving(extender: Extender) -> AsyncIterator[ExtenderClient]:
             yield ExtenderClient(session, str(server.make_url("")).rstrip("/"))
     finally:
         await server.close()
-        await extender.binder.drain()
+        await extender.binder.close()
 
 
 def later(seconds: float) -> datetime:

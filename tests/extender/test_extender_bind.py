@@ -9,9 +9,11 @@ from tests.extender_support import (
     args_body,
     eventually,
     kube_extender,
+    make_extender,
     pod_object,
     recorded,
     report_annotations,
+    serving,
 )
 from tests.kube_double import make_node, running_kube_double
 
@@ -199,3 +201,35 @@ async def test_prioritize_reuses_its_filters_decisions_only_while_nothing_change
     assert before["gpu-node-a"] > 0 and before["gpu-node-b"] > 0
     assert after_bind == {"gpu-node-a": 0, "gpu-node-b": before["gpu-node-b"]}
     assert after_report == {"gpu-node-a": 0, "gpu-node-b": 0}
+
+
+async def test_behind_a_proxy_the_binding_goes_through_it(tmp_path, monkeypatch):
+    """HTTP_PROXY names a proxy for the API server: the Binding takes the API client's session,
+    which sends it there, not the extender's own Binding connections (which speak no proxy)."""
+    from gpupair import kube
+
+    async with running_kube_double() as proxy:  # a plain-HTTP proxy gets absolute-form requests
+        proxy.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4}, node="a")))
+        create_pod(proxy)
+        for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        config = tmp_path / "kubeconfig"
+        config.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": "http://apiserver.invalid:6443"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        }))
+        api = await kube.api_client(str(config))
+        try:
+            extender = make_extender(api=api, node_cache=True)
+            extender.node_cache.replace(proxy.store.items("nodes"))
+            async with serving(extender) as client:
+                await client.post("filter", args_body(pod_object(2), names=["gpu-node-a"]))
+                status, answer = await client.post("bind", bind_body())
+        finally:
+            await api.close()
+    assert (status, answer) == (200, {"Error": ""})
+    assert proxy.store.pod("gpupair-test", "gpu2")["spec"]["nodeName"] == "gpu-node-a"
+    assert len(proxy.requests_to(BINDING_PATH, "POST")) == 1
