@@ -5,11 +5,12 @@ kube-scheduler waits for the bind answer, and the extender serves every verb fro
 loop, so what a Binding costs in CPU is taken from the next pod's filter. Through aiohttp's
 ClientSession a Binding cost 200-250 us of CPU (a request and a response object, a task for
 the body, timers, header multidicts); here it costs 45-50 us against the same server, and the
-extender's CPU per pod fell by a fifth (bench/request_path.py, docs/extender.md). What stays the same as the API client's: the
-server, its TLS settings (CA, client certificate, server name, verification) and the bearer
-token, asked of the client's configuration before each request so a refreshed token is used.
-The response is parsed by httptools (llhttp, the parser uvicorn and Node.js use), which handles
-Content-Length and chunked bodies and keep-alive.
+extender's CPU per pod fell by a fifth (bench/request_path.py, docs/extender.md).
+
+What stays the API client's: the server, its TLS settings (CA, client certificate, server
+name, verification) and the bearer token, asked of the client's configuration before each
+request so a refreshed token is used. The response is parsed by httptools (llhttp, the parser
+uvicorn and Node.js use), which handles Content-Length and chunked bodies and keep-alive.
 
 Connections are kept alive and reused one request at a time, at most ``limit`` open, as the API
 client's own pool. One the server closed while idle is dropped, never reused; one that fails
@@ -188,10 +189,12 @@ class BindingClient:
             headers[auth["key"]] = auth["value"]
         lines = [f"POST {path} HTTP/1.1", f"Host: {self._authority}"]
         for key, value in headers.items():
-            value = str(value)
-            if "\r" in value or "\n" in value or key.lower() in ("host", "content-length"):
-                raise ValueError(f"refusing to send header {key!r}: a line break in its value, or set here")
-            lines.append(f"{key}: {value}")
+            if key.lower() in ("host", "content-length"):
+                continue  # this request's own
+            text = f"{key}: {value}"
+            if "\r" in text or "\n" in text:  # a header injected into the request: never sent
+                raise ValueError(f"refusing to send header {key!r}: a line break in it")
+            lines.append(text)
         lines.append(f"Content-Length: {len(body)}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
