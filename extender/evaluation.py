@@ -23,7 +23,8 @@ from gpupair.decisions import Decider, NodeDecision
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
-from gpupair.intent import Intent, pod_intent
+from gpupair.claim_intent import dra_pod_intent
+from gpupair.intent import Intent
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.pod_request import PodRequestError
 from gpupair.policies import POLICIES
@@ -174,8 +175,11 @@ class Evaluator:
         return out
 
     def intent_of(self, pod: Any) -> Intent:
-        """The pod's placement intent; a bad value counts as required, and is logged."""
-        intent, problem = pod_intent(pod, self.default_intent)
+        """The pod's placement intent: its own DRA claims' (a claim pod carries no annotation),
+        else its annotation, else the default; a bad value counts as required, and is logged, as
+        are claims that disagree."""
+        claims = self.dra.pod_claim_intents(pod) if self.dra is not None else []
+        intent, problem = dra_pod_intent(pod, claims, self.default_intent)
         if problem:
             meta = pod.get("metadata") if isinstance(pod, dict) else None
             meta = meta if isinstance(meta, dict) else {}
