@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupair import dra
-from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_intent
+from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_asked_intent
 
 STRICTNESS = (Intent.NONE, Intent.PREFERRED, Intent.REQUIRED)  # loosest first
 
@@ -123,7 +123,14 @@ def dra_pod_intent(pod: Any, claims: Iterable[ClaimIntent | None], default: Inte
     """A pod's intent for placement and verdicts: its GPU claims' (``claims``: what each says),
     else its own annotation, else ``default``; and why a value was overridden or claims
     disagreed ("" if neither). ``gpupair.intent.pod_intent`` for a pod without claims."""
+    asked, note = asked_pod_intent(pod, claims)
+    return (default if asked is None else asked), note
+
+
+def asked_pod_intent(pod: Any, claims: Iterable[ClaimIntent | None]) -> tuple[Intent | None, str]:
+    """What the pod asks, from its GPU claims, else its own annotation; None where neither says
+    (the default of whoever decides applies), and the note as ``dra_pod_intent``'s."""
     chosen, note = strictest(claims)
     if chosen is not None:
         return chosen.intent, note
-    return pod_intent(pod, default)
+    return pod_asked_intent(pod)
