@@ -153,3 +153,13 @@ def test_a_bad_claim_annotation_is_reported_through_the_pod():
                                                      "annotations": {PLACEMENT_KEY: "sometimes"}}}))
     intent, problem = dra_pod_intent(pod({PLACEMENT_KEY: "none"}), [bad], Intent.NONE)
     assert intent is Intent.REQUIRED and "'sometimes'" in problem
+
+
+def test_what_a_pod_asks_is_none_where_neither_its_claims_nor_its_annotation_say():
+    from gpupair.claim_intent import asked_pod_intent
+
+    assert asked_pod_intent(pod(), [None]) == (None, "")
+    assert asked_pod_intent(pod({PLACEMENT_KEY: "none"}), []) == (Intent.NONE, "")
+    assert asked_pod_intent(pod(), [ClaimIntent(Intent.PREFERRED, CONSTRAINT, "t/a")]) == (Intent.PREFERRED, "")
+    intent, problem = asked_pod_intent(pod({PLACEMENT_KEY: "x"}), [])
+    assert intent is Intent.REQUIRED and "treated as required" in problem
