@@ -37,6 +37,12 @@ class DRAWireError(ValueError):
     """A resource.k8s.io object that does not fit its type; the message says where."""
 
 
+class OwnerReference(KubeWire):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+
+
 class ObjectMeta(KubeWire):
     name: str = ""
     namespace: str = ""
@@ -46,6 +52,7 @@ class ObjectMeta(KubeWire):
     annotations: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     deletionTimestamp: datetime | None = Field(default=None, strict=False)
+    ownerReferences: list[OwnerReference] = Field(default_factory=list)
 
 
 class DeviceAttribute(KubeWire):
@@ -195,6 +202,11 @@ class ResourceClaim(KubeWire):
     def pods(self) -> list[ResourceClaimConsumerReference]:
         """The pods the claim is reserved for (``reservedFor`` may name other consumers)."""
         return [r for r in self.status.reservedFor if r.resource == "pods" and not r.apiGroup]
+
+    def owner_pods(self) -> list[str]:
+        """UIDs of the pods that own the claim: kube-scheduler's extended-resource claim, and a
+        template's claims made by the resourceclaim controller, are owned by their pod."""
+        return [r.uid for r in self.metadata.ownerReferences if r.kind == "Pod" and r.uid]
 
 
 class ResourceClaimTemplateSpec(KubeWire):

@@ -81,6 +81,11 @@ class Allocation:
     devices: tuple[tuple[str, str], ...]  # (pool, device name) of this node's driver
     pods: tuple[tuple[str, str], ...] = ()  # (pod name, pod uid)
     allocated_at: datetime | None = None
+    owners: tuple[str, ...] = ()  # UIDs of the pods owning the claim
+
+    def belongs_to(self, uid: str) -> bool:
+        """Whether the claim is the pod's own: reserved for it, or owned by it."""
+        return bool(uid) and (uid in self.owners or any(u == uid for _, u in self.pods))
 
 
 def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
@@ -93,7 +98,7 @@ def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
         return None
     pods = tuple((p.name, p.uid) for p in claim.pods())
     return Allocation(claim.metadata.namespace, claim.metadata.name, devices, pods,
-                      allocation.allocationTimestamp)
+                      allocation.allocationTimestamp, tuple(claim.owner_pods()))
 
 
 def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[DraDevice]:
