@@ -129,6 +129,12 @@ class DraNodes:
         namespace = ((pod.get("metadata") or {}).get("namespace") or "") if isinstance(pod, dict) else ""
         return [said for name in names if (said := self._intents.get((namespace, name))) is not None]
 
+    def held_claim_intents(self, uid: str) -> list[ClaimIntent]:
+        """What the allocated GPU claims reserved for or owned by pod ``uid`` say of its
+        placement: for bind, which knows the pod by name and UID only (filtered by another
+        replica, or before a restart)."""
+        return [said for key in sorted(self._by_uid.get(uid, ())) if (said := self._intents.get(key)) is not None]
+
     def owned(self, uid: str, namespace: str = "", names: Iterable[str] = ()) -> dict[str, frozenset[int]]:
         """The devices a pod's own allocated claims hold, by node, as layout indices of that
         node's picture: the claims reserved for the pod or owned by it (``uid``), and the claims

@@ -433,3 +433,24 @@ async def test_the_claims_intent_comes_before_the_pods_annotation_and_disagreein
                 what="the deleted claim's intent gone")
     assert any("ml/a-gpus: preferred, ml/b-gpus: required" in r.getMessage() + str(getattr(r, "error", ""))
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("intent, kept", [(Intent.PREFERRED, True), (Intent.NONE, True), (Intent.REQUIRED, False)])
+async def test_bind_reads_the_intent_of_a_pod_it_never_filtered_from_its_allocated_claims(intent, kept):
+    """Filtered by another replica, or before a restart: bind knows the pod by UID only, and
+    its claims, allocated in PreBind, say what it asked. A cross-NUMA allocation is kept under
+    preferred and none, refused under required."""
+    from tests.extender.test_extender_dra_binding_cycle import bind, running
+
+    async with running() as (double, k):
+        double.store.create("resourceclaims", admitted_gpu_claim("p-gpus", intent), "ml")
+        created = claim_pod(double, "p", "p-gpus")
+        uid = created["metadata"]["uid"]
+        allocated = allocated_claim("ml", "p-gpus", "dra-node-1", [3, 4], pod="p", pod_uid=uid,
+                                    request="gpus/any" if intent is Intent.PREFERRED else "gpus")
+        stored = double.store.get("resourceclaims", "p-gpus", "ml")
+        double.store.update("resourceclaims", "p-gpus", "ml", {**stored, "status": allocated["status"]})
+        await eventually(lambda: k.extender.dra.owned(uid).get("dra-node-1") == {3, 4}, what="the allocation watched")
+        assert k.extender.requests.intent(uid) is None  # never filtered here
+        answer = await bind(k, {**created, "kind": "Pod"}, "dra-node-1")
+    assert (answer == {"Error": ""}) is kept, answer
