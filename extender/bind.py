@@ -82,7 +82,8 @@ class Binder:
                 return BindOutcome(message, "failed")
 
         # --- check and reserve: no await from here to the reservation
-        intent = self.requests.intent(args.PodUID) or self.evaluator.default_intent
+        intent = (self.requests.intent(args.PodUID) or self.evaluator.claimed_intent(args.PodUID)
+                  or self.evaluator.default_intent)
         # On a DRA node kube-scheduler has allocated the pod's claims in PreBind already: where
         # the claim watch has shown them, those devices are the pod's set, and nothing is held.
         own = self.evaluator.owned_on(args.PodUID, args.Node) if gpus > 0 else frozenset()

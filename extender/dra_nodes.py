@@ -24,6 +24,7 @@ from typing import Any
 
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair import dra
+from gpupair.claim_intent import ClaimIntent, claim_intent, gpu_requests
 from gpupair.defaults import DRA_DRIVER
 from gpupair.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
@@ -53,6 +54,7 @@ class DraNodes:
         self._claims: dict[tuple[str, str], Allocation] = {}  # (namespace, name) -> its devices here
         self._by_pool: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self._demands: dict[tuple[str, str], Demand] = {}  # every claim asking GPUs, allocated or not
+        self._intents: dict[tuple[str, str], ClaimIntent] = {}  # of those, each that says its placement
         self._known: set[tuple[str, str]] = set()  # every claim seen
         self._versions: dict[str, int] = defaultdict(int)  # bumped per change of a node's inputs
         self._entries: dict[str, tuple[tuple, ReportEntry]] = {}
@@ -115,6 +117,23 @@ class DraNodes:
             return None
         policies = {d.policy for d in demands}
         return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit")
+
+    def pod_claim_intents(self, pod: Any) -> list[ClaimIntent]:
+        """What the pod's own GPU claims say of its placement (gpupair/claim_intent.py: their
+        ``gpupair.io/placement``, else the webhook's constraint shape); empty where none says
+        anything, or none is in the watch yet. kube-scheduler's extended-resource claim asks
+        nothing, so it is not read: such a pod's intent is its own annotation."""
+        names = claim_names(pod, extended=False)
+        if not names:
+            return []
+        namespace = ((pod.get("metadata") or {}).get("namespace") or "") if isinstance(pod, dict) else ""
+        return [said for name in names if (said := self._intents.get((namespace, name))) is not None]
+
+    def held_claim_intents(self, uid: str) -> list[ClaimIntent]:
+        """What the allocated GPU claims reserved for or owned by pod ``uid`` say of its
+        placement: for bind, which knows the pod by name and UID only (filtered by another
+        replica, or before a restart)."""
+        return [said for key in sorted(self._by_uid.get(uid, ())) if (said := self._intents.get(key)) is not None]
 
     def owned(self, uid: str, namespace: str = "", names: Iterable[str] = ()) -> dict[str, frozenset[int]]:
         """The devices a pod's own allocated claims hold, by node, as layout indices of that
@@ -230,6 +249,7 @@ class DraNodes:
         self._by_pool.clear()
         self._by_uid.clear()
         self._demands.clear()
+        self._intents.clear()
         self._known.clear()
         for obj in items:
             pools |= self._put_claim(obj)
@@ -246,6 +266,7 @@ class DraNodes:
 
     def _drop_claim(self, key: tuple[str, str]) -> set[str]:
         self._demands.pop(key, None)
+        self._intents.pop(key, None)
         self._known.discard(key)
         old = self._claims.pop(key, None)
         if old is None:
@@ -276,6 +297,9 @@ class DraNodes:
             demand = claim_demand(claim, self.gpu_classes)
             if demand.gpus:
                 self._demands[key] = demand
+                said = claim_intent(claim, gpu_requests(claim, self.gpu_classes))
+                if said is not None:
+                    self._intents[key] = said
         allocation = allocation_of(claim, self.driver)
         if allocation is None:
             return set()

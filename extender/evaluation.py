@@ -24,7 +24,8 @@ from gpupair.dra_picture import claim_names
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
-from gpupair.intent import Intent, pod_intent
+from gpupair.claim_intent import dra_pod_intent, strictest
+from gpupair.intent import Intent
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.pod_request import PodRequestError
 from gpupair.policies import POLICIES
@@ -222,8 +223,11 @@ class Evaluator:
         return entry.decide(decider, name, gpus, hold, now, self.alive(name), intent)
 
     def intent_of(self, pod: Any) -> Intent:
-        """The pod's placement intent; a bad value counts as required, and is logged."""
-        intent, problem = pod_intent(pod, self.default_intent)
+        """The pod's placement intent: its own DRA claims' (a claim pod carries no annotation),
+        else its annotation, else the default; a bad value counts as required, and is logged, as
+        are claims that disagree."""
+        claims = self.dra.pod_claim_intents(pod) if self.dra is not None else []
+        intent, problem = dra_pod_intent(pod, claims, self.default_intent)
         if problem:
             meta = pod.get("metadata") if isinstance(pod, dict) else None
             meta = meta if isinstance(meta, dict) else {}
@@ -232,6 +236,14 @@ class Evaluator:
         return intent
 
     # ---- outside a request (bind, pod watch)
+
+    def claimed_intent(self, uid: str) -> Intent | None:
+        """The intent the allocated claims of pod ``uid`` ask (the strictest), None where they
+        say nothing or there is no DRA: bind's intent for a pod it has not seen filtered."""
+        if self.dra is None or not uid:
+            return None
+        chosen, _ = strictest(self.dra.held_claim_intents(uid))
+        return chosen.intent if chosen is not None else None
 
     def entry_for(self, node: str) -> ReportEntry:
         """The freshest report known for ``node``."""
