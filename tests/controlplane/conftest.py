@@ -24,6 +24,7 @@ import pytest
 
 from tests.controlplane.api import Api
 from tests.controlplane.control_plane import HOW_TO_PROVIDE, ControlPlane, find_binaries, session_directory
+from tests.controlplane.dra import remove_claims, remove_slices
 from tests.controlplane.gpupair_install import NAMESPACE, Install
 from tests.controlplane.kubelet import Kubelets
 from tests.controlplane.processes import Process, stop_all
@@ -85,12 +86,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 _failed = pytest.StashKey[bool]()
+SESSION_LOGS = {"etcd.log", "kube-apiserver.log"}  # written all session long; in the session directory
 
 
 def print_log_tails(directory: Path, since: float, lines: int = 30) -> None:
     """The end of every process log written to since ``since`` (a failed test's evidence)."""
     for log in sorted(directory.rglob("*.log")):
-        if log.stat().st_mtime >= since and log.name != "etcd.log":
+        if log.stat().st_mtime >= since and log.name not in SESSION_LOGS:
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             print(f"--- last {len(tail)} lines of {log.name}", *tail, sep="\n")
 
@@ -120,6 +122,7 @@ def namespace(api: Api) -> Iterator[str]:
     api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}})
     yield name
     delete_pods(api, name)
+    remove_claims(api, name)
     api.delete(f"/api/v1/namespaces/{name}")
 
 
@@ -138,6 +141,7 @@ def kubelets(api: Api, workdir: Path) -> Iterator[Callable[..., Kubelets]]:
         sim.close()
         for name in sim.nodes:
             delete_pods(api, field_selector=f"spec.nodeName={name}")
+            remove_slices(api, name)
             api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{name}")
             api.delete(f"/api/v1/nodes/{name}")
 

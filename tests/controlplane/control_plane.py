@@ -119,6 +119,11 @@ class ControlPlane:
             f"--bind-address={LOOPBACK}", f"--advertise-address={LOOPBACK}", f"--secure-port={self.port}",
             f"--tls-cert-file={self.serving.cert}", f"--tls-private-key-file={self.serving.key}",
             f"--client-ca-file={self.ca.cert_file}",
+            # an aggregation CA, so kube-scheduler's and the controller-manager's
+            # authentication delegation finds one and stops logging its absence
+            f"--requestheader-client-ca-file={self.ca.cert_file}", "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--service-account-key-file={self.sa_keys.cert}",
             f"--service-account-signing-key-file={self.sa_keys.key}",
             f"--service-account-issuer={ISSUER}",

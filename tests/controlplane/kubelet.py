@@ -34,6 +34,7 @@ from typing import Any
 
 from gpupair.layout import NodeLayout
 from gpupair.policies import policy_named
+from gpupair.report import decode_layout
 from gpupair.smi_topo import parse_topo_matrix
 from tests.controlplane.api import Api, ApiError
 from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod
@@ -45,7 +46,12 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
 def load_layout(topology_file: Path) -> NodeLayout:
-    return parse_topo_matrix(topology_file.read_text()).to_layout()
+    """The layout in ``topology_file``: `nvidia-smi topo -m` output, or topology JSON (the
+    gpupair.io/topology annotation's format, which the reporter's --topology-file reads too)."""
+    text = topology_file.read_text()
+    if text.lstrip().startswith("{"):
+        return decode_layout(text)
+    return parse_topo_matrix(text).to_layout()
 
 
 def _now() -> str:
@@ -100,6 +106,7 @@ class Kubelets:
                  poll: float = 0.1) -> None:
         self.api = api
         self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
         self.policy = policy_named(policy)
         self.resource = resource
         self.poll = poll
@@ -122,7 +129,7 @@ class Kubelets:
         PodResources socket; ``gpus=None``: no device plugin (the GPUs come from DRA)."""
         index = len(self.nodes) + 1
         directory = self.directory / name
-        directory.mkdir(parents=True)
+        directory.mkdir()
         node = SimNode(name, f"127.0.1.{index}", load_layout(topology_file), topology_file, directory, gpus)
         obj = {"apiVersion": "v1", "kind": "Node",
                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",

@@ -5,15 +5,16 @@ group's id: SIGTERM, then SIGKILL after a grace period. Three nets catch what a 
 leaves: the fixture finalizers stop what they started, an ``atexit`` hook stops whatever is
 still running, and SIGTERM/SIGHUP are raised as KeyboardInterrupt, as Ctrl-C is, so pytest
 ends the session and both of those run. Should the test process itself be killed with
-SIGKILL, the kernel sends every child SIGKILL (PR_SET_PDEATHSIG), so nothing lingers then either.
+SIGKILL, the kernel sends every child SIGKILL (PR_SET_PDEATHSIG, set by setpriv), so nothing
+lingers then either.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
 _live: dict[int, "Process"] = {}
 _lock = threading.Lock()
 _handlers_installed = False
@@ -35,9 +35,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run through util-linux's setpriv, which sets PR_SET_PDEATHSIG and execs it.
+
+    Not a preexec_fn: with one, subprocess must fork() instead of vfork(), and fork() runs
+    gRPC's atfork handlers in the child, which abort it while the harness's own gRPC servers
+    (the PodResources sockets) are busy ("epoll_wait error: Bad file descriptor")."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 class Process:
@@ -50,9 +55,9 @@ class Process:
         self.argv = list(argv)
         self.log = log
         with open(log, "ab") as out:
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                          env=dict(env) if env is not None else None, cwd=cwd,
-                                          start_new_session=True, preexec_fn=_die_with_parent)
+            self.popen = subprocess.Popen(_dying_with_parent(self.argv), stdin=subprocess.DEVNULL, stdout=out,
+                                          stderr=subprocess.STDOUT, env=dict(env) if env is not None else None,
+                                          cwd=cwd, start_new_session=True)
         self.pid = self.popen.pid
         with _lock:
             _live[self.pid] = self
