@@ -13,14 +13,11 @@ to the first node, fn-1, whose only free pair is GPU3+GPU4).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpupair.verdict import PLANNED_KEY, parse_set
 from tests.controlplane.gpupair_install import scheduler_extender
 from tests.controlplane.kubelet import Grant, Kubelets
-from tests.controlplane.workloads import gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported
+from tests.controlplane.workloads import SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported
 
-SEED_TOPO = Path(__file__).resolve().parent.parent / "fixtures" / "topo" / "seed-5090d.txt"
 FRAGMENTED = {"fn-1": {3, 4}, "fn-2": {2, 3, 4, 5}, "fn-3": {0, 1}, "fn-4": {4, 5, 6, 7}}
 ROUNDS, PODS_PER_ROUND = 10, 2
 INJECT = {"gpupair.io/inject": "enabled"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from gpupair.report import FREE_KEY
@@ -11,6 +12,7 @@ from tests.controlplane.api import Api
 from tests.controlplane.kubelet import DEVICES_HINT, GPU
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet runs it
+SEED_TOPO = Path(__file__).resolve().parent.parent / "fixtures" / "topo" / "seed-5090d.txt"  # the field report's node
 
 
 def gpu_pod(namespace: str, name: str, gpus: int, *, node: str = "", devices: tuple[int, ...] = (),
