@@ -1,0 +1,364 @@
+"""The extender's cost on the real kube-scheduler v1.36: pods placed with it, against without it.
+
+On a real etcd + kube-apiserver + kube-scheduler (tests/controlplane, binaries from
+GPUPAIR_K8S_BIN), 32 seed-like 8-GPU nodes whose reports sit in their annotations (no kubelet,
+no reporter: nothing changes them during a run) and N pods asking 1 or 2 GPUs, created before
+kube-scheduler starts. Three configurations, run interleaved (alone, floor, gpupair, alone, ...):
+
+- ``alone``: kube-scheduler, no extender;
+- ``floor``: kube-scheduler with the same extender entry pointed at bench/floor_extender.py, the
+  least an extender can be (every node passes, every score 0, bind makes the Binding): what any
+  extender costs on this machine, the protocol's own price;
+- ``gpupair``: kube-scheduler with gpupair's extender entry from deploy/ (filter, prioritize,
+  bind, nodeCacheCapable, managedResources nvidia.com/gpu), the extender a process of its own.
+
+Both with the client rate limit lifted (qps 5000). The figure per run is the time from the first
+pod bound to the last, from kube-scheduler's own log ("Successfully bound pod to node", klog's
+microsecond stamps). Printed per configuration: that span, the time gpupair adds per bound pod
+(mean of its runs less mean of alone's, over the pods bound), the same for the floor, gpupair
+over the floor, the ratio, the bind latency
+percentiles (alone: kube-scheduler's own Bind extension point,
+``scheduler_framework_extension_point_duration_seconds{extension_point="Bind"}``; gpupair: the
+extender's bind handler, ``gpupair_extender_request_seconds{verb="bind"}``, as kube-scheduler
+does not time an extender's bind in that metric), both read from histograms, interpolated within
+a bucket), and the CPU seconds per bound pod of each process, so the machine's noise shows.
+
+``--cpu-pods``: the pods ask CPU only, and the extender is registered without
+``managedResources`` (the every-pod entry of docs/dra.md), so every pod pays its round trips.
+
+    GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py
+    GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --cpu-pods --runs 2
+    GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --profile /tmp/extender.svg  # py-spy
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gpupair.report import encode_annotations  # noqa: E402
+from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
+from tests.controlplane.processes import Process, free_port, stop_all, wait_until  # noqa: E402
+from tests.layouts import seed_layout  # noqa: E402
+
+NAMESPACE = "bench"
+RESOURCE = "nvidia.com/gpu"
+BOUND = re.compile(r'^I(\d{4}) (\d\d:\d\d:\d\d\.\d{6}).*"Successfully bound pod to node"')
+CLIENT = {"qps": 5000, "burst": 5000}
+CPU_PROCESSES = ("extender", "kube-scheduler", "kube-apiserver", "etcd")
+CONFIGS = ("alone", "floor", "gpupair")
+
+
+@dataclass
+class Run:
+    config: str
+    bound: int
+    span: float  # seconds, first bound to last
+    bind_p50: float | None
+    bind_p99: float | None
+    cpu: dict[str, float] = field(default_factory=dict)  # seconds per process, whole run
+
+
+def node(name: str) -> dict:
+    annotations = encode_annotations(seed_layout(f"GPU-{name}"), frozenset(range(8)), 1,
+                                     datetime.now(timezone.utc), holders=())
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+
+
+def ready_status(gpus: int) -> dict:
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", **({RESOURCE: str(gpus)} if gpus else {})}
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"status": {"capacity": resources, "allocatable": resources, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench",
+         "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+
+
+def pod(name: str, gpus: int) -> dict:
+    resources = ({"limits": {RESOURCE: str(gpus)}, "requests": {RESOURCE: str(gpus)}} if gpus
+                 else {"requests": {"cpu": "100m", "memory": "64Mi"}})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
+                     "restartPolicy": "Never"}}
+
+
+def extender_entry(port: int, cpu_pods: bool) -> dict:
+    entry = {"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter", "prioritizeVerb": "prioritize",
+             "bindVerb": "bind", "weight": 5, "enableHTTPS": False, "nodeCacheCapable": True,
+             "httpTimeout": "5s", "ignorable": False}
+    if not cpu_pods:
+        entry["managedResources"] = [{"name": RESOURCE, "ignoredByScheduler": False}]
+    return entry
+
+
+def _connects(port: int) -> bool:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its reaped children, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = 100
+try:
+    import os
+
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (ValueError, OSError, AttributeError):
+    pass
+
+
+def histogram(text: str, name: str, label: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of one histogram series in a Prometheus text page."""
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{") and label in line:
+            le = re.search(r'[{,]le="([^"]+)"', line).group(1)  # type: ignore[union-attr]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    return sorted(buckets.items())
+
+
+def minus(after: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    earlier = dict(before)
+    return [(bound, count - earlier.get(bound, 0.0)) for bound, count in after]
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """The q-quantile, linear within its bucket (as PromQL's histogram_quantile)."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 0.0)
+        lower, below = bound, count
+    return lower
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        binaries, why = find_binaries()
+        if not binaries:
+            sys.exit(f"bench/real_scheduler.py: {why}: {HOW}")
+        self.plane = ControlPlane(binaries, session_directory())
+
+    def start(self) -> None:
+        self.plane.start()
+        api = self.plane.admin
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        # no controller-manager here makes a namespace's default ServiceAccount, which pods need
+        api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}})
+        for i in range(self.args.nodes):
+            created = api.create(node(f"node-{i:02d}"))
+            api.patch(api.path_of(created, "status"), ready_status(8))
+            api.patch(created, {"spec": {"taints": None}})  # the not-ready taint admission added; no kubelet clears it
+        self.context = ssl.create_default_context()
+        self.context.check_hostname = False
+        self.context.verify_mode = ssl.CERT_NONE  # kube-scheduler's self-signed serving certificate
+        self.context.load_cert_chain(str(self.plane.admin_cert.cert), str(self.plane.admin_cert.key))
+
+    def create_pods(self, seed: int) -> None:
+        rng = random.Random(seed)
+        api = self.plane.admin
+        for i in range(self.args.pods):
+            api.create(pod(f"p-{i:03d}", 0 if self.args.cpu_pods else rng.choice((1, 2))))
+
+    def delete_pods(self) -> None:
+        api = self.plane.admin
+        for item in api.list("v1", "Pod", NAMESPACE):  # list items carry no kind
+            api.delete(api.path("v1", "Pod", item["metadata"]["name"], NAMESPACE), grace=0)
+        api.wait_for(lambda: not api.list("v1", "Pod", NAMESPACE), 60, "pods deleted")
+
+    def extender(self, config: str) -> tuple[Process, int]:
+        """gpupair's extender, or the floor (bench/floor_extender.py), serving on a free port."""
+        port = free_port()
+        python = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
+        kubeconfig = str(self.plane.admin_kubeconfig)
+        if config == "floor":
+            argv = [python, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig]
+            ready = f"http://127.0.0.1:{port}/"
+        else:
+            argv = [python, "-m", "gpupair.cli", "extender", "--kubeconfig", kubeconfig,
+                    "--host", "127.0.0.1", "--port", str(port)]
+            ready = f"http://127.0.0.1:{port}/readyz"
+        process = Process(config, argv, self.plane.directory / f"{config}.log")
+        if config == "floor":
+            wait_until(lambda: _connects(port), 60, "floor extender listening", process)
+        else:
+            wait_until(lambda: urllib.request.urlopen(ready, timeout=2).status == 200, 60, "extender /readyz", process)
+        return process, port
+
+    def scrape(self, url: str, context: ssl.SSLContext | None = None) -> str:
+        with urllib.request.urlopen(url, context=context, timeout=10) as response:
+            return response.read().decode()
+
+    def run(self, config: str, seed: int) -> Run:
+        self.create_pods(seed)
+        procs: dict[str, Process] = {}
+        profiler = None
+        config_doc: dict = {"clientConnection": dict(CLIENT), "profiles": [{"schedulerName": "default-scheduler"}]}
+        if config in ("gpupair", "floor"):
+            procs["extender"], port = self.extender(config)
+            config_doc["extenders"] = [extender_entry(port, self.args.cpu_pods)]
+            if self.args.profile and config == "gpupair":
+                spy = REPO / ".venv/bin/py-spy"
+                fmt = "raw" if self.args.profile.endswith(".txt") else "flamegraph"  # raw: collapsed stacks
+                profiler = subprocess.Popen([str(spy) if spy.exists() else "py-spy", "record", "--pid",
+                                             str(procs["extender"].pid), "--rate", "500", "--format", fmt,
+                                             "--output", self.args.profile, "--nonblocking"],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        before_ext = self.scrape(f"http://127.0.0.1:{port}/metrics") if config == "gpupair" else ""
+        marks = {"kube-apiserver": self.plane.apiserver.pid, "etcd": self.plane.etcd.pid}
+        cpu0 = {name: cpu_seconds(pid) for name, pid in marks.items()}
+        if "extender" in procs:
+            cpu0["extender"] = cpu_seconds(procs["extender"].pid)
+        scheduler = self.plane.scheduler(config_doc, name=f"kube-scheduler-{config}-{seed}")
+        cpu0["kube-scheduler"] = 0.0
+        expected = self.args.expect
+        self.plane.admin.wait_for(lambda: self._settled(scheduler, expected), 120, "binds settled", interval=0.25)
+        cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in marks.items()}
+        cpu["kube-scheduler"] = cpu_seconds(scheduler.pid)
+        if "extender" in procs:
+            cpu["extender"] = cpu_seconds(procs["extender"].pid) - cpu0["extender"]
+        times = self._bound_times(scheduler)
+        if config == "gpupair":
+            after = self.scrape(f"http://127.0.0.1:{port}/metrics")
+            name, label = "gpupair_extender_request_seconds", 'verb="bind"'
+            buckets = minus(histogram(after, name, label), histogram(before_ext, name, label))
+        elif config == "floor":
+            buckets = []
+        else:
+            page = self.scrape(f"https://127.0.0.1:{self._scheduler_port(scheduler)}/metrics", self.context)
+            buckets = histogram(page, "scheduler_framework_extension_point_duration_seconds",
+                                'extension_point="Bind"')
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            profiler.wait(60)
+        scheduler.stop()
+        self.plane.processes.remove(scheduler)
+        for process in procs.values():
+            process.stop()
+        self.delete_pods()
+        span = (max(times) - min(times)) if len(times) > 1 else 0.0
+        return Run(config, len(times), span, quantile(buckets, 0.5), quantile(buckets, 0.99), cpu)
+
+    def _scheduler_port(self, scheduler: Process) -> int:
+        return int(next(a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")))
+
+    def _bound_times(self, scheduler: Process) -> list[float]:
+        stamps = []
+        for line in scheduler.log.read_text(errors="replace").splitlines():
+            found = BOUND.match(line)
+            if found:
+                clock = datetime.strptime(found.group(2), "%H:%M:%S.%f")
+                stamps.append(clock.hour * 3600 + clock.minute * 60 + clock.second + clock.microsecond / 1e6)
+        return stamps
+
+    def _settled(self, scheduler: Process, expected: int | None) -> bool:
+        """Every pod bound, or (some fit nowhere) no new bind for two seconds."""
+        count = len(self._bound_times(scheduler))
+        now = time.monotonic()
+        if count != getattr(self, "_last_count", -1):
+            self._last_count, self._last_change = count, now
+        if expected is not None:
+            return count >= expected
+        return count >= self.args.pods or (count > 0 and now - self._last_change > 2.0)
+
+
+HOW = ("set GPUPAIR_K8S_BIN to a folder with kube-apiserver, kube-scheduler and kube-controller-manager v1.36 "
+       "(.ci/run unpacks ../shared/k8s into .k8s-bin/) and install etcd (Debian etcd-server)")
+
+
+def report(runs: list[Run], args: argparse.Namespace) -> None:
+    kind = "CPU-only pods, extender without managedResources" if args.cpu_pods else "GPU pods (1 or 2 GPUs)"
+    print(f"{args.pods} {kind} on {args.nodes} seed-like nodes, created before kube-scheduler starts; "
+          f"client qps {CLIENT['qps']}; runs interleaved")
+    print(f"{'run':<4} {'config':<8} {'bound':>5} {'first->last':>11} {'bind p50':>9} {'bind p99':>9}  "
+          + "  ".join(f"{'cpu ' + name:>18}" for name in CPU_PROCESSES))
+    for i, run in enumerate(runs, 1):
+        cells = "  ".join(f"{run.cpu.get(name, 0.0) * 1000 / max(run.bound, 1):>15.2f} ms" if name in run.cpu
+                          else f"{'-':>18}" for name in CPU_PROCESSES)
+        print(f"{i:<4} {run.config:<8} {run.bound:>5} {run.span:>9.3f} s {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9}  "
+              f"{cells}")
+    print("(cpu: seconds of CPU per bound pod, over the whole run)")
+    spans = {c: [r.span for r in runs if r.config == c] for c in CONFIGS}
+    bound = {c: [r.bound for r in runs if r.config == c] for c in CONFIGS}
+    if not all(spans.values()):
+        return
+    mean = {c: statistics.mean(v) for c, v in spans.items()}
+    a = mean["alone"]
+    print(f"first->last, mean: alone {a:.3f} s, floor {mean['floor']:.3f} s, gpupair {mean['gpupair']:.3f} s; "
+          f"gpupair/alone {mean['gpupair'] / a:.2f}x")
+    for c in ("floor", "gpupair"):
+        per_run = [(r.span - a) * 1000 / max(r.bound, 1) for r in runs if r.config == c]
+        print(f"added per bound pod over kube-scheduler alone, {c}: {statistics.mean(per_run):.2f} ms "
+              f"(per run: {', '.join(f'{v:.2f}' for v in per_run)})")
+    over = (mean["gpupair"] - mean["floor"]) * 1000 / max(statistics.mean(bound["gpupair"]), 1)
+    print(f"gpupair over the floor: {over:.2f} ms per bound pod")
+    with_, alone = [r for r in runs if r.config == "gpupair"], [r for r in runs if r.config == "alone"]
+    for q in ("p50", "p99"):
+        ours = [getattr(r, f"bind_{q}") for r in with_ if getattr(r, f"bind_{q}") is not None]
+        theirs = [getattr(r, f"bind_{q}") for r in alone if getattr(r, f"bind_{q}") is not None]
+        if ours and theirs:
+            print(f"bind {q}: gpupair's bind {_ms(statistics.mean(ours))}, kube-scheduler's own Bind "
+                  f"{_ms(statistics.mean(theirs))}: {statistics.mean(ours) / statistics.mean(theirs):.2f}x"
+                  + (" (kube-scheduler's histogram tops out at 204.8 ms: its figure is a lower bound)"
+                     if statistics.mean(theirs) >= 0.2048 else ""))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.2f} ms"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--pods", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=2, help="runs per configuration, interleaved (default 2)")
+    parser.add_argument("--cpu-pods", action="store_true", help="CPU-only pods; the extender without managedResources")
+    parser.add_argument("--expect", type=int, default=None, help="binds to wait for (default: until two quiet seconds)")
+    parser.add_argument("--profile", default="", help="record the extender with py-spy into this file (gpupair runs)")
+    args = parser.parse_args(argv)
+    bench = Bench(args)
+    runs: list[Run] = []
+    try:
+        bench.start()
+        for i in range(args.runs):
+            for config in CONFIGS:
+                runs.append(bench.run(config, seed=i + 1))
+                print(f"  {config} run {i + 1}: {runs[-1].bound} bound in {runs[-1].span:.3f} s", file=sys.stderr)
+    finally:
+        bench.plane.stop()
+        stop_all()
+        shutil.rmtree(bench.plane.directory, ignore_errors=True)
+    report(runs, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
