@@ -23,7 +23,7 @@ from gpupair.decisions import Decider, NodeDecision
 from gpupair.dra_picture import claim_names
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.reservations import NO_HOLD, Reservations
+from gpupair.reservations import NO_HOLD, Hold, Reservations
 from gpupair.claim_intent import dra_pod_intent, strictest
 from gpupair.intent import Intent
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
@@ -82,10 +82,11 @@ class Evaluator:
         self.last_seen: LRUCache = LRUCache(self.seen_limit)
         self._pod_deciders: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> its Decider, for bind
         self._variants: dict[tuple, Decider] = {}
-        # Table mode: decisions taken afresh (nodes holding reservations), kept while neither the
-        # holds nor any report changed, so a pod's prioritize reuses what its filter decided.
-        self._fresh: dict[tuple[str, int, Intent], NodeDecision] = {}
-        self._fresh_state: tuple[int, int] = (-1, -1)
+        # Table mode: decisions taken afresh (nodes holding reservations), each kept while its
+        # node's holds and every report stay the same, so a pod's prioritize reuses what its
+        # filter decided, and a bind re-decides only the node it touched.
+        self._fresh: dict[tuple[str, int, Intent], tuple[Hold, NodeDecision]] = {}
+        self._fresh_state = -1  # DecisionTables.version they were taken at
         self._denied: TTLCache = TTLCache(maxsize=100_000, ttl=DENIED_TTL)  # pod uid -> {node: why}
 
     # ---- one request
@@ -193,20 +194,26 @@ class Evaluator:
                                                        alive(name), intent)
                     for name in names]
         # The tables were brought up to ``now`` by the verb (DecisionTables.table): their version
-        # and the holds' say whether anything a decision depends on has changed since.
+        # says whether any report, Lease or staleness changed since. A node's holds are checked by
+        # identity: Reservations.by_node() makes a new Hold only for a node a change touched, so
+        # a bind on one node leaves every other held node's decision standing. In a burst every
+        # node holds something until its report comes, and deciding them all afresh after each
+        # bind was most of a filter's work on the real scheduler (bench/real_scheduler.py).
         assert self.tables is not None
-        state = (self.reservations.version, self.tables.version)
         fresh = self._fresh
-        if state != self._fresh_state or len(fresh) > FRESH_LIMIT:
+        if self.tables.version != self._fresh_state or len(fresh) > FRESH_LIMIT:
             fresh.clear()
-            self._fresh_state = state
+            self._fresh_state = self.tables.version
         out = []
         for name in names:
             key = (name, gpus, intent)
-            decision = fresh.get(key)
-            if decision is None:
-                decision = fresh[key] = (entry_of(name) or unknown).decide(
-                    decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name), intent)
+            hold = holds.get(name, NO_HOLD)
+            found = fresh.get(key)
+            if found is not None and found[0] is hold:
+                decision = found[1]
+            else:
+                decision = (entry_of(name) or unknown).decide(decider, name, gpus, hold, now, alive(name), intent)
+                fresh[key] = (hold, decision)
             out.append(decision)
         return out
 

@@ -353,3 +353,29 @@ def test_filter_result_json_is_the_models_json(names, nodes, failed, unresolvabl
     assert list(ours) == list(theirs)
     if ours["Nodes"] is not None:
         assert list(ours["Nodes"]) == list(theirs["Nodes"])
+
+
+def test_a_hold_on_one_node_leaves_the_other_held_nodes_decisions_standing():
+    # A burst on the real scheduler: every node holds plans until its report comes. A bind on
+    # one node must re-decide that node only, and never serve it from before the bind.
+    extender = make_extender(node_cache=True)
+    cache, evaluator = extender.node_cache, extender.evaluator
+    cache.replace([{"metadata": {"name": n, "annotations": report_annotations(set(range(8)), node=n)}}
+                   for n in ("n0", "n1")])
+    for n in ("n0", "n1"):
+        extender.reservations.reserve(Reservation(f"uid-{n}", n, frozenset({0, 1})))
+    looked_up: list[str] = []
+
+    def entry_of(name):  # the report a decision taken afresh starts from
+        looked_up.append(name)
+        return cache.get(name)
+
+    offer = Offer(["n0", "n1"], entry_of, evaluator.uncached, cached=True)
+    evaluator.tables.table(2, evaluator.clock(), evaluator.default_intent)
+    before = evaluator.decisions(2, offer)
+    assert evaluator.decisions(2, offer) == before and looked_up == ["n0", "n1"]  # prioritize after filter
+    extender.reservations.reserve(Reservation("uid-more", "n0", frozenset({2, 3})))
+    after = evaluator.decisions(2, offer)
+    assert looked_up == ["n0", "n1", "n0"]  # n1 untouched: its decision stands
+    assert after[1] == before[1]
+    assert after[0].plan is not None and not {0, 1, 2, 3} & set(after[0].plan)  # n0 decided after the bind
