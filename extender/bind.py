@@ -120,8 +120,12 @@ class Binder:
                                               "error": kube.describe_error(exc)})
             self._event(pod_ref, message)
             return BindOutcome(message, "failed", plan)
-        log.info("bound", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,
-                                 "gpus": gpus, "plan": format_set(plan) if plan else ""})
+        # Registered without managedResources the extender binds every pod of the cluster: a line
+        # per CPU-only pod said nothing an operator needs, and cost more than the bind around it.
+        if gpus > 0 or log.isEnabledFor(logging.DEBUG):
+            log.log(logging.INFO if gpus > 0 else logging.DEBUG, "bound", extra={
+                "pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node, "gpus": gpus,
+                "plan": format_set(plan) if plan else ""})
         return BindOutcome("", "bound", plan)
 
     def _event(self, pod_ref: dict[str, Any], message: str) -> None:

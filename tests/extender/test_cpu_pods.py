@@ -23,3 +23,26 @@ async def test_a_cpu_pod_passes_every_node_unscored_without_their_reports_being_
     assert scores == [{"Host": name, "Score": 0} for name in names]
     assert decoded_for_cpu_pods == 0
     assert len(extender.evaluator.last_seen) == 3 and gpu["FailedNodes"]  # a GPU pod's request decodes them
+
+
+async def test_binding_a_cpu_pod_logs_nothing_at_info_and_a_gpu_pod_its_plan(caplog):
+    import logging
+
+    from tests.extender.test_extender_bind import bind_body, create_pod
+    from tests.extender_support import eventually, kube_extender, report_annotations
+    from tests.kube_double import make_node, running_kube_double
+
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(set(range(8)), node="a")))
+        create_pod(double, gpus=0, name="web", uid="uid-web")
+        create_pod(double, gpus=2, name="train", uid="uid-train")
+        async with kube_extender(double) as k:
+            await eventually(k.extender.ready, what="nodes and pods listed")
+            await k.client.post("filter", args_body(pod_object(0, name="web", uid="uid-web"), names=["gpu-node-a"]))
+            await k.client.post("filter", args_body(pod_object(2, name="train", uid="uid-train"), names=["gpu-node-a"]))
+            with caplog.at_level(logging.INFO, logger="gpupair"):
+                web = await k.client.post("bind", bind_body("web", "uid-web"))
+                train = await k.client.post("bind", bind_body("train", "uid-train"))
+    assert web[1] == train[1] == {"Error": ""}
+    bound = [r for r in caplog.records if r.getMessage() == "bound"]
+    assert [r.pod for r in bound] == ["gpupair-test/train"] and bound[0].plan == "GPU0+GPU1"
