@@ -18,7 +18,8 @@ from typing import Any
 
 from gpupair.report import encode_topology
 from tests.controlplane.api import Api
-from tests.controlplane.workloads import PAUSE_IMAGE
+from tests.controlplane.kubelet import Kubelets
+from tests.controlplane.workloads import PAUSE_IMAGE, wait_gone
 from tests.dra_support import DRIVER, node_slice, recorded
 from tests.layouts import seed_layout
 
@@ -140,3 +141,46 @@ def remove_claims(api: Api, namespace: str) -> None:
 def remove_slices(api: Api, node: str) -> None:
     for obj in api.list(RESOURCE, "ResourceSlice", field_selector=f"spec.nodeName={node}"):
         api.delete(api.path(RESOURCE, "ResourceSlice", obj["metadata"]["name"]))
+
+
+def dra_nodes_with_tenants(api: Api, sim: Kubelets, namespace: str, free: dict[str, set[int]],
+                           timeout: float = 90.0) -> None:
+    """DRA nodes in this order (seed-like, slices published, no device plugin), every GPU outside
+    ``free`` held by a tenant's one-GPU claim pod, which the test's kube-scheduler must be
+    running to place (tests/dra_support.FRAGMENTED is the acceptance's table)."""
+    for node in free:
+        sim.add_node(node, seed_topology_file(sim.directory, node), gpus=None)
+    publish_slices(api, list(free))
+    tenants = [name for node, keep in free.items() for name in hold_devices(api, namespace, node, sorted(set(range(8)) - keep))]
+    api.wait_for(lambda: all(api.get("v1", "Pod", n, namespace)["spec"].get("nodeName") for n in tenants),
+                 timeout, "the tenants' claim pods bound")
+
+
+def run_rounds(api: Api, namespace: str, make_pod, rounds: int = 10, per_round: int = 2,
+               timeout: float = 60.0) -> list[tuple[str, str, list[int]]]:
+    """Rounds of ``per_round`` pods created together (``make_pod(namespace, name)``), each round
+    bound, its pods deleted and their claims deallocated by the resourceclaim controller before
+    the next; (pod, node, devices allocated to its claims) for every pod, in order."""
+    grants = []
+    for round_number in range(1, rounds + 1):
+        names = [f"r{round_number:02d}-{n}" for n in range(1, per_round + 1)]
+        for name in names:
+            api.create(make_pod(namespace, name))
+        pods = api.wait_for(lambda: (lambda ps: ps if all(p["spec"].get("nodeName") for p in ps) else None)(
+            [api.get("v1", "Pod", n, namespace) for n in names]), timeout, f"round {round_number}'s pods bound")
+        claims = []
+        for pod in pods:
+            mine = pod_claims(api, pod)
+            claims += [c["metadata"]["name"] for c in mine]
+            grants.append((pod["metadata"]["name"], pod["spec"]["nodeName"], [d for c in mine for d in allocated_devices(c)]))
+        for name in names:
+            api.delete(api.path("v1", "Pod", name, namespace), grace=0)
+        wait_gone(api, namespace, names)
+        api.wait_for(lambda: not [n for n in claims if allocated_devices(api.find(RESOURCE, "ResourceClaim", n, namespace) or {})],
+                     timeout, f"round {round_number}'s claims deallocated")
+    return grants
+
+
+def cross_numa(grants: list[tuple[str, str, list[int]]], per_numa: int = 4) -> list[tuple[str, str, list[int]]]:
+    """The grants spanning both sockets of a seed-like node (GPU0-3 NUMA0, GPU4-7 NUMA1)."""
+    return [g for g in grants if len({d // per_numa for d in g[2]}) > 1]

@@ -5,10 +5,12 @@ writing DRA pods' verdicts from their claims, the extender with the component's 
 from __future__ import annotations
 
 from tests.controlplane.dra import (
-    RESOURCE, allocated_devices, claim_pod, claim_template, device_class, hold_devices, pod_claims,
-    publish_slices, seed_topology_file,
+    RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, device_class, dra_nodes_with_tenants,
+    hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,
 )
 from tests.controlplane.gpupair_install import scheduler_extender
+from tests.controlplane.workloads import gpu_pod
+from tests.dra_support import FRAGMENTED
 
 INJECT = {"gpupair.io/inject": "enabled"}
 VERDICT_KEYS = ("gpupair.io/granted", "gpupair.io/numa", "gpupair.io/link", "gpupair.io/verdict")
@@ -54,3 +56,22 @@ def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
     assert annotations["gpupair.io/granted"] == "GPU4+GPU5", annotations
     assert annotations["gpupair.io/verdict-placement"] == "required", annotations
     assert api.list(RESOURCE, "ResourceClaim", namespace), "the controller made no claim"
+
+
+
+def test_kube_scheduler_alone_gives_ext_pods_served_from_dra_sys_pairs(api, namespace, kubelets, scheduler,
+                                                                       controller_manager):
+    """The control for EXT (issue 25's table, first row): pods asking ``nvidia.com/gpu: 2``
+    served from DRA devices through the DeviceClass's extendedResourceName, on the fragmented DRA
+    nodes, 10 rounds x 2 pods, kube-scheduler alone. Its allocator takes the first free devices
+    in slice order, so the recording's 9 of 20 SYS is what to expect; here at least one."""
+    sim = kubelets()
+    device_class(api)
+    controller_manager("resourceclaim-controller")
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
+    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in FRAGMENTED.items()})
+
+    grants = run_rounds(api, namespace, lambda ns, name: gpu_pod(ns, name, 2))
+
+    assert len(grants) == 20 and all(len(devices) == 2 for _, _, devices in grants), grants
+    assert cross_numa(grants), f"no SYS pair without gpupair: {grants}"
