@@ -146,7 +146,7 @@ def _stub_decisions(extender) -> None:
         return answers[names]
 
     app.filter_nodes, app.prioritize_nodes = filter_all, score_all
-    extender.evaluator.decide_one = lambda gpus, node, exclude_uid=None, intent=None: NodeDecision(
+    extender.evaluator.decide_one = lambda gpus, node, exclude_uid=None, intent=None, own=frozenset(): NodeDecision(
         node, True, plan=(0, 1))
 
 
