@@ -17,6 +17,7 @@ scheduler never sees a 5xx from this process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -24,12 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.extender.dra_nodes import DraNodes
+from gpupair.extender.dra_nodes import ClaimNotSeen, DraNodes
 from gpupair.decisions import Decider
 from gpupair.defaults import DRA_DRIVER
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
@@ -58,9 +60,12 @@ from gpupair.extender.protocol import (
 from gpupair.reservations import DEFAULT_TTL, Reservations
 from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError
+from gpupair import kube
 from gpupair.service import add_health_routes, log_access_at_debug
 
 log = logging.getLogger("gpupair.extender")
+
+MAX_CLAIMS_READ = 4  # claims one request reads ahead of the claim watch, at most
 
 JSON = "application/json"
 EXTENDER_KEY: web.AppKey["Extender"] = web.AppKey("extender")
@@ -190,14 +195,50 @@ class _Handlers:
         except web.HTTPRequestEntityTooLarge as exc:
             raise ProtocolError(f"body too large: {exc.text}") from None
 
-    def _args(self, body: bytes) -> tuple[ExtenderArgs, int, Intent]:
+    async def _args(self, body: bytes) -> tuple[ExtenderArgs, int, Intent]:
         args = parse_args(body)
-        return (args, *self._ask(args.Pod))
+        return (args, *await self._asked(args.Pod))
+
+    async def _asked(self, pod: Any) -> tuple[int, Intent]:
+        """``_ask``, after reading from the API each claim of the pod the claim watch has not
+        delivered yet: kube-scheduler schedules a claim pod as soon as its own informer has the
+        claim the resourceclaim controller just made, and the extender's watch may be behind."""
+        for _ in range(MAX_CLAIMS_READ):
+            try:
+                return self._ask(pod)
+            except ClaimNotSeen as exc:
+                await self._read_claim(exc)
+        try:
+            return self._ask(pod)
+        except ClaimNotSeen as exc:
+            raise ProtocolError(f"Pod: {exc}") from None
+
+    async def _read_claim(self, missing: ClaimNotSeen) -> None:
+        """Put the claim into the DRA picture, or raise ProtocolError saying why not."""
+        api, dra = self.x.binder.api, self.x.dra
+        if api is None or dra is None:
+            raise ProtocolError(f"Pod: {missing}") from None
+        try:
+            response = await asyncio.wait_for(k8s.ResourceV1Api(api).read_namespaced_resource_claim(
+                missing.name, missing.namespace, _preload_content=False), self.x.binder.timeout)
+            data = await response.read()
+        except Exception as exc:  # noqa: BLE001 - the verb's error answer says why
+            raise ProtocolError(f"Pod: {missing}, and reading it failed: {kube.describe_error(exc)}") from None
+        if response.status != 200:
+            raise ProtocolError(f"Pod: {missing}; the API server answered HTTP {response.status} for it")
+        try:
+            dra.learn_claim(orjson.loads(data))
+        except ValueError as exc:
+            raise ProtocolError(f"Pod: {missing}, and the API server's answer was not JSON: {exc}") from None
+        log.info("claim read ahead of the claim watch", extra={"claim": f"{missing.namespace}/{missing.name}"})
 
     def _ask(self, pod: Any) -> tuple[int, Intent]:
-        """The GPUs a request's pod asks for and its placement intent, remembered for bind."""
+        """The GPUs a request's pod asks for and its placement intent, remembered for bind;
+        ClaimNotSeen for a claim the claim watch has not delivered."""
         try:
             gpus = self.x.requests.of(pod)
+        except ClaimNotSeen:
+            raise
         except PodRequestError as exc:
             raise ProtocolError(f"Pod: {exc}") from None
         intent = self.x.evaluator.intent_of(pod)
@@ -217,7 +258,7 @@ class _Handlers:
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            args, gpus, intent = self._args(await self._body(request))
+            args, gpus, intent = await self._args(await self._body(request))
             answer = filter_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             log.warning("bad filter request", extra={"error": str(exc)})
@@ -242,7 +283,7 @@ class _Handlers:
         started = time.perf_counter()
         args: ExtenderArgs | None = None
         try:
-            args, gpus, intent = self._args(await self._body(request))
+            args, gpus, intent = await self._args(await self._body(request))
             body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             return self._no_error_field("prioritize", exc, started)
@@ -261,7 +302,7 @@ class _Handlers:
         args: ExtenderPreemptionArgs | None = None
         try:
             args = parse_preemption(await self._body(request))
-            gpus, intent = self._ask(args.Pod)
+            gpus, intent = await self._asked(args.Pod)
             answer = Preempter(self.x.evaluator, self.x.reservations).answer(args, gpus, intent)
         except ProtocolError as exc:
             return self._no_error_field("preempt", exc, started)

@@ -38,6 +38,14 @@ log = logging.getLogger("gpupair.extender.dra")
 ChangeListener = Callable[[set[str]], None]
 
 
+class ClaimNotSeen(PodRequestError):
+    """A claim the pod names that the claim watch has not delivered (yet)."""
+
+    def __init__(self, namespace: str, name: str):
+        super().__init__(f"ResourceClaim {namespace}/{name} not seen by the extender yet")
+        self.namespace, self.name = namespace, name
+
+
 class DraNodes:
     def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
                  gpu_classes: frozenset[str] = frozenset({DRA_DRIVER}), nic_drivers: frozenset[str] = frozenset()):
@@ -110,7 +118,7 @@ class DraNodes:
             demand = self._demands.get((namespace, name))
             if demand is None:
                 if (namespace, name) not in self._known:
-                    raise PodRequestError(f"ResourceClaim {namespace}/{name} not seen by the extender yet")
+                    raise ClaimNotSeen(namespace, name)
                 continue
             demands.append(demand)
         if not demands:
@@ -154,6 +162,11 @@ class DraNodes:
                 if index is not None:
                     found[node].add(index)  # type: ignore[index]
         return {node: frozenset(indices) for node, indices in found.items()}
+
+    def learn_claim(self, obj: dict[str, Any]) -> None:
+        """A claim read from the API rather than delivered by the watch (see ClaimNotSeen); the
+        watch's own event for it replaces it later."""
+        self._apply_claim("ADDED", obj)
 
     def allocations(self, node: str) -> list[Allocation]:
         pools = {s.spec.pool.name for s in self._by_node.get(node, {}).values()}

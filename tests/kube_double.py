@@ -482,6 +482,9 @@ class KubeDouble:
         # Seconds a Binding takes before it is checked and applied: a real apiserver's admission
         # and etcd write take a few milliseconds (bench/extender.py --burst uses this).
         self.binding_delay = 0.0
+        # Seconds each change of a resource waits before a watch sends it: a watch that lags
+        # another client's view, as an informer can (watch_delay["resourceclaims"] = 0.5).
+        self.watch_delay: dict[str, float] = {}
         self._runner: web.AppRunner | None = None
         self._streams: set[asyncio.BaseTransport] = set()  # open watch connections
 
@@ -688,6 +691,8 @@ class KubeDouble:
                     break
                 if event is None:  # server stopping
                     break
+                if lag := self.watch_delay.get(selector.resource):
+                    await asyncio.sleep(lag)
                 await self._send(response, *event)
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):

@@ -170,3 +170,22 @@ async def running(every_node_empty: bool = False):
         async with kube_extender(double, dra_driver=DRIVER, annotate_plan=True) as k:
             await eventually(k.extender.ready, what="nodes, slices and claims listed")
             yield double, k
+
+
+async def test_a_claim_the_watch_has_not_delivered_is_read_from_the_api():
+    # kube-scheduler schedules a claim pod once its own informer has the claim the resourceclaim
+    # controller made; the extender's claim watch may still be behind.
+    async with running(every_node_empty=True) as (double, k):
+        double.watch_delay["resourceclaims"] = 5.0  # longer than the test
+        double.store.create("resourceclaims", gpu_claim("late-gpus", 2, True), "ml")
+        pod = {**claim_pod(double, "late", "late-gpus"), "kind": "Pod", "apiVersion": "v1"}
+        assert not watched(k.extender.dra, pod)
+        body = await filter_pod(k, pod, ["dra-node-1"])
+        _, scores = await k.client.post("prioritize", args_body(pod, names=["dra-node-1"]))
+        _, missing = await k.client.post("filter", args_body(
+            {**pod, "spec": {**pod["spec"], "resourceClaims": [{"name": "gpus", "resourceClaimName": "gone"}]}},
+            names=["dra-node-1"]))
+    assert body["NodeNames"] == ["dra-node-1"] and body["Error"] == ""
+    assert scores[0]["Score"] > 0  # decided as a 2-GPU claim under its numaNode constraint
+    assert missing["Error"] == ("Pod: ResourceClaim ml/gone not seen by the extender yet; "
+                                "the API server answered HTTP 404 for it")
