@@ -32,7 +32,9 @@ async def test_first_list_makes_ready_and_filter_reads_the_cache():
     async with running_kube_double() as double:
         seed_nodes(double, **{"gpu-node-a": SPLIT, "gpu-node-b": WHOLE, "gpu-node-c": None})
         async with kube_extender(double) as k:
-            await eventually(lambda: k.extender.node_cache.ready, what="first list")
+            # Ready once the first node list and the first pod list are in (the pod watch
+            # lists beside the node cache, and may come second).
+            await eventually(lambda: k.extender.node_cache.ready and k.extender.pod_watch.listed, what="first lists")
             ready, _ = await k.client.get("/readyz")
             # The recorded body, as kube-scheduler sent it, offers gpu-node-a and gpu-node-b.
             status, body = await k.client.post("filter", recorded("cache-true-filter-01-gpu2.json"))
