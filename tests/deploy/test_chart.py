@@ -488,3 +488,20 @@ def test_the_schemas_bounds_are_the_commands():
     renew = next(a for a in parsers["certs"]._actions if "--renew-within-days" in a.option_strings).default
     days = props["certificates"]["properties"]["days"]
     assert (days["minimum"], days["maximum"]) == (renew + 1, bounds("certs", "--days").high)
+
+
+def test_the_install_docs_lead_with_helm_and_keep_kustomize():
+    readme = (DEPLOY.parent / "README.md").read_text()
+    install = readme[readme.index("## Install\n"):]
+    install = install[:install.index("\n## ", 1)]
+    assert install.index("helm install gpupair charts/gpupair") < install.index("kubectl apply -k deploy/overlays/")
+    guide = (DEPLOY / "README.md").read_text()
+    assert "tests/deploy/test_chart.py" in guide and "## Helm and kustomize: one set of objects" in guide
+    for _, overlay, components, _, values in CASES:  # the guide's table names each pairing the test holds equal
+        assert f"overlays/{overlay}" in guide
+        for component in components:
+            assert f"`components/{component}`" in guide
+    values_text = (CHART / "values.yaml").read_text()
+    for key in json.loads((CHART / "values.schema.json").read_text())["properties"]:
+        if key != "global":
+            assert re.search(rf"^{key}:", values_text, re.M), f"values.yaml does not document {key}"
