@@ -505,3 +505,24 @@ def test_the_install_docs_lead_with_helm_and_keep_kustomize():
     for key in json.loads((CHART / "values.schema.json").read_text())["properties"]:
         if key != "global":
             assert re.search(rf"^{key}:", values_text, re.M), f"values.yaml does not document {key}"
+
+
+def test_the_packaged_chart_carries_the_linked_files(tmp_path):
+    """`helm package` (what a chart repository serves) puts the linked deploy/ files' contents in
+    the archive, and the archive renders what the chart directory renders."""
+    import tarfile
+
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("gpupair-*.tgz")
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        for link in (CHART / "files").iterdir():
+            member = members[f"gpupair/files/{link.name}"]
+            assert member.isfile(), f"{link.name} is packaged as a link"
+            assert tar.extractfile(member).read() == link.resolve().read_bytes()
+    for values in ({}, ALL_OPTIONS):
+        args = ["template", "gpupair", str(archive), "--namespace", "default"]
+        for k, v in values.items():
+            args += ["--set-json", f"{k}={json.dumps(v)}"]
+        packaged = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+        assert packaged == helm_template(values)
