@@ -526,3 +526,12 @@ def test_the_packaged_chart_carries_the_linked_files(tmp_path):
             args += ["--set-json", f"{k}={json.dumps(v)}"]
         packaged = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
         assert packaged == helm_template(values)
+
+
+def test_an_older_kubernetes_is_refused():
+    """Chart.yaml's kubeVersion is deploy/README.md's floor (ValidatingAdmissionPolicy v1, webhook
+    matchConditions, node-bound tokens: 1.30)."""
+    assert "Kubernetes 1.30 or newer" in (DEPLOY / "README.md").read_text()
+    refused = helm("template", "gpupair", str(CHART), "--kube-version", "1.29.9", check=False)
+    assert refused.returncode != 0 and "kubeVersion" in refused.stderr and ">=1.30.0-0" in refused.stderr
+    helm("template", "gpupair", str(CHART), "--kube-version", "1.30.0")
