@@ -30,6 +30,7 @@ from tests.deploy_manifests import (
     needs_kubectl,
     of_kind,
     pod_spec,
+    render,
     render_consumer,
     workloads,
 )
@@ -116,7 +117,7 @@ def without_helm_labels(obj: dict) -> dict:
 
 def normalized(objs: list[dict], *, helm_side: bool) -> dict[tuple, dict]:
     """(kind, namespace, name) -> object, with the names either side derives (a content hash, a
-    revision) spelled alike, and the scheduler configuration compared as data."""
+    revision) spelled alike."""
     renames = {}
     for o in objs:
         name = o["metadata"]["name"]
@@ -132,8 +133,6 @@ def normalized(objs: list[dict], *, helm_side: bool) -> dict[tuple, dict]:
         for old, new in renames.items():
             text = text.replace(f'"{old}"', f'"{new}"')
         o = json.loads(text)
-        if o["kind"] == "ConfigMap" and "config.yaml" in (o.get("data") or {}):
-            o["data"]["config.yaml"] = yaml.safe_load(o["data"]["config.yaml"])
         out[(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
     return out
 
@@ -177,31 +176,22 @@ def test_the_chart_renders_what_kustomize_renders(tmp_path, case, overlay, compo
 
 
 def test_the_comparison_sees_a_changed_field_and_ignores_only_helms_labels():
-    """Guards the test above: a field the chart got wrong is a difference, and the labels it
-    ignores are Helm's alone, never one deploy/ sets."""
-    charted = normalized(helm_template(), helm_side=True)
-    broken = copy.deepcopy(charted)
-    pod_spec(broken[("DaemonSet", "gpupair-system", "gpupair-reporter")])["containers"][0]["ports"][0]["hostPort"] = 9401
-    key = ("DaemonSet", "gpupair-system", "gpupair-reporter")
-    assert differences(charted[key], broken[key]) == [
-        ".spec.template.spec.containers[0].ports[0].hostPort: kustomize 9400 != helm 9401"]
+    """Guards the test above: a field the chart got wrong, a label of deploy/'s changed and a
+    label deploy/ lacks are differences; the labels it drops are Helm's alone, never deploy/'s."""
     raw = helm_template()
-    assert all(set(o["metadata"]["labels"]) & HELM_LABELS == HELM_LABELS for o in raw), "Helm labels every object"
-    deploy_labels = {k for o in kustomize_case_cached("self-managed") for k in o["metadata"].get("labels", {})}
-    assert not deploy_labels & HELM_LABELS
-
-
-_kustomized: dict[str, list[dict]] = {}
-
-
-def kustomize_case_cached(overlay: str) -> list[dict]:
-    if overlay not in _kustomized:
-        import tempfile
-        from pathlib import Path
-
-        with tempfile.TemporaryDirectory(dir=DEPLOY.parent) as tmp:
-            _kustomized[overlay] = kustomize_case(Path(tmp), overlay, [], {})
-    return copy.deepcopy(_kustomized[overlay])
+    charted = normalized(raw, helm_side=True)
+    key = ("DaemonSet", "gpupair-system", "gpupair-reporter")
+    broken = copy.deepcopy(charted[key])
+    pod_spec(broken)["containers"][0]["ports"][0]["hostPort"] = 9401
+    broken["metadata"]["labels"]["app.kubernetes.io/component"] = "agent"
+    broken["spec"]["template"]["metadata"]["labels"]["team"] = "gpu"
+    assert differences(charted[key], broken) == [
+        '.metadata.labels.app.kubernetes.io/component: kustomize "reporter" != helm "agent"',
+        ".spec.template.metadata.labels.team: kustomize \"<absent>\" != helm \"gpu\"",
+        ".spec.template.spec.containers[0].ports[0].hostPort: kustomize 9400 != helm 9401"]
+    assert all(set(o["metadata"]["labels"]) >= HELM_LABELS for o in raw), "Helm labels every object"
+    deploy_labels = {k for o in render("self-managed") for k in o["metadata"].get("labels", {})}
+    assert deploy_labels and not deploy_labels & HELM_LABELS
 
 
 def test_every_overlay_and_component_has_a_case():
