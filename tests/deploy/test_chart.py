@@ -525,3 +525,23 @@ def test_an_older_kubernetes_is_refused():
     refused = helm("template", "gpupair", str(CHART), "--kube-version", "1.29.9", check=False)
     assert refused.returncode != 0 and "kubeVersion" in refused.stderr and ">=1.30.0-0" in refused.stderr
     helm("template", "gpupair", str(CHART), "--kube-version", "1.30.0")
+
+
+def value_leaves(values: dict, prefix: str = "") -> dict[str, object]:
+    """values.yaml's settings by path; a map of names (labels, selectors, resources) is one setting."""
+    out = {}
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in ("labels", "nodeSelector", "resources"):
+            out |= value_leaves(value, path + ".")
+        else:
+            out[path] = value
+    return out
+
+
+def test_the_charts_readme_documents_every_value_with_its_default():
+    rows = {}
+    for line in (CHART / "README.md").read_text().splitlines():
+        if m := re.match(r"\| `([\w.]+)` \| `(.*?)` \| (.+) \|$", line):
+            rows[m.group(1)] = json.loads(m.group(2))
+    assert rows == value_leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
