@@ -1,5 +1,5 @@
 """charts/gpupair on a real control plane (tests/controlplane's etcd + kube-apiserver v1.36): the
-real helm 4 installs it, upgrades it to changed values, and uninstalls it. The pods never run
+real helm 4 installs it, upgrades it to changed values and back, and uninstalls it. The pods never run
 (there is no kubelet), but every object the chart renders is created as rendered, the apiserver
 admits the webhook configuration and the admission policies (their CEL type-checks against the
 real schemas, and the verdict policy refuses a forged verdict), an upgrade adds, changes and
@@ -191,7 +191,7 @@ def set_json(values: dict) -> list[str]:
 
 
 def test_install_upgrade_uninstall(control_plane, api, controller_manager, namespace, helm_cli, stand_in_crds):
-    every_step = [helm_template(INSTALL), helm_template(UPGRADE)]
+    every_step = [helm_template(INSTALL), helm_template(UPGRADE)]  # the third step is the first again
     kinds = {(o["apiVersion"], o["kind"]) for objs in every_step for o in objs}
     names = {key(o) for objs in every_step for o in objs}
     clear_deploy_leftovers(api, every_step[0] + every_step[1])
@@ -222,6 +222,13 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     assert len(hook["webhooks"]) == 8 and hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         f"{CHART_NAMESPACE}/gpupair-webhook"
     assert "gpupair.io/verdict" in forged_verdict_refused(api, namespace)
+
+    # and back: the certs Job returns under this revision's name, the scheduler's objects go
+    helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reset-values", *set_json(INSTALL))
+    back = check_release(api, INSTALL, 3, kinds)
+    assert ("batch/v1", "Job", CHART_NAMESPACE, "gpupair-certs-3") in back
+    assert ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "gpupair-scheduler-as-kube-scheduler") in \
+        set(upgraded) - set(back)
 
     # uninstall: the namespace goes (its controller, and the garbage collector, do that part)
     controller_manager("namespace-controller,garbage-collector-controller")
