@@ -1,5 +1,11 @@
 """The bind verb: reserve the set the device plugin is expected to pick, then create the Binding.
 
+On a DRA node kube-scheduler runs Reserve, Permit and PreBind before it calls an extender's bind,
+and its DynamicResources plugin writes the pod's claim allocations in PreBind. Where the claim
+watch has delivered them, the allocation is the pod's set: it is judged as it is, and nothing is
+reserved (the picture shows it taken already). Where it has not, the allocator's pick is
+predicted and held until the claim shows up, as a plan is on a device-plugin node.
+
 The decision and the reservation happen with no ``await`` between them, so two pods bound back
 to back cannot both be promised the last same-NUMA pair of a node: the second sees the first's
 reservation and gets ``ExtenderBindingResult.Error`` (kube-scheduler then retries it
@@ -76,14 +82,24 @@ class Binder:
                 return BindOutcome(message, "failed")
 
         # --- check and reserve: no await from here to the reservation
-        intent = self.requests.intent(args.PodUID) or self.evaluator.default_intent
-        decision = self.evaluator.decide_one(gpus, args.Node, exclude_uid=key, intent=intent)
+        intent = (self.requests.intent(args.PodUID) or self.evaluator.claimed_intent(args.PodUID)
+                  or self.evaluator.default_intent)
+        # On a DRA node kube-scheduler has allocated the pod's claims in PreBind already: where
+        # the claim watch has shown them, those devices are the pod's set, and nothing is held.
+        own = self.evaluator.owned_on(args.PodUID, args.Node) if gpus > 0 else frozenset()
+        decision = self.evaluator.decide_one(gpus, args.Node, exclude_uid=key, intent=intent, own=own)
         if not decision.passes:
             message = f"node {args.Node} can no longer take this pod: {decision.reason}"
+            if own and len(own) >= gpus:
+                # The allocation itself breaks the intent. Refused, the scheduler deallocates and
+                # tries again, and the allocator would most likely take the same devices: the
+                # pod's filter keeps it off this node for a while, so it goes elsewhere or waits
+                # with this reason instead of looping.
+                self.evaluator.deny(args.PodUID, args.Node, f"at bind, {decision.reason}")
             self._event(pod_ref, message)
             return BindOutcome(message, "conflict")
         plan = decision.plan if gpus > 0 else None
-        if plan:
+        if plan and not own:
             self.reservations.reserve(Reservation(key, args.Node, frozenset(plan), args.PodNamespace, args.PodName))
         # --- end of the synchronous section
 
@@ -97,7 +113,7 @@ class Binder:
                     await kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
                                         annotations)
         except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
-            if plan:
+            if plan and not own:
                 self.reservations.release(key)
             message = f"binding pod {args.PodNamespace}/{args.PodName} to {args.Node} failed: {kube.describe_error(exc)}"
             log.warning("bind failed", extra={"pod": f"{args.PodNamespace}/{args.PodName}", "node": args.Node,

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair import dra
+from gpupair.claim_intent import ClaimIntent, claim_intent, gpu_requests
 from gpupair.defaults import DRA_DRIVER
 from gpupair.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
@@ -53,9 +54,12 @@ class DraNodes:
         self._claims: dict[tuple[str, str], Allocation] = {}  # (namespace, name) -> its devices here
         self._by_pool: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self._demands: dict[tuple[str, str], Demand] = {}  # every claim asking GPUs, allocated or not
+        self._intents: dict[tuple[str, str], ClaimIntent] = {}  # of those, each that says its placement
         self._known: set[tuple[str, str]] = set()  # every claim seen
         self._versions: dict[str, int] = defaultdict(int)  # bumped per change of a node's inputs
         self._entries: dict[str, tuple[tuple, ReportEntry]] = {}
+        self._mappings: dict[str, dict[tuple[str, str], int]] = {}  # node -> (pool, device) -> index, as built
+        self._by_uid: dict[str, set[tuple[str, str]]] = defaultdict(set)  # pod uid -> allocated claims it holds
         self.slices = _Handler(self._replace_slices, self._apply_slice)
         self.claims = _Handler(self._replace_claims, self._apply_claim)
         self.rejected = 0  # objects that did not fit their type, for tests and logs
@@ -114,6 +118,43 @@ class DraNodes:
         policies = {d.policy for d in demands}
         return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit")
 
+    def pod_claim_intents(self, pod: Any) -> list[ClaimIntent]:
+        """What the pod's own GPU claims say of its placement (gpupair/claim_intent.py: their
+        ``gpupair.io/placement``, else the webhook's constraint shape); empty where none says
+        anything, or none is in the watch yet. kube-scheduler's extended-resource claim asks
+        nothing, so it is not read: such a pod's intent is its own annotation."""
+        names = claim_names(pod, extended=False)
+        if not names:
+            return []
+        namespace = ((pod.get("metadata") or {}).get("namespace") or "") if isinstance(pod, dict) else ""
+        return [said for name in names if (said := self._intents.get((namespace, name))) is not None]
+
+    def held_claim_intents(self, uid: str) -> list[ClaimIntent]:
+        """What the allocated GPU claims reserved for or owned by pod ``uid`` say of its
+        placement: for bind, which knows the pod by name and UID only (filtered by another
+        replica, or before a restart)."""
+        return [said for key in sorted(self._by_uid.get(uid, ())) if (said := self._intents.get(key)) is not None]
+
+    def owned(self, uid: str, namespace: str = "", names: Iterable[str] = ()) -> dict[str, frozenset[int]]:
+        """The devices a pod's own allocated claims hold, by node, as layout indices of that
+        node's picture: the claims reserved for the pod or owned by it (``uid``), and the claims
+        it names (``names``, in ``namespace``). kube-scheduler allocates a pod's claims in
+        PreBind, before any extender's bind, and a retried pod may find its claims still
+        allocated: those devices are the pod's own, not another pod's."""
+        keys = set(self._by_uid.get(uid, ())) if uid else set()
+        keys.update((namespace, name) for name in names)
+        found: dict[str, set[int]] = defaultdict(set)
+        for key in keys:
+            allocation = self._claims.get(key)
+            if allocation is None:
+                continue
+            for pool, device in allocation.devices:
+                node = self._pool_node.get(pool)
+                index = self._mappings.get(node, {}).get((pool, device)) if node is not None else None
+                if index is not None:
+                    found[node].add(index)  # type: ignore[index]
+        return {node: frozenset(indices) for node, indices in found.items()}
+
     def allocations(self, node: str) -> list[Allocation]:
         pools = {s.spec.pool.name for s in self._by_node.get(node, {}).values()}
         return [self._claims[key] for pool in sorted(pools) for key in sorted(self._by_pool.get(pool, ()))]
@@ -128,7 +169,9 @@ class DraNodes:
                             layout)
         except PictureError as exc:
             log.info("node DRA picture unusable", extra={"node": node, "why": str(exc)})
+            self._mappings.pop(node, None)
             return ReportEntry(None, f"unusable DRA picture: {exc}", "invalid")
+        self._mappings[node] = picture.devices
         if picture.note:
             log.info("node DRA picture with inferred links", extra={"node": node, "why": picture.note})
         report = picture.report
@@ -147,6 +190,7 @@ class DraNodes:
             if not self._by_node.get(node):
                 self._by_node.pop(node, None)
                 self._entries.pop(node, None)
+                self._mappings.pop(node, None)
         if nodes:
             for listener in self._listeners:
                 listener(nodes)
@@ -203,7 +247,9 @@ class DraNodes:
         pools = set(self._by_pool)
         self._claims.clear()
         self._by_pool.clear()
+        self._by_uid.clear()
         self._demands.clear()
+        self._intents.clear()
         self._known.clear()
         for obj in items:
             pools |= self._put_claim(obj)
@@ -220,10 +266,17 @@ class DraNodes:
 
     def _drop_claim(self, key: tuple[str, str]) -> set[str]:
         self._demands.pop(key, None)
+        self._intents.pop(key, None)
         self._known.discard(key)
         old = self._claims.pop(key, None)
         if old is None:
             return set()
+        for uid in _holders(old):
+            held = self._by_uid.get(uid)
+            if held is not None:
+                held.discard(key)
+                if not held:
+                    del self._by_uid[uid]
         pools = {pool for pool, _ in old.devices}
         for pool in pools:
             self._by_pool[pool].discard(key)
@@ -244,10 +297,15 @@ class DraNodes:
             demand = claim_demand(claim, self.gpu_classes)
             if demand.gpus:
                 self._demands[key] = demand
+                said = claim_intent(claim, gpu_requests(claim, self.gpu_classes))
+                if said is not None:
+                    self._intents[key] = said
         allocation = allocation_of(claim, self.driver)
         if allocation is None:
             return set()
         self._claims[key] = allocation
+        for uid in _holders(allocation):
+            self._by_uid[uid].add(key)
         pools = {pool for pool, _ in allocation.devices}
         for pool in pools:
             self._by_pool[pool].add(key)
@@ -266,6 +324,11 @@ class _Handler:
     def replace(self, items: list[dict[str, Any]]) -> None:
         self._replace(items)
         self.listed = True
+
+
+def _holders(allocation: Allocation) -> set[str]:
+    """UIDs of the pods whose own the claim is: those it is reserved for, and its owners."""
+    return {uid for _, uid in allocation.pods if uid} | set(allocation.owners)
 
 
 def _name(obj: Any) -> str:

@@ -13,17 +13,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachetools import LRUCache, TTLCache
 
 from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decisions import Decider, NodeDecision
+from gpupair.dra_picture import claim_names
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.reservations import NO_HOLD, Reservations
-from gpupair.intent import Intent, pod_intent
+from gpupair.claim_intent import dra_pod_intent, strictest
+from gpupair.intent import Intent
 from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.pod_request import PodRequestError
 from gpupair.policies import POLICIES
@@ -35,6 +37,9 @@ log = logging.getLogger("gpupair.extender")
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
 FRESH_LIMIT = 65536  # decisions kept between changes; a change empties them anyway
+# How long bind's refusal of an allocation that broke the pod's intent keeps the pod off that
+# node: the allocator, asked again, would most likely take the same devices.
+DENIED_TTL = 600.0
 NO_CACHE_PROBLEM = ("the extender runs without a node cache (--no-node-cache): register it with "
                     "nodeCacheCapable: false, or drop that flag")
 
@@ -49,6 +54,8 @@ class Offer:
     nodes: list[dict[str, Any]] | None = None  # Nodes mode: the Node objects, to hand back
     cached: bool = False  # NodeNames mode with a synced node cache: tables apply
     decider: Decider | None = None  # a claim pod's: the allocator's policy for its claims
+    owned: dict[str, frozenset[int]] = field(default_factory=dict)  # node -> devices the pod's own claims hold
+    denied: dict[str, str] = field(default_factory=dict)  # node -> why bind refused the pod's allocation there
 
 
 @dataclass
@@ -79,6 +86,7 @@ class Evaluator:
         # holds nor any report changed, so a pod's prioritize reuses what its filter decided.
         self._fresh: dict[tuple[str, int, Intent], NodeDecision] = {}
         self._fresh_state: tuple[int, int] = (-1, -1)
+        self._denied: TTLCache = TTLCache(maxsize=100_000, ttl=DENIED_TTL)  # pod uid -> {node: why}
 
     # ---- one request
 
@@ -90,7 +98,33 @@ class Evaluator:
         variant = self.decider_for(args.Pod)
         if variant is not self.decider:
             offer.decider, offer.cached = variant, False
+        if self.dra is not None:
+            offer.owned = self.owned(args.Pod)
+            uid = _uid(args.Pod)
+            offer.denied = self._denied.get(uid, {}) if uid else {}
         return offer
+
+    def owned(self, pod: Any) -> dict[str, frozenset[int]]:
+        """Devices the pod's own DRA claims hold, by node (extender/dra_nodes.py)."""
+        if self.dra is None:
+            return {}
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        return self.dra.owned(_uid(pod), str(meta.get("namespace") or ""), claim_names(pod))
+
+    def owned_on(self, uid: str, node: str) -> frozenset[int]:
+        """Devices on ``node`` of the claims reserved for or owned by pod ``uid`` (bind knows the
+        pod by name and UID only; the scheduler reserves its claims before it calls bind)."""
+        if self.dra is None or not uid:
+            return frozenset()
+        return self.dra.owned(uid).get(node, frozenset())
+
+    def deny(self, uid: str, node: str, why: str) -> None:
+        """Keep pod ``uid`` off ``node`` for DENIED_TTL: bind refused the allocation made there."""
+        if uid:
+            denied = dict(self._denied.get(uid, {}))
+            denied[node] = why
+            self._denied[uid] = denied
 
     def decider_for(self, pod: Any) -> Decider:
         """The Decider for this pod: its claims' allocator policy, its NIC ask; remembered by UID
@@ -151,6 +185,9 @@ class Evaluator:
         holds = self.reservations.by_node()
         decider, entry_of, unknown, alive = offer.decider or self.decider, offer.entry_of, offer.unknown, self.alive
         names = offer.names if names is None else names
+        if offer.owned or offer.denied:
+            return [self._decide_for_pod(offer, decider, name, gpus, holds.get(name, NO_HOLD), now, intent)
+                    for name in names]
         if not offer.cached:
             return [(entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now,
                                                        alive(name), intent)
@@ -173,9 +210,24 @@ class Evaluator:
             out.append(decision)
         return out
 
+    def _decide_for_pod(self, offer: Offer, decider: Decider, name: str, gpus: int, hold: Any, now: float,
+                        intent: Intent) -> NodeDecision:
+        """One node for a pod whose claims hold devices somewhere, or that bind refused somewhere:
+        a decision of its own, never kept for other pods."""
+        why = offer.denied.get(name)
+        if why:
+            return NodeDecision(name, False, reason=why)
+        entry, own = offer.entry_of(name) or offer.unknown, offer.owned.get(name)
+        if own:
+            return entry.decide_owning(decider, name, gpus, own, hold, now, self.alive(name), intent)
+        return entry.decide(decider, name, gpus, hold, now, self.alive(name), intent)
+
     def intent_of(self, pod: Any) -> Intent:
-        """The pod's placement intent; a bad value counts as required, and is logged."""
-        intent, problem = pod_intent(pod, self.default_intent)
+        """The pod's placement intent: its own DRA claims' (a claim pod carries no annotation),
+        else its annotation, else the default; a bad value counts as required, and is logged, as
+        are claims that disagree."""
+        claims = self.dra.pod_claim_intents(pod) if self.dra is not None else []
+        intent, problem = dra_pod_intent(pod, claims, self.default_intent)
         if problem:
             meta = pod.get("metadata") if isinstance(pod, dict) else None
             meta = meta if isinstance(meta, dict) else {}
@@ -184,6 +236,14 @@ class Evaluator:
         return intent
 
     # ---- outside a request (bind, pod watch)
+
+    def claimed_intent(self, uid: str) -> Intent | None:
+        """The intent the allocated claims of pod ``uid`` ask (the strictest), None where they
+        say nothing or there is no DRA: bind's intent for a pod it has not seen filtered."""
+        if self.dra is None or not uid:
+            return None
+        chosen, _ = strictest(self.dra.held_claim_intents(uid))
+        return chosen.intent if chosen is not None else None
 
     def entry_for(self, node: str) -> ReportEntry:
         """The freshest report known for ``node``."""
@@ -195,11 +255,15 @@ class Evaluator:
         return max(known, key=_freshness)
 
     def decide_one(self, gpus: int, node: str, exclude_uid: str | None = None,
-                   intent: Intent = Intent.REQUIRED) -> NodeDecision:
-        """The decision for one node now, counting the holds of other pods only."""
+                   intent: Intent = Intent.REQUIRED, own: frozenset[int] = frozenset()) -> NodeDecision:
+        """The decision for one node now, counting the holds of other pods only; ``own``: the
+        devices the pod's own DRA claims already hold there."""
         hold = self.reservations.hold(node, exclude=exclude_uid)
         decider = self._pod_deciders.get(exclude_uid, self.decider) if exclude_uid else self.decider
-        return self.entry_for(node).decide(decider, node, gpus, hold, self.clock(), self.alive(node), intent)
+        entry = self.entry_for(node)
+        if own:
+            return entry.decide_owning(decider, node, gpus, own, hold, self.clock(), self.alive(node), intent)
+        return entry.decide(decider, node, gpus, hold, self.clock(), self.alive(node), intent)
 
     # ---- internals
 
@@ -209,9 +273,13 @@ class Evaluator:
         return self.dra.entry(name, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY)) or self.decoder.decode(annotations)
 
     def held(self, offer: Offer) -> set[str]:
-        """Offered names whose table entry does not apply: they hold reservations."""
+        """Offered names whose table entry does not apply: they hold reservations, or the pod's
+        own claims hold devices there, or bind refused the pod there."""
         reserved = self.reservations.by_node()
-        return set(reserved).intersection(offer.names) if reserved else set()
+        held = set(reserved).intersection(offer.names) if reserved else set()
+        if offer.owned or offer.denied:
+            held.update({*offer.owned, *offer.denied}.intersection(offer.names))
+        return held
 
     def _release_taken(self, entries: Mapping[str, ReportEntry]) -> None:
         """Nodes mode has no node watch: a request's reports also end the holds they list."""
@@ -219,6 +287,12 @@ class Evaluator:
             entry = entries.get(node)
             if entry is not None and entry.report is not None:
                 self.reservations.observe_report(node, entry.report.state.free, entry.report.ledger)
+
+
+def _uid(pod: Any) -> str:
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
 
 
 def _freshness(entry: ReportEntry) -> tuple[int, float]:

@@ -99,6 +99,13 @@ class ReportEntry:
         return decision
 
 
+    def decide_owning(self, decider: Decider, name: str, gpus: int, own: frozenset[int], hold: Hold, now: float,
+                      alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:
+        """``decider.decide_owning`` for a pod whose own DRA claims hold ``own`` here: one pod's
+        view, so never memoised."""
+        return decider.decide_owning(gpus, self.view(name, hold, self.is_stale(now, alive), alive), own, intent)
+
+
 def _utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -12,8 +12,8 @@ name, verification) and the bearer token, asked of the client's configuration be
 request so a refreshed token is used. The response is parsed by httptools (llhttp, the parser
 uvicorn and Node.js use), which handles Content-Length and chunked bodies and keep-alive.
 
-Connections are kept alive and reused one request at a time, at most ``limit`` open, as the API
-client's own pool. One the server closed while idle is dropped, never reused; one that fails
+Connections are kept alive and reused one request at a time, at most ``limit`` open (the API
+client's pool size, capped at ``BURST_CONNECTIONS``). One the server closed while idle is dropped, never reused; one that fails
 or is cancelled mid-request is closed, never returned to the pool. A Binding is not retried:
 a request the server may have applied is not sent twice (kube-scheduler retries the pod).
 
@@ -35,6 +35,15 @@ from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from yarl import URL
+
+
+# Connections open at most, whatever the API client's pool allows (100 by default). In a burst
+# kube-scheduler runs every pod's binding cycle at once; with a slot each, the extender opened
+# up to 100 TLS connections, and their handshakes cost the extender and the apiserver more CPU
+# than queueing the Bindings on a few kept-alive ones (bench/real_scheduler.py: the extender's
+# CPU per pod fell by a fifth, the apiserver's too). kube-scheduler's own Bindings share one
+# HTTP/2 connection.
+BURST_CONNECTIONS = 8
 
 
 class BindingConnectionError(ConnectionError):
@@ -137,7 +146,8 @@ class BindingClient:
         self._prefix = url.path.rstrip("/")
         host = f"[{url.host}]" if ":" in url.host else url.host
         self._authority = host if url.port is None or url.is_default_port() else f"{host}:{url.port}"
-        limit = config.connection_pool_maxsize if limit is None else limit
+        if limit is None:
+            limit = min(config.connection_pool_maxsize or BURST_CONNECTIONS, BURST_CONNECTIONS)
         self._slots = asyncio.Semaphore(limit) if limit else None
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()

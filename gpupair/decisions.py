@@ -142,6 +142,37 @@ class Decider:
                 f"free near {free_near}"))
         return decision
 
+    def decide_owning(self, gpus: int, node: NodeView, own: frozenset[int],
+                      intent: Intent = Intent.REQUIRED) -> NodeDecision:
+        """The decision for a pod whose own claims already hold ``own`` on this DRA node:
+        kube-scheduler allocates a pod's claims in PreBind, before any extender's bind, and a
+        retried pod may find them still allocated. Those devices are the pod's, not taken from
+        it. Where they cover what it asks they are its set, judged as they are (nobody picks
+        again; the reason names the allocation); otherwise the rest is decided as usual over
+        the free devices and its own."""
+        if node.state is None or not own or gpus <= 0:
+            return self.decide(gpus, node, intent)
+        layout = node.state.layout
+        state = NodeState(layout, node.state.free | own)
+        if len(own) < gpus:
+            others = replace(node, state=state, reserved=node.reserved - own)
+            return self.decide(gpus, others, intent)
+        plan = tuple(sorted(own))
+        close = len(plan) <= 1 or placement.is_close(state, plan)
+        if not close and intent is Intent.REQUIRED:
+            return NodeDecision(node.name, False, reason=(
+                f"the allocator took {format_set(plan)} ({layout.worst_link(plan)}) for this pod's claims here, "
+                "not a close set"))
+        if intent is Intent.NONE or not close:
+            decision = NodeDecision(node.name, True, plan=plan)
+        else:
+            score = placement.score(state, plan)
+            decision = NodeDecision(node.name, True, plan=plan,
+                                    score=max(score, 1) if intent is Intent.PREFERRED else score)
+        if self.nic is None or not decision.passes:
+            return decision
+        return self._near_nic(gpus, replace(node, state=state, reserved=frozenset(), held=0), decision)
+
     def _decide(self, gpus: int, node: NodeView, intent: Intent) -> NodeDecision:
         if gpus <= 0:
             return NodeDecision(node.name, True)

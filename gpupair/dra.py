@@ -6,9 +6,12 @@ unknown fields, as Go's decoder is and as a newer apiserver needs, and strict ab
 of the fields read: an object that does not fit is rejected whole with ``DRAWireError`` saying
 where, and the caller leaves it out of the node picture (and logs why) rather than guess.
 
-A device attribute is a one-of (``int``, ``bool``, ``string``, ``version``), and its name is
-either qualified (``resource.kubernetes.io/numaNode``) or short, the short form meaning the
-driver's own domain (``index`` in a slice of ``gpu.nvidia.com`` is ``gpu.nvidia.com/index``).
+A device attribute is a one-of (``int``, ``bool``, ``string``, ``version``, or, with the
+DRAListTypeAttributes gate of KEP-5491, the lists ``ints``, ``bools``, ``strings``,
+``versions``), and its name is either qualified (``resource.kubernetes.io/numaNode``) or short,
+the short form meaning the driver's own domain (``index`` in a slice of ``gpu.nvidia.com`` is
+``gpu.nvidia.com/index``). gpupair reads an attribute as one value: a list of one is that
+value, and an empty or longer list has none (see ``DeviceAttribute.value``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ class DRAWireError(ValueError):
     """A resource.k8s.io object that does not fit its type; the message says where."""
 
 
+class OwnerReference(KubeWire):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+
+
 class ObjectMeta(KubeWire):
     name: str = ""
     namespace: str = ""
@@ -43,6 +52,7 @@ class ObjectMeta(KubeWire):
     annotations: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     deletionTimestamp: datetime | None = Field(default=None, strict=False)
+    ownerReferences: list[OwnerReference] = Field(default_factory=list)
 
 
 class DeviceAttribute(KubeWire):
@@ -50,11 +60,27 @@ class DeviceAttribute(KubeWire):
     bool_: bool | None = Field(default=None, alias="bool")
     string: str | None = None
     version: str | None = None
+    # KEP-5491 (DRAListTypeAttributes, alpha in 1.36): Go's IntValues etc., JSON ``ints`` etc.
+    # NVIDIA's driver publishes numaNode as ``ints: [n]`` with the gate on.
+    ints: list[int] | None = None
+    bools: list[bool] | None = None
+    strings: list[str] | None = None
+    versions: list[str] | None = None
 
     def value(self) -> Any:
+        """The attribute's one value, None if it has none. A list of one value is that value.
+        KEP-5491 makes a list a set (``matchAttribute`` becomes a non-empty intersection), so a
+        device whose ``numaNode`` lists 0 and 1 is on both NUMA nodes, and on no one of them: it
+        matches a NUMA0 device and a NUMA1 device alike. Every value gpupair reads (numaNode,
+        pcieRoot, pciBusID, index, uuid, type) places a device in one spot, so an empty or longer
+        list reads as unknown (a numaNode unknown leaves the device's socket unknown), never as
+        its first member."""
         for value in (self.int_, self.bool_, self.string, self.version):
             if value is not None:
                 return value
+        for values in (self.ints, self.bools, self.strings, self.versions):
+            if values is not None:
+                return values[0] if len(values) == 1 else None
         return None
 
 
@@ -176,6 +202,11 @@ class ResourceClaim(KubeWire):
     def pods(self) -> list[ResourceClaimConsumerReference]:
         """The pods the claim is reserved for (``reservedFor`` may name other consumers)."""
         return [r for r in self.status.reservedFor if r.resource == "pods" and not r.apiGroup]
+
+    def owner_pods(self) -> list[str]:
+        """UIDs of the pods that own the claim: kube-scheduler's extended-resource claim, and a
+        template's claims made by the resourceclaim controller, are owned by their pod."""
+        return [r.uid for r in self.metadata.ownerReferences if r.kind == "Pod" and r.uid]
 
 
 class ResourceClaimTemplateSpec(KubeWire):

@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from gpupair import dra
+from gpupair.claim_intent import numa_constrained
 from gpupair.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
 from gpupair.nics import Nic, NicLayout
 from gpupair.report import Ledger, NodeReport, encode_topology, fingerprint
@@ -80,6 +81,11 @@ class Allocation:
     devices: tuple[tuple[str, str], ...]  # (pool, device name) of this node's driver
     pods: tuple[tuple[str, str], ...] = ()  # (pod name, pod uid)
     allocated_at: datetime | None = None
+    owners: tuple[str, ...] = ()  # UIDs of the pods owning the claim
+
+    def belongs_to(self, uid: str) -> bool:
+        """Whether the claim is the pod's own: reserved for it, or owned by it."""
+        return bool(uid) and (uid in self.owners or any(u == uid for _, u in self.pods))
 
 
 def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
@@ -92,7 +98,7 @@ def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
         return None
     pods = tuple((p.name, p.uid) for p in claim.pods())
     return Allocation(claim.metadata.namespace, claim.metadata.name, devices, pods,
-                      allocation.allocationTimestamp)
+                      allocation.allocationTimestamp, tuple(claim.owner_pods()))
 
 
 def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[DraDevice]:
@@ -277,14 +283,6 @@ class Demand:
     policy: str  # a gpupair.policies name: dra-first-fit, dra-first-fit-numa or dra-first-available
 
 
-def _constrained(claim: dra.ResourceClaim, request: str, subrequest: str | None = None) -> bool:
-    """Whether a numaNode matchAttribute constraint covers the (sub)request (no ``requests``:
-    every request)."""
-    names = {request} if subrequest is None else {request, f"{request}/{subrequest}"}
-    return any(c.matchAttribute == dra.NUMA_ATTRIBUTE and (not c.requests or names & set(c.requests))
-               for c in claim.spec.devices.constraints)
-
-
 def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Demand:
     """The claim's GPUs (ExactCount requests of a GPU class; a firstAvailable request counts its
     first subrequest, the one the allocator tries first) and the allocator's pick for them. The
@@ -297,15 +295,15 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Deman
             if asked.deviceClassName not in gpu_classes or asked.allocationMode != "ExactCount":
                 continue
             gpus += asked.count
-            policies.add("dra-first-fit-numa" if _constrained(claim, request.name) else "dra-first-fit")
+            policies.add("dra-first-fit-numa" if numa_constrained(claim, request.name) else "dra-first-fit")
         elif request.firstAvailable:
             first = request.firstAvailable[0]
             if first.deviceClassName not in gpu_classes or first.allocationMode != "ExactCount":
                 continue
             gpus += first.count
-            if not _constrained(claim, request.name, first.name):
+            if not numa_constrained(claim, request.name, first.name):
                 policies.add("dra-first-fit")
-            elif len(request.firstAvailable) > 1 and not _constrained(claim, request.name,
+            elif len(request.firstAvailable) > 1 and not numa_constrained(claim, request.name,
                                                                          request.firstAvailable[1].name):
                 policies.add("dra-first-available")
             else:

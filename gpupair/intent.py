@@ -59,10 +59,15 @@ def pod_intent(pod: Any, default: Intent = Intent.REQUIRED) -> tuple[Intent, str
     not). A bad value (the webhook refuses those at admission; it may have been down, or the
     pod annotated later) counts as ``required``, the strictest, never as the default: a typo in
     ``requried`` must not loosen placement."""
+    asked, problem = pod_asked_intent(pod)
+    return (default if asked is None else asked), problem
+
+
+def pod_asked_intent(pod: Any) -> tuple[Intent | None, str]:
+    """What a pod's own annotation asks (None: nothing), a bad value as ``required`` with why."""
     meta = pod.get("metadata") if isinstance(pod, Mapping) else None
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     try:
-        asked = asked_intent(annotations)
+        return asked_intent(annotations), ""
     except IntentError as exc:
         return Intent.REQUIRED, f"{exc}; treated as {Intent.REQUIRED.value}"
-    return (default if asked is None else asked), ""

@@ -108,7 +108,16 @@ class Reservations:
 
     # ---- the extender's own binds
 
-    def reserve(self, reservation: Reservation) -> None:
+    def reserve(self, reservation: Reservation) -> bool:
+        """Hold the plan until a report lists its pod; False, holding nothing, where the node's
+        latest ledger lists the pod already (a DRA node's claim watch can show the allocation
+        before the bind that plans it: a hold then would wait for a report that never comes)."""
+        ledger = self._ledgers.get(reservation.node)
+        if ledger is not None and ledger.lists(reservation.namespace, reservation.name, reservation.uid):
+            got = ledger.devices_of(reservation.namespace, reservation.name) or frozenset()
+            self._outcome("confirmed" if got == reservation.devices else "deviated", reservation.namespace,
+                          reservation.name, reservation.node, plan=reservation, got=got)
+            return False
         previous = self._plans.get(reservation.uid)
         if previous is not None and previous.node != reservation.node:
             self._unindex(previous.uid, previous.node)
@@ -116,6 +125,7 @@ class Reservations:
         self._plans[reservation.uid] = reservation
         self._changed(reservation.node)
         self._plans_by_node.setdefault(reservation.node, set()).add(reservation.uid)
+        return True
 
     def release(self, uid: str) -> Reservation | None:
         """Drop a plan without an outcome (its Binding failed: nothing was bound)."""

@@ -12,10 +12,14 @@ written before the pod was bound. So the reporter watches the pods bound to its 
 field selector the kubelet itself uses) and, for each pod with claims that has no verdict yet,
 reads its claims, maps the results of the driver to its own NVML layout through the node's
 slices (uuid, then PCI id) and writes the same annotations as a verified pod gets, with the
-Warning Event on FAIL (reporter/verification.record_verdict). The reporter writes them because
-it already may, and only it may (the verdict admission policy): no new writer, and a pod can
-still not choose its own verdict. Pods with fewer than two GPUs of the driver get none, as with
-the sidecar.
+Warning Event on FAIL (reporter/verification.record_verdict). The intent judged against is that
+of the claims holding the pod's GPUs (gpupair/claim_intent.py: their ``gpupair.io/placement``,
+else the webhook's constraint shape), else the pod's own annotation, else ``required``: a claim
+pod carries no annotation of its own, so a SYS grant under ``preferred`` or ``none`` is PASS
+with that intent named, and no Warning, as on the device-plugin path. The reporter writes them
+because it already may, and only it may (the verdict admission policy): no new writer, and a pod
+can still not choose its own verdict. Pods with fewer than two GPUs of the driver get none, as
+with the sidecar.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupair import dra, verdict
+from gpupair.claim_intent import ClaimIntent, allocated_requests, claim_intent, dra_pod_intent
 from gpupair.dra_picture import PictureError, allocation_of, build, claim_names
-from gpupair.intent import pod_intent
 from gpupair.layout import NodeLayout
 from gpupair.nics import NicLayout
 from gpupair.reporter.verification import planned_set, record_verdict
@@ -171,6 +175,7 @@ class DraNode:
             return False
         namespace = pod["metadata"].get("namespace", "")
         devices: set[tuple[str, str]] = set()
+        asked: list[ClaimIntent | None] = []  # what each claim holding the pod's GPUs asks
         for name in claim_names(pod):
             claim = await self._claim(namespace, name)
             if claim is None:
@@ -178,6 +183,7 @@ class DraNode:
             allocation = allocation_of(claim, self.driver)
             if allocation is not None:
                 devices |= set(allocation.devices)
+                asked.append(claim_intent(claim, allocated_requests(claim, self.driver)))
         if len(devices) < 2:
             return True
         mapping = self._mapping(layout)
@@ -190,7 +196,7 @@ class DraNode:
                 return False
         indices = tuple(sorted(mapping[d] for d in devices))
         annotations = pod["metadata"].get("annotations") or {}
-        intent, problem = pod_intent(pod)
+        intent, problem = dra_pod_intent(pod, asked)  # its claims', else its own annotation, else required
         if problem:
             log.warning("bad placement intent", extra={"pod": _key(pod), "error": problem})
         result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent, self.nics())

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gpupair import dra, links
 from gpupair import report as codec
-from gpupair.dra_picture import Allocation, PictureError, allocation_of, build as build_picture
+from gpupair.claim_intent import ClaimIntent, asked_pod_intent, claim_intent, gpu_requests
+from gpupair.defaults import DRA_DRIVER
+from gpupair.dra_picture import Allocation, PictureError, allocation_of, build as build_picture, claim_demand, claim_names
 from gpupair.layout import NodeLayout
 from gpupair.placement import numa_label
 from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
@@ -65,6 +67,7 @@ class Options:
     stale_after: float = 300.0  # the extender's default --stale-after
     resource: str = DEFAULT_RESOURCE
     fails: int = 5  # FAIL verdicts listed, newest first
+    gpu_classes: frozenset[str] = frozenset({DRA_DRIVER})  # DRA DeviceClasses whose devices are GPUs
 
 
 class LayoutCache:
@@ -114,7 +117,8 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
         summary=Summary(
             nodes=_counts(nodes),
             fragmentation=fragmentation(nodes),
-            pending=pending_pods(listing.pods or (), listing.events or (), options.resource),
+            pending=pending_pods(listing.pods or (), listing.events or (), options.resource,
+                                 dra_nodes.asks(options.gpu_classes)),
             failVerdicts=fail_verdicts(listing.pods or (), listing.events or (), options.fails),
         ),
         unseen=list(listing.unseen),
@@ -128,6 +132,7 @@ class DraListing:
         self.driver = driver
         self._slices: dict[str, list[dra.ResourceSlice]] = {}
         self._allocations: list[Allocation] = []
+        self._claims: dict[tuple[str, str], dra.ResourceClaim] = {}  # (namespace, name) -> claim
         if not driver:
             return
         for obj in slices:
@@ -139,14 +144,33 @@ class DraListing:
                 self._slices.setdefault(item.spec.nodeName, []).append(item)
         for obj in claims:
             try:
-                allocation = allocation_of(dra.parse_claim(obj), driver)
+                claim = dra.parse_claim(obj)
             except dra.DRAWireError:
                 continue
+            self._claims[(claim.metadata.namespace, claim.metadata.name)] = claim
+            allocation = allocation_of(claim, driver)
             if allocation is not None:
                 self._allocations.append(allocation)
 
     def __contains__(self, node: str) -> bool:
         return node in self._slices
+
+    def asks(self, gpu_classes: frozenset[str]) -> ClaimAsk:
+        """What a pod's own claims ask, by its claims in this listing (``ClaimAsk``)."""
+        return lambda pod: self._ask(pod, gpu_classes)
+
+    def _ask(self, pod: Mapping[str, Any], gpu_classes: frozenset[str]) -> tuple[int, list[ClaimIntent | None]]:
+        namespace = str(meta(pod).get("namespace") or "")
+        gpus, said = 0, []
+        for name in claim_names(pod, extended=False):  # kube-scheduler's own: the request counts it
+            claim = self._claims.get((namespace, name))
+            if claim is None or claim.metadata.annotations.get(dra.EXTENDED_RESOURCE_CLAIM_KEY) == "true":
+                continue
+            demand = claim_demand(claim, gpu_classes)
+            if demand.gpus:
+                gpus += demand.gpus
+                said.append(claim_intent(claim, gpu_requests(claim, gpu_classes)))
+        return gpus, said
 
     def report(self, node: str, topology: NodeLayout | None, now: datetime) -> codec.NodeReport | codec.ReportError:
         slices = self._slices[node]
@@ -272,9 +296,18 @@ def _counts(nodes: list[NodeView]) -> NodeCounts:
                       missing=count("missing"), invalid=count("invalid"))
 
 
+# A pod -> the GPUs its own DRA claims ask, and what each of those claims says of placement.
+ClaimAsk = Callable[[Mapping[str, Any]], tuple[int, list[ClaimIntent | None]]]
+
+
+def no_claims(pod: Mapping[str, Any]) -> tuple[int, list[ClaimIntent | None]]:
+    return 0, []
+
+
 def pending_pods(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
-                 resource: str = DEFAULT_RESOURCE) -> list[PendingPod]:
-    """GPU pods not bound to a node yet, with the scheduler's last word on each."""
+                 resource: str = DEFAULT_RESOURCE, claims: ClaimAsk = no_claims) -> list[PendingPod]:
+    """GPU pods not bound to a node yet (by their request, or by what their DRA claims ask),
+    with the placement they ask and the scheduler's last word on each."""
     reasons = latest_events(list(events), SCHEDULING_FAILED)
     result = []
     for pod in pods:
@@ -284,11 +317,15 @@ def pending_pods(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[str
             gpus = gpu_request(pod, resource)
         except PodRequestError:
             continue
+        claim_gpus, said = claims(pod)
+        gpus += claim_gpus
         if gpus <= 0:
             continue
+        placement, _ = asked_pod_intent(pod, said)  # a bad value reads as required, as the extender reads it
         namespace, name = pod_key(pod)
         event = event_for(pod, reasons)
         result.append(PendingPod(namespace=namespace, name=name, gpus=gpus,
+                                 placement=placement.value if placement is not None else None,
                                  createdAt=parse_time(meta(pod).get("creationTimestamp")),
                                  reason=event_text(event) if event else None,
                                  reasonAt=event_time(event) if event else None))

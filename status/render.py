@@ -127,8 +127,8 @@ def _pending(view: StatusView, now: datetime) -> list[str]:
         else:
             reason = " ".join(pod.reason.split())  # whole: the extender's part is often at the end
         when = age((now - pod.reasonAt).total_seconds()) if pod.reasonAt else "-"
-        rows.append([f"{pod.namespace}/{pod.name}", str(pod.gpus), when, reason])
-    return lines + table(["POD", "GPUS", "LAST TRIED", "LAST REASON"], rows)
+        rows.append([f"{pod.namespace}/{pod.name}", str(pod.gpus), pod.placement or "default", when, reason])
+    return lines + table(["POD", "GPUS", "PLACEMENT", "LAST TRIED", "LAST REASON"], rows)
 
 
 def _fails(view: StatusView, now: datetime) -> list[str]:

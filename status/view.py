@@ -85,7 +85,12 @@ class NodeCounts(_View):
 class PendingPod(_View):
     namespace: str
     name: str
-    gpus: int
+    gpus: int = Field(description="GPUs asked: the extended-resource request plus what the pod's own DRA claims ask "
+                                  "of the GPU DeviceClasses")
+    placement: Literal["required", "preferred", "none"] | None = Field(
+        default=None, description="the placement the pod asks: its DRA claims' gpupair.io/placement (or the "
+                                  "webhook's constraint shape), else its own annotation; null when neither says "
+                                  "(the extender's --default-placement applies)")
     createdAt: datetime | None
     reason: str | None = Field(description="the last FailedScheduling message; null when none was seen")
     reasonAt: datetime | None

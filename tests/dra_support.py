@@ -48,6 +48,20 @@ def node_slice(node: str, *, name: str = "", pool: str = "", generation: int = 1
     return obj
 
 
+def as_list_attributes(obj: dict[str, Any], names: Iterable[str] = ("resource.kubernetes.io/numaNode",)
+                       ) -> dict[str, Any]:
+    """The slice as NVIDIA's driver publishes it with the DRAListTypeAttributes gate (KEP-5491):
+    each attribute in ``names`` as a list of its one value (``int: 1`` -> ``ints: [1]``)."""
+    plural = {"int": "ints", "bool": "bools", "string": "strings", "version": "versions"}
+    for device in obj["spec"]["devices"]:
+        for name in names:
+            attribute = device["attributes"].get(name)
+            if attribute is not None:
+                (kind, value), = attribute.items()
+                device["attributes"][name] = {plural[kind]: [value]}
+    return obj
+
+
 def allocated_claim(namespace: str, name: str, node: str, devices: Iterable[int], *, pod: str | None = "",
                     pod_uid: str = "", request: str = "gpus", pool: str = "", driver: str = DRIVER,
                     constraint: str | None = None) -> dict[str, Any]:

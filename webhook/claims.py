@@ -20,8 +20,10 @@ reads it, in the claim, once, at creation (a claim's spec is immutable):
 
 The intent is the object's own ``gpupair.io/placement`` annotation (for a template, its own or
 that of ``spec.metadata``, the metadata its claims get), else the namespace default the
-webhook entry carries, else the cluster default: as for pods. A changed object is given the
-intent it was changed for as that annotation (a template in ``spec.metadata``), so the claims a
+webhook entry carries, else the cluster default: as for pods. Every object admitted (but
+kube-scheduler's extended-resource claim) is given the intent it was decided under as that
+annotation (a template in ``spec.metadata``), ``none`` and unchanged requests included, so a
+claim pod's intent can be read from its claims (gpupair/claim_intent.py) and the claims a
 template yields carry it and come back unchanged: the constraint is already there.
 
 The patch is computed against exactly the object received: unknown fields stay as they are, and
@@ -219,7 +221,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     if kind not in RESOURCES:
         raise ClaimError(f"{kind}: not a ResourceClaim or ResourceClaimTemplate")
     parts = _parts(obj, kind)
-    intent, source = resolve_intent(obj, kind, namespace_intent, default)
+    intent, _ = resolve_intent(obj, kind, namespace_intent, default)
     annotations = _annotations(parts.meta or {}, ".".join(parts.meta_path))
     try:
         devices = DeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
@@ -234,7 +236,8 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     changed: list[str] = []
     added: list[dict[str, Any]] = []
     count = 0
-    if kind == "ResourceClaim" and annotations.get(EXTENDED_RESOURCE_CLAIM_KEY) == "true":
+    extended = kind == "ResourceClaim" and annotations.get(EXTENDED_RESOURCE_CLAIM_KEY) == "true"
+    if extended:
         # Made by kube-scheduler after it allocated the devices: a constraint now would be a
         # statement the allocation never honoured. The extender places such pods (managedResources).
         left = {r.name: "extended-resource-claim" for r in requests}
@@ -265,10 +268,14 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
             ops += [{"op": "add", "path": pointer(*base, "constraints", "-"), "value": c} for c in added]
         else:  # absent or null
             ops.append({"op": "add", "path": pointer(*base, "constraints"), "value": added})
-    # The claims a template yields must be decided as the template was: they carry the intent.
-    if (ops or source == "template") and PLACEMENT_KEY not in annotations:
+    # Every object admitted records the intent it was decided under, ``none`` and unchanged
+    # requests included: the extender, the verdict and ``status`` read a claim pod's intent from
+    # its claims (gpupair/claim_intent.py), and a template's claims carry what it says, not
+    # whatever the namespace's default is when they are made. kube-scheduler's own claim is the
+    # exception: nothing was asked of it.
+    if not extended and PLACEMENT_KEY not in annotations:
         ops += _annotation_ops(parts, {PLACEMENT_KEY: intent.value})
-    outcome = "claim-annotated" if ops else "claim-unchanged"  # annotated: a template's intent handed on
+    outcome = "claim-annotated" if ops else "claim-unchanged"  # annotated: the intent recorded, no request changed
     if changed:
         outcome = "claim-constrained" if intent is Intent.REQUIRED else "claim-prioritized"
     return ClaimPlan(ops, outcome, intent.value, count, tuple(changed), left, notes)

@@ -176,6 +176,20 @@ async def test_keep_alive_reuses_one_connection_and_reads_chunked_bodies():
     assert server.requests[0].startswith(b"POST /api/v1/namespaces/ml/pods/p1/binding HTTP/1.1\r\n")
 
 
+async def test_a_burst_of_bindings_shares_a_few_connections():
+    # kube-scheduler runs every binding cycle of a burst at once: 40 Bindings in flight open
+    # BURST_CONNECTIONS connections (TLS handshakes cost both ends), not one each.
+    from gpupair.binding_client import BURST_CONNECTIONS
+
+    async with RawServer([CREATED] * 40) as server:
+        api, client = _client(server.url)
+        await asyncio.gather(*(client.bind("ml", f"p{i}", "n") for i in range(40)))
+        await client.close()
+        await api.close()
+    assert len(server.requests) == 40
+    assert server.connections == BURST_CONNECTIONS == 8
+
+
 async def test_a_connection_the_server_closes_is_never_reused():
     closing = CREATED.replace(b"Content-Length", b"Connection: close\r\nContent-Length")
     async with RawServer([closing, CREATED]) as server:

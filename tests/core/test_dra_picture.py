@@ -10,7 +10,9 @@ from gpupair import dra
 from gpupair.decisions import Decider, NodeView
 from gpupair.dra_picture import PictureError, allocation_of, build
 from gpupair.report import decode_annotations, encode_annotations, PodHolding
-from tests.dra_support import DRIVER, allocated_claim, busy_claims, node_slice, recorded, recorded_claims
+from tests.dra_support import (
+    DRIVER, allocated_claim, as_list_attributes, busy_claims, node_slice, recorded, recorded_claims,
+)
 from tests.layouts import seed_layout
 
 AT = datetime(2026, 12, 1, 9, 32, tzinfo=timezone.utc)
@@ -162,6 +164,37 @@ def test_shared_claim_lists_every_pod_it_is_reserved_for():
 def test_a_slice_that_does_not_fit_its_type_is_rejected_with_where(bad):
     with pytest.raises(dra.DRAWireError):
         dra.parse_slice(bad)
+
+
+ALL_ATTRIBUTES = ("index", "uuid", "type", dra.NUMA_ATTRIBUTE, dra.PCIE_ROOT_ATTRIBUTE, dra.PCI_BUS_ID_ATTRIBUTE)
+
+
+@pytest.mark.parametrize("names", [(dra.NUMA_ATTRIBUTE,), ALL_ATTRIBUTES])
+def test_list_form_attributes_of_one_value_read_as_that_value(names):
+    claims = busy_claims("n", {0, 1, 2, 5, 6, 7})
+    scalar = picture([node_slice("n")], claims, node="n")
+    listed = picture([as_list_attributes(node_slice("n"), names)], claims, node="n")
+    assert listed.report.layout == scalar.report.layout
+    assert listed.report.layout.numa_nodes == {0: (0, 1, 2, 3), 1: (4, 5, 6, 7)}
+    assert listed.report.state.free == scalar.report.state.free == {3, 4}
+
+
+@pytest.mark.parametrize("values", [[], [0, 1]])
+def test_a_numa_list_of_none_or_several_nodes_is_an_unknown_socket(values):
+    obj = node_slice("n")
+    obj["spec"]["devices"][2]["attributes"][dra.NUMA_ATTRIBUTE] = {"ints": values}
+    with pytest.raises(PictureError, match="n/gpu-2 has no resource.kubernetes.io/numaNode"):
+        picture([obj], [], node="n")
+    layout = seed_layout("GPU-n")  # the reporter's NVML topology still places it
+    assert picture([obj], [], topology=layout, node="n").report.layout == layout
+
+
+@pytest.mark.parametrize("attribute", [{"ints": ["0"]}, {"ints": [True]}, {"ints": 0}, {"strings": [1]}])
+def test_a_list_attribute_of_the_wrong_type_rejects_the_slice(attribute):
+    obj = node_slice("n")
+    obj["spec"]["devices"][0]["attributes"][dra.NUMA_ATTRIBUTE] = attribute
+    with pytest.raises(dra.DRAWireError, match="numaNode"):
+        dra.parse_slice(obj)
 
 
 def test_unknown_fields_from_a_newer_apiserver_are_ignored():

@@ -36,6 +36,21 @@ def test_a_plan_ends_confirmed_when_listed_with_its_devices_and_deviated_with_ot
     assert not res.hold("n") and sorted(outcomes) == ["confirmed", "deviated"]
 
 
+def test_a_plan_for_a_pod_the_latest_ledger_lists_already_holds_nothing():
+    # A DRA node: the claim watch showed the pod's allocation before the bind that plans it.
+    outcomes = []
+    res, timer = store(outcomes)
+    res.observe_report("n", ALL - {6, 7}, ledger(a={6, 7}))
+    assert res.reserve(Reservation("u1", "n", frozenset({6, 7}), "ml", "a")) is False
+    assert res.reserve(Reservation("u2", "n", frozenset({0}), "ml", "a")) is False  # planned GPU0, holds gpu-7
+    assert not res.hold("n") and len(res) == 0
+    assert outcomes == ["confirmed", "deviated"]
+    timer.now += 119  # nothing left to end when the TTL runs out
+    assert outcomes == ["confirmed", "deviated"] and not res.hold("n")
+    assert res.reserve(Reservation("u3", "n", frozenset({0, 1}), "ml", "b")) is True  # a pod not listed
+    assert res.hold("n") == Hold(frozenset({0, 1}))
+
+
 def test_a_plan_overtaken_by_another_pod_is_held_by_count_until_listed():
     res, _ = store()
     res.reserve(Reservation("u1", "n", frozenset({0, 1}), "ml", "a"))

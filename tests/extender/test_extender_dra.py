@@ -6,7 +6,12 @@ from __future__ import annotations
 import copy
 import json
 
+import jsonpatch
+import pytest
+
 from gpupair import kube
+from gpupair.intent import PLACEMENT_KEY, Intent
+from gpupair.webhook.claims import ClaimOptions, plan_claim
 from gpupair.report import TOPOLOGY_KEY
 from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice, recorded
 from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
@@ -365,3 +370,87 @@ async def test_the_preempt_verb_reads_a_dra_victims_devices_from_its_claim():
         status, answer = await client.post("preempt", body)
     assert status == 200
     assert answer == {"NodeNameToMetaVictims": {"pn-2": body["NodeNameToMetaVictims"]["pn-2"]}}
+
+
+def admitted_gpu_claim(name: str, intent: Intent, keep_annotation: bool = True) -> dict:
+    """A two-GPU claim as the claim webhook stores it in a namespace defaulting to ``intent``
+    (its real patch); without ``keep_annotation``, the shape alone."""
+    claim = gpu_claim(name, 2, numa=False)
+    claim = jsonpatch.apply_patch(claim, plan_claim(claim, "ResourceClaim", ClaimOptions(), Intent.REQUIRED,
+                                                    intent).ops)
+    if not keep_annotation:
+        claim["metadata"]["annotations"].pop(PLACEMENT_KEY)
+    return claim
+
+
+@pytest.mark.parametrize("keep_annotation", [True, False], ids=["annotation", "shape"])
+async def test_a_claim_pods_intent_is_read_from_its_claims(keep_annotation):
+    """dra-node-1 has only GPU3+GPU4 free (SYS): a claim pod asking preferred or none in its
+    claim passes there, one asking required does not; a claim pod carries no annotation."""
+    async with running_kube_double() as double:
+        seed_fragmented(double)
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            passed = {}
+            for intent in Intent:
+                double.store.create("resourceclaims", admitted_gpu_claim(f"{intent.value}-gpus", intent,
+                                                                         keep_annotation), "ml")
+                pod = {**claim_pod(double, intent.value, f"{intent.value}-gpus"), "kind": "Pod", "apiVersion": "v1"}
+                assert PLACEMENT_KEY not in (pod["metadata"].get("annotations") or {})
+                await eventually(lambda: watched(k.extender.dra, pod), what="the claim watched")
+                status, body = await k.client.post("filter", args_body(pod, names=list(FRAGMENTED)))
+                assert status == 200, body
+                passed[intent.value] = body["NodeNames"]
+    assert "dra-node-1" not in passed["required"]
+    assert "dra-node-1" in passed["preferred"]
+    # none's claim is left as written: without its annotation it says nothing, and the default is required
+    assert ("dra-node-1" in passed["none"]) is keep_annotation
+
+
+async def test_the_claims_intent_comes_before_the_pods_annotation_and_disagreeing_claims_count_the_strictest(
+        caplog):
+    async with running_kube_double() as double:
+        seed_fragmented(double)
+        async with kube_extender(double, dra_driver=DRIVER) as k:
+            await eventually(k.extender.ready)
+            double.store.create("resourceclaims", admitted_gpu_claim("a-gpus", Intent.PREFERRED), "ml")
+            double.store.create("resourceclaims", admitted_gpu_claim("b-gpus", Intent.REQUIRED), "ml")
+            pod = {**claim_pod(double, "two", "a-gpus"), "kind": "Pod", "apiVersion": "v1"}
+            pod["metadata"]["annotations"] = {PLACEMENT_KEY: "none"}
+            await eventually(lambda: watched(k.extender.dra, pod), what="the claim watched")
+            assert k.extender.evaluator.intent_of(pod) is Intent.PREFERRED
+            pod["spec"]["resourceClaims"].append({"name": "more", "resourceClaimName": "b-gpus"})
+            await eventually(lambda: watched(k.extender.dra, pod), what="the claim watched")
+            with caplog.at_level("WARNING", logger="gpupair.extender"):
+                assert k.extender.evaluator.intent_of(pod) is Intent.REQUIRED
+            plain = {**claim_pod(double, "plain", "b-gpus"), "kind": "Pod", "apiVersion": "v1"}
+            plain["spec"]["resourceClaims"] = []
+            plain["metadata"]["annotations"] = {PLACEMENT_KEY: "none"}
+            assert k.extender.evaluator.intent_of(plain) is Intent.NONE  # no claims: its own annotation
+            double.store.delete("resourceclaims", "a-gpus", "ml")
+            await eventually(lambda: not k.extender.dra.pod_claim_intents(
+                {"metadata": {"namespace": "ml"}, "spec": {"resourceClaims": [{"resourceClaimName": "a-gpus"}]}}),
+                what="the deleted claim's intent gone")
+    assert any("ml/a-gpus: preferred, ml/b-gpus: required" in r.getMessage() + str(getattr(r, "error", ""))
+               for r in caplog.records)
+
+
+@pytest.mark.parametrize("intent, kept", [(Intent.PREFERRED, True), (Intent.NONE, True), (Intent.REQUIRED, False)])
+async def test_bind_reads_the_intent_of_a_pod_it_never_filtered_from_its_allocated_claims(intent, kept):
+    """Filtered by another replica, or before a restart: bind knows the pod by UID only, and
+    its claims, allocated in PreBind, say what it asked. A cross-NUMA allocation is kept under
+    preferred and none, refused under required."""
+    from tests.extender.test_extender_dra_binding_cycle import bind, running
+
+    async with running() as (double, k):
+        double.store.create("resourceclaims", admitted_gpu_claim("p-gpus", intent), "ml")
+        created = claim_pod(double, "p", "p-gpus")
+        uid = created["metadata"]["uid"]
+        allocated = allocated_claim("ml", "p-gpus", "dra-node-1", [3, 4], pod="p", pod_uid=uid,
+                                    request="gpus/any" if intent is Intent.PREFERRED else "gpus")
+        stored = double.store.get("resourceclaims", "p-gpus", "ml")
+        double.store.update("resourceclaims", "p-gpus", "ml", {**stored, "status": allocated["status"]})
+        await eventually(lambda: k.extender.dra.owned(uid).get("dra-node-1") == {3, 4}, what="the allocation watched")
+        assert k.extender.requests.intent(uid) is None  # never filtered here
+        answer = await bind(k, {**created, "kind": "Pod"}, "dra-node-1")
+    assert (answer == {"Error": ""}) is kept, answer

@@ -135,8 +135,9 @@ async def test_on_a_dra_node_the_reporters_nics_join_the_picture_from_the_slices
     assert filtered["FailedNodes"]["dra-far"].endswith("free near mlx5_bond_0: 0")
 
 
-async def test_nics_an_rdma_dra_driver_publishes_are_judged_by_their_attributes():
-    from tests.dra_support import DRIVER, node_slice
+@pytest.mark.parametrize("listed", [False, True], ids=["scalar", "list"])
+async def test_nics_an_rdma_dra_driver_publishes_are_judged_by_their_attributes(listed):
+    from tests.dra_support import DRIVER, as_list_attributes, node_slice
 
     gpus = node_slice("dra-net")
     rdma = node_slice("dra-net", name="dra-net-rdma", pool="dra-net-rdma", driver="rdma.example.com",
@@ -145,6 +146,10 @@ async def test_nics_an_rdma_dra_driver_publishes_are_judged_by_their_attributes(
         device["name"] = name
         device["attributes"] = {key: device["attributes"][key] for key in
                                 ("resource.kubernetes.io/numaNode", "resource.kubernetes.io/pcieRoot")}
+    if listed:  # DRAListTypeAttributes (KEP-5491): each attribute a list of its one value
+        for obj in (gpus, rdma):
+            as_list_attributes(obj, ("resource.kubernetes.io/numaNode", "resource.kubernetes.io/pcieRoot"))
+        assert rdma["spec"]["devices"][1]["attributes"]["resource.kubernetes.io/numaNode"] == {"ints": [1]}
     # mlx5-0 shares GPU0's root complex (PHB), mlx5-1 GPU4's
     extender = make_extender(dra_driver=DRIVER, dra_nic_drivers=frozenset({"rdma.example.com"}))
     extender.dra.slices.replace([gpus, rdma])

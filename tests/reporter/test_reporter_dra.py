@@ -7,13 +7,18 @@ import asyncio
 import copy
 from datetime import datetime, timezone
 
+import jsonpatch
+import pytest
+
 from gpupair import report, verdict
+from gpupair.intent import PLACEMENT_KEY, Intent
+from gpupair.webhook.claims import ClaimOptions, plan_claim
 from gpupair.dra_picture import claim_names
 from gpupair.reporter.dra_node import DraNode, serve_verdicts
 from gpupair.reporter.main import node_writer
 from gpupair.reporter.publisher import Publisher
 from gpupair.reporter.scan import ScanResult
-from tests.dra_support import DRIVER, allocated_claim, node_slice, recorded, recorded_claims
+from tests.dra_support import DRIVER, allocated_claim, as_list_attributes, node_slice, recorded, recorded_claims
 from tests.extender_support import eventually
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 from tests.layouts import seed_layout
@@ -149,3 +154,100 @@ async def test_one_gpu_pods_get_no_verdict_and_a_missing_claim_is_retried():
             assert await node.judge(double.store.pod("dra-probe", "late")) is True
         written = double.store.pod("dra-probe", "late")["metadata"]["annotations"]
     assert written[verdict.GRANTED_KEY] == "GPU4+GPU5" and written[verdict.VERDICT_KEY] == "PASS"
+
+
+def claim_pod(name: str, node: str = "n", annotations: dict | None = None) -> dict:
+    """A claim pod as the recorded plain-1, bound to ``node``, its one claim ``<name>-gpus``."""
+    pod = recorded_pod("plain-1")
+    pod["spec"]["nodeName"] = node
+    pod["metadata"].update(name=name, uid=f"uid-{name}", annotations=annotations or {})
+    pod["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
+    return pod
+
+
+def admitted_claim(pod: str, intent: Intent, devices=(3, 4), *, keep_annotation: bool = True,
+                   node: str = "n") -> dict:
+    """The pod's claim as the claim webhook stores it in a namespace defaulting to ``intent`` (its
+    real patch), then allocated on ``devices``; without ``keep_annotation``, the shape alone."""
+    claim = allocated_claim("dra-probe", f"{pod}-gpus", node, devices, pod=pod, pod_uid=f"uid-{pod}")
+    status = claim.pop("status")
+    claim = jsonpatch.apply_patch(claim, plan_claim(claim, "ResourceClaim", ClaimOptions(), Intent.REQUIRED,
+                                                    intent).ops)
+    if not keep_annotation:
+        claim["metadata"]["annotations"].pop(PLACEMENT_KEY)
+    if intent is Intent.PREFERRED:  # a cross-NUMA pair came from the unconstrained subrequest
+        for result in status["allocation"]["devices"]["results"]:
+            result["request"] = "gpus/any"
+    claim["status"] = status
+    return claim
+
+
+async def judged(pods: list[dict], claims: list[dict], slice_obj: dict | None = None) -> tuple[dict, list]:
+    """Each pod judged once by the node's reporter: its annotations by name, and the Events."""
+    async with running_kube_double() as double:
+        double.store.create("resourceslices", slice_obj or node_slice("n"))
+        for claim in claims:
+            double.store.create("resourceclaims", claim, "dra-probe")
+        for pod in pods:
+            double.store.create("pods", pod, "dra-probe")
+        async with kube_client_for(double) as api:
+            layout = seed_layout("GPU-n")
+            node = DraNode(api, "n", DRIVER, lambda: layout)
+            await node.check()
+            for pod in pods:
+                assert await node.judge(double.store.pod("dra-probe", pod["metadata"]["name"])) is True
+        written = {p["metadata"]["name"]: p["metadata"].get("annotations") or {} for p in double.store.items("pods")}
+        return written, double.store.items("events")
+
+
+@pytest.mark.parametrize("keep_annotation", [True, False], ids=["annotation", "shape"])
+async def test_a_sys_grant_is_judged_under_the_intent_its_claim_asked(keep_annotation):
+    """GPU3+GPU4 (NUMA0+NUMA1, SYS) for three claim pods: PASS under preferred and none, with the
+    intent named and no Warning; FAIL with the Warning only under required."""
+    pods = [claim_pod(intent.value) for intent in Intent]
+    claims = [admitted_claim(intent.value, intent, keep_annotation=keep_annotation) for intent in Intent]
+    written, events = await judged(pods, claims)
+    for intent in Intent:
+        notes = written[intent.value]
+        assert (notes[verdict.GRANTED_KEY], notes[verdict.LINK_KEY]) == ("GPU3+GPU4", "SYS")
+    assert written["required"][verdict.VERDICT_KEY] == "FAIL"
+    assert written["required"][verdict.VERDICT_PLACEMENT_KEY] == "required"
+    assert written["preferred"][verdict.VERDICT_KEY] == "PASS"
+    assert written["preferred"][verdict.VERDICT_PLACEMENT_KEY] == "preferred"
+    if keep_annotation:  # a none claim without its annotation is as a user writes it: nothing asked
+        assert written["none"][verdict.VERDICT_KEY] == "PASS"
+        assert written["none"][verdict.VERDICT_PLACEMENT_KEY] == "none"
+    else:
+        assert written["none"][verdict.VERDICT_PLACEMENT_KEY] == "required"  # the reporter's default
+    assert sorted(e["regarding"]["name"] for e in events) == (["required"] if keep_annotation else ["none", "required"])
+
+
+async def test_a_claim_that_asks_nothing_leaves_the_pods_own_annotation_then_required():
+    pods = [claim_pod("asks-none", annotations={PLACEMENT_KEY: "none"}), claim_pod("asks-nothing")]
+    claims = [allocated_claim("dra-probe", f"{p['metadata']['name']}-gpus", "n", [3, 4], pod=p["metadata"]["name"],
+                              pod_uid=p["metadata"]["uid"]) for p in pods]
+    written, events = await judged(pods, claims)
+    assert (written["asks-none"][verdict.VERDICT_KEY], written["asks-none"][verdict.VERDICT_PLACEMENT_KEY]) == (
+        "PASS", "none")
+    assert (written["asks-nothing"][verdict.VERDICT_KEY],
+            written["asks-nothing"][verdict.VERDICT_PLACEMENT_KEY]) == ("FAIL", "required")
+    assert [e["regarding"]["name"] for e in events] == ["asks-nothing"]
+
+
+async def test_the_claims_intent_wins_over_the_pods_annotation():
+    pod = claim_pod("p", annotations={PLACEMENT_KEY: "none"})
+    written, events = await judged([pod], [admitted_claim("p", Intent.REQUIRED)])
+    assert (written["p"][verdict.VERDICT_KEY], written["p"][verdict.VERDICT_PLACEMENT_KEY]) == ("FAIL", "required")
+    assert len(events) == 1
+
+
+async def test_verdicts_read_a_slice_in_the_list_form_as_in_the_scalar_form():
+    """numaNode as ``ints: [n]`` (DRAListTypeAttributes): the same layout, the same verdicts."""
+    pods = [claim_pod("cross"), claim_pod("close")]
+    claims = [admitted_claim("cross", Intent.REQUIRED, (3, 4)), admitted_claim("close", Intent.REQUIRED, (0, 1))]
+    listed = as_list_attributes(node_slice("n"))
+    assert listed["spec"]["devices"][4]["attributes"]["resource.kubernetes.io/numaNode"] == {"ints": [1]}
+    scalar, _ = await judged(copy.deepcopy(pods), copy.deepcopy(claims))
+    written, _ = await judged(pods, claims, listed)
+    assert written == scalar
+    assert written["cross"][verdict.VERDICT_KEY] == "FAIL" and written["close"][verdict.VERDICT_KEY] == "PASS"

@@ -88,8 +88,8 @@ async def test_text_names_each_case_on_its_node(fleet, tmp_path):
     assert " invalid " in lines["gpu-e"] and "out of range 0..7: [9]" in lines["gpu-e"]
     assert " missing " in lines["gpu-f"] and "gpupair.io/topology missing" in lines["gpu-f"]
     assert "1 GPU: 4  2 GPU: 3  4 GPU: 1  8 GPU: 0" in out
-    assert "ml/train-4gpu  4     45s" in out and "2 need 4 GPUs on one NUMA node" in out
-    assert "ml/train-8gpu  8     -           (no FailedScheduling event seen)" in out
+    assert "ml/train-4gpu  4     default    45s" in out and "2 need 4 GPUs on one NUMA node" in out
+    assert "ml/train-8gpu  8     default    -           (no FailedScheduling event seen)" in out
     assert out.index("ml/train-k2x8p") < out.index("ml/gone-pod")  # newest FAIL first
 
 
@@ -139,7 +139,7 @@ async def test_events_forbidden_says_what_it_could_not_see(fleet, tmp_path):
     assert (code, err) == (0, "")
     matches_golden("fleet-events-forbidden.txt", out)
     assert f"not visible: events: cannot list events: HTTP 403: {FORBIDDEN_EVENTS}" in out
-    assert "ml/train-4gpu  4     -           (events not visible)" in out
+    assert "ml/train-4gpu  4     default    -           (events not visible)" in out
     assert "ml/train-k2x8p  -" in out  # the pod's own verdict is still shown, without a time
 
 
@@ -371,3 +371,67 @@ async def test_wide_shows_each_numa_nodes_nics(tmp_path):
     nodes = {n["name"]: n for n in json.loads(as_json)["nodes"]}
     assert [n["nics"] for n in nodes["gpu-nic"]["numa"]] == [["mlx5_bond_0"], []]
     assert [n["nics"] for n in nodes["gpu-old"]["numa"]] == [None, None]
+
+
+# ---- pending claim pods: their GPUs and placement from their claims
+
+
+def pending_claim_pod(name: str, claim: str, annotations: dict | None = None) -> dict:
+    from tests.kube_double import make_pod
+
+    pod = make_pod(name, NS, gpus=0)
+    pod["metadata"]["annotations"] = annotations or {}
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim}]
+    pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def admitted_claim(name: str, intent, count: int = 2, keep_annotation: bool = True) -> dict:
+    """A claim as the claim webhook stores it in a namespace defaulting to ``intent``, not allocated."""
+    import jsonpatch
+
+    from gpupair.intent import PLACEMENT_KEY, Intent
+    from gpupair.webhook.claims import ClaimOptions, plan_claim
+    from tests.webhook.claim_shapes import plain_claim
+
+    claim = plain_claim(count=count)
+    claim["metadata"].update(name=name, namespace=NS)
+    claim = jsonpatch.apply_patch(claim, plan_claim(claim, "ResourceClaim", ClaimOptions(), Intent.REQUIRED,
+                                                    intent).ops)
+    if not keep_annotation:
+        claim["metadata"]["annotations"].pop(PLACEMENT_KEY)
+    return claim
+
+
+def test_pending_claim_pods_count_their_claims_gpus_and_ask_their_claims_placement():
+    from gpupair.intent import PLACEMENT_KEY, Intent
+
+    claims = [admitted_claim("pref-gpus", Intent.PREFERRED), admitted_claim("none-gpus", Intent.NONE),
+              admitted_claim("shape-gpus", Intent.PREFERRED, count=4, keep_annotation=False),
+              admitted_claim("plain-gpus", Intent.NONE, keep_annotation=False),
+              admitted_claim("one-gpus", Intent.REQUIRED, count=1)]
+    pods = [pending_claim_pod("pref", "pref-gpus", {PLACEMENT_KEY: "required"}),  # the claim's wins
+            pending_claim_pod("none", "none-gpus"), pending_claim_pod("shape", "shape-gpus"),
+            pending_claim_pod("plain", "plain-gpus", {PLACEMENT_KEY: "none"}), pending_claim_pod("plain-2", "plain-gpus"),
+            pending_claim_pod("one", "one-gpus"), pending_claim_pod("unseen", "not-listed")]
+    listing = Listing(nodes=[], pods=pods, events=[], claims=claims, dra_driver="gpu.nvidia.com")
+    pending = {p.name: (p.gpus, p.placement) for p in build(listing, NOW).summary.pending}
+    assert pending == {"pref": (2, "preferred"), "none": (2, "none"), "shape": (4, "preferred"),
+                       "plain": (2, "none"), "plain-2": (2, None), "one": (1, "required")}
+    other = Options(gpu_classes=frozenset({"gpu.example.com"}))  # not GPUs to this status: not GPU pods
+    assert build(listing, NOW, other).summary.pending == []
+
+
+async def test_status_shows_a_pending_claim_pods_placement(tmp_path):
+    from gpupair.intent import Intent
+
+    store = Store()
+    store.create("resourceclaims", admitted_claim("pref-gpus", Intent.PREFERRED), NS)
+    store.create("pods", pending_claim_pod("pref", "pref-gpus"), NS)
+    async with running_kube_double(store) as double:
+        code, out, err = await status(double, tmp_path)
+        _, listed, _ = await status(double, tmp_path, "-o", "json")
+    assert (code, err) == (0, "")
+    assert f"{NS}/pref  2     preferred  -" in out
+    (pod,) = json.loads(listed)["summary"]["pending"]
+    assert (pod["name"], pod["gpus"], pod["placement"]) == ("pref", 2, "preferred")

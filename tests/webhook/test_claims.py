@@ -56,6 +56,18 @@ def patched(obj: dict, default: Intent = Intent.REQUIRED, namespace: Intent | No
     return after
 
 
+def spec_ops(result) -> list[dict]:
+    """The ops that change the claim's spec: every object admitted also records its intent."""
+    return [op for op in result.ops if "/annotations" not in op["path"] and not op["path"].endswith("/metadata")]
+
+
+def recorded_intent(obj: dict, result) -> str | None:
+    """The ``gpupair.io/placement`` the claims of ``obj`` carry once its patch is applied."""
+    after = apply(obj, result.ops)
+    meta = after["spec"].get("metadata") if after["kind"] == "ResourceClaimTemplate" else after.get("metadata")
+    return ((meta or {}).get("annotations") or {}).get(PLACEMENT_KEY)
+
+
 def annotated(obj: dict, value: str, where: str = "metadata") -> dict:
     obj = copy.deepcopy(obj)
     meta = obj["spec"].setdefault("metadata", {}) if where == "spec.metadata" else obj.setdefault("metadata", {})
@@ -75,7 +87,9 @@ def test_the_recorded_objects_are_valid_as_recorded():
 @pytest.mark.parametrize("intent", list(Intent))
 def test_the_recorded_template_with_its_own_constraint_is_left_as_written(intent):
     result = plan(recorded_template(), intent)
-    assert result.ops == [] and result.outcome == "claim-unchanged"
+    assert spec_ops(result) == [] and result.outcome == "claim-annotated"
+    assert recorded_intent(recorded_template(), result) == intent.value
+    assert patched(recorded_template(), intent)["spec"]["spec"] == recorded_template()["spec"]["spec"]
     if intent is not Intent.NONE:
         assert result.left == {"gpus": "own-constraint"}
 
@@ -84,7 +98,8 @@ def test_the_recorded_template_with_its_own_constraint_is_left_as_written(intent
 def test_the_claim_the_controller_made_from_the_numa_template_is_left_as_written(intent):
     claim = as_created(recorded_claims()["numa"])
     assert claim["metadata"]["ownerReferences"][0]["kind"] == "Pod"
-    assert plan(claim, intent).ops == []
+    result = plan(claim, intent)
+    assert spec_ops(result) == [] and recorded_intent(claim, result) == intent.value
 
 
 def test_the_recorded_plain_claim_gets_the_numa_constraint():
@@ -106,15 +121,18 @@ def test_the_recorded_plain_claim_gets_the_numa_constraint():
 
 def test_one_device_claims_are_left_as_written():
     result = plan(as_created(recorded_claims()["busy"]))
-    assert result.ops == [] and result.left == {"gpus": "one-device"}
+    assert spec_ops(result) == [] and result.left == {"gpus": "one-device"}
+    assert recorded_intent(as_created(recorded_claims()["busy"]), result) == "required"
 
 
 def test_kube_schedulers_extended_resource_claim_is_left_as_written():
     """Made for a pod asking nvidia.com/gpu: 2, after the devices were allocated."""
     claim = as_created(recorded_claims()["ext"])
     assert claim["spec"]["devices"]["requests"][0]["exactly"]["count"] == 2
-    result = plan(claim)
-    assert result.ops == [] and result.left == {"container-0-request-0": "extended-resource-claim"}
+    for intent in Intent:
+        result = plan(claim, intent)
+        assert result.ops == [] and result.left == {"container-0-request-0": "extended-resource-claim"}
+        assert result.outcome == "claim-unchanged", "nothing asked of it: not even the intent recorded"
 
 
 # --------------------------------------------------------------------------- required
@@ -166,12 +184,13 @@ def test_a_constraint_naming_no_request_covers_them_all():
     claim = plain_claim()
     claim["spec"]["devices"]["constraints"] = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
     result = plan(claim)
-    assert result.ops == [] and result.left == {"gpus": "own-constraint"}
+    assert spec_ops(result) == [] and result.left == {"gpus": "own-constraint"}
 
 
 def test_a_count_above_one_numa_node_gets_no_constraint_and_a_warning():
     result = plan(plain_claim(count=8))
-    assert result.ops == [] and result.left == {"gpus": "above-one-numa-node"}
+    assert spec_ops(result) == [] and result.left == {"gpus": "above-one-numa-node"}
+    assert recorded_intent(plain_claim(count=8), result) == "required"  # the extender judges it so
     (note,) = result.notes
     assert "8 devices" in note and "(4)" in note and NUMA_ATTRIBUTE in note
     # the bound is a setting: on 8 GPUs per NUMA node the same claim is constrained
@@ -189,7 +208,8 @@ def test_a_count_above_one_numa_node_gets_no_constraint_and_a_warning():
 def test_requests_left_as_written(exactly, why):
     for intent in (Intent.REQUIRED, Intent.PREFERRED):
         result = plan(plain_claim(**exactly), intent)
-        assert (result.ops, result.left, result.outcome) == ([], {"gpus": why}, "claim-unchanged")
+        assert (spec_ops(result), result.left, result.outcome) == ([], {"gpus": why}, "claim-annotated")
+        assert recorded_intent(plain_claim(**exactly), result) == intent.value
 
 
 def test_omitted_mode_and_count_read_as_the_apiserver_defaults_them():
@@ -203,7 +223,7 @@ def test_omitted_mode_and_count_read_as_the_apiserver_defaults_them():
 
 def test_the_gpu_device_classes_are_a_setting():
     claim = plain_claim(deviceClassName="gpu.example.com")
-    assert plan(claim).ops == []
+    assert spec_ops(plan(claim)) == []
     options = ClaimOptions(device_classes=frozenset({"gpu.nvidia.com", "gpu.example.com"}))
     assert patched(claim, options=options)["spec"]["devices"]["constraints"] == [REQUIRED]
 
@@ -214,7 +234,7 @@ def test_a_full_constraints_list_is_left_with_a_warning():
     claim["spec"]["devices"]["constraints"] = [{"matchAttribute": "nic.example.com/rail", "requests": ["nic"]}
                                                ] * MAX_CONSTRAINTS
     result = plan(claim)
-    assert result.ops == [] and result.left["gpus"] == "constraints-full" and len(result.notes) == 1
+    assert spec_ops(result) == [] and result.left["gpus"] == "constraints-full" and len(result.notes) == 1
 
 
 # --------------------------------------------------------------------------- preferred
@@ -256,7 +276,7 @@ def test_preferred_keeps_fields_it_does_not_know():
 
 def test_admin_access_cannot_be_prioritized_but_can_be_constrained():
     result = plan(plain_claim(adminAccess=True), Intent.PREFERRED)
-    assert result.ops == [] and result.left == {"gpus": "admin-access"} and len(result.notes) == 1
+    assert spec_ops(result) == [] and result.left == {"gpus": "admin-access"} and len(result.notes) == 1
     assert plan(plain_claim(adminAccess=True)).changed == ("gpus",)
     # adminAccess: false is the default and simply not carried into the subrequests
     after = patched(plain_claim(adminAccess=False), Intent.PREFERRED)
@@ -270,17 +290,24 @@ def test_a_request_already_first_available_is_left_as_written():
                                  {"name": "small", "deviceClassName": "gpu.nvidia.com", "count": 2}]
     for intent in (Intent.REQUIRED, Intent.PREFERRED):
         result = plan(claim, intent)
-        assert result.ops == [] and result.left == {"gpus": "first-available"}
+        assert spec_ops(result) == [] and result.left == {"gpus": "first-available"}
 
 
 # --------------------------------------------------------------------------- none, and the intent
 
 
-def test_none_leaves_everything_as_written():
+def test_none_leaves_every_request_as_written_and_records_none():
+    """Without the annotation a none namespace's claims would read as nothing asked, and the
+    verdict and the extender would fall back to the pod's annotation or the default."""
     for obj in (plain_template(), plain_claim(), annotated(plain_claim(), "none")):
         result = plan(obj, Intent.NONE)
-        assert result.ops == [] and result.placement == "none"
-    assert plan(plain_claim(), namespace=Intent.NONE).ops == []
+        assert spec_ops(result) == [] and result.placement == "none" and result.changed == ()
+        assert recorded_intent(obj, result) == "none"
+        assert patched(obj, Intent.NONE)["kind"] == obj["kind"]  # valid, and stable when admitted again
+    assert plan(annotated(plain_claim(), "none"), Intent.NONE).ops == []  # already recorded
+    result = plan(plain_claim(), namespace=Intent.NONE)
+    assert (spec_ops(result), result.outcome) == ([], "claim-annotated")
+    assert recorded_intent(plain_claim(), result) == "none"
 
 
 def test_the_intent_resolves_as_for_pods():
@@ -394,9 +421,9 @@ def test_admit_refuses_a_bad_placement_and_lets_unreadable_claims_through():
 def test_admit_uses_the_webhooks_claim_options_and_default():
     options = InjectOptions(sidecar=INJECT.sidecar, default_intent=Intent.NONE,
                             claims=ClaimOptions(device_classes=frozenset({"gpu.example.com"})))
-    assert admit(request_for(plain_claim()), options)[0].ops == []
+    assert spec_ops(admit(request_for(plain_claim()), options)[0]) == []
     claim = plain_claim(deviceClassName="gpu.example.com")
-    assert admit(request_for(claim), options)[0].ops == []  # default none
+    assert spec_ops(admit(request_for(claim), options)[0]) == []  # default none
     assert admit(request_for(claim), options, Intent.REQUIRED)[0].outcome == "claim-constrained"
 
 
@@ -447,3 +474,4 @@ def test_any_claim_patched_is_valid_and_stable(claim, default, namespace):
     old = claim["spec"]["devices"].get("constraints") or []
     assert after["spec"]["devices"].get("constraints", [])[:len(old)] == old
     assert (result.ops == []) == (result.outcome == "claim-unchanged")
+    assert after["metadata"]["annotations"][PLACEMENT_KEY] == result.placement, "the intent recorded"

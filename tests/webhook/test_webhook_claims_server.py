@@ -82,13 +82,18 @@ def test_a_template_in_a_preferred_namespace_is_prioritized(server, ca):
     assert "patch" not in answer(server, ca, review_for(claim, CLAIM_CONTROLLER), "/mutate/placement/required")
 
 
-def test_the_recorded_template_and_numa_claim_are_left_as_written(server, ca):
+def test_the_recorded_template_and_claims_keep_their_requests_and_record_the_intent(server, ca):
     for obj, user in ((as_created(recorded_template()), USER),
                       (as_created(recorded_claims()["numa"]), CLAIM_CONTROLLER),
-                      (as_created(recorded_claims()["ext"]), USER),
                       (as_created(recorded_claims()["busy"]), USER)):
         response = answer(server, ca, review_for(obj, user))
-        assert response == {"uid": "0b6f5d7e-claim", "allowed": True}, obj["metadata"].get("name")
+        after = apply(obj, decode_patch({"response": response}))
+        meta = after["spec"]["metadata"] if obj["kind"] == "ResourceClaimTemplate" else after["metadata"]
+        assert meta["annotations"][PLACEMENT_KEY] == "required", obj["metadata"].get("name")
+        spec = (lambda o: o["spec"]["spec"] if o["kind"] == "ResourceClaimTemplate" else o["spec"])
+        assert spec(after) == spec(obj)
+    ext = as_created(recorded_claims()["ext"])  # kube-scheduler's own: nothing asked, nothing recorded
+    assert answer(server, ca, review_for(ext, USER)) == {"uid": "0b6f5d7e-claim", "allowed": True}
 
 
 def test_the_recorded_plain_claim_is_constrained_by_the_cluster_default(server, ca):
@@ -101,9 +106,11 @@ def test_the_recorded_plain_claim_is_constrained_by_the_cluster_default(server, 
     assert after["metadata"]["annotations"][PLACEMENT_KEY] == "required"
 
 
-def test_a_claim_in_a_none_namespace_is_left_as_written(server, ca):
+def test_a_claim_in_a_none_namespace_keeps_its_requests_and_records_none(server, ca):
     claim = as_created(recorded_claims()["plain"])
-    assert "patch" not in answer(server, ca, review_for(claim), "/mutate/placement/none")
+    after = apply(claim, decode_patch({"response": answer(server, ca, review_for(claim), "/mutate/placement/none")}))
+    assert after["spec"] == claim["spec"]
+    assert after["metadata"]["annotations"][PLACEMENT_KEY] == "none"
 
 
 def test_a_bad_placement_is_refused_with_the_reason(server, ca):

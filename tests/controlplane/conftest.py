@@ -1,0 +1,205 @@
+"""Fixtures for tests on a real control plane (marker ``controlplane``).
+
+One etcd + kube-apiserver per session (``control_plane``). Per test: ``namespace`` (fresh, with
+its default ServiceAccount; no namespace controller runs, so the harness deletes what it made),
+``kubelets`` (simulated nodes, removed afterwards), ``scheduler`` and ``controller_manager``
+(started with what the test asks, stopped after it), and ``gpupair`` (deploy/ applied, its
+processes started on demand and stopped after the test).
+
+Without the binaries every test here skips with one line saying how to provide them; with
+CI=true they fail instead (.ci/run provides them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controlplane.api import Api
+from tests.controlplane.control_plane import HOW_TO_PROVIDE, ControlPlane, find_binaries, session_directory
+from tests.controlplane.dra import remove_claims, remove_slices
+from tests.controlplane.gpupair_install import NAMESPACE, Install
+from tests.controlplane.kubelet import Kubelets
+from tests.controlplane.processes import Process, stop_all
+from tests.deploy_manifests import KUBECTL, render, render_consumer
+
+HERE = Path(__file__).parent
+_names = itertools.count(1)
+_skipped: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.controlplane)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if _skipped:
+        terminalreporter.write_line(f"controlplane: {len(set(_skipped))} reason, every control-plane test skipped: "
+                                    f"{_skipped[0]}")
+
+
+def _unavailable(why: str) -> None:
+    message = f"no Kubernetes control plane to test on ({why}): {HOW_TO_PROVIDE}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {message}")
+    _skipped.append(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    binaries, why = find_binaries()
+    if not binaries:
+        _unavailable(why)
+    if KUBECTL is None:
+        _unavailable("kubectl, which renders deploy/ with kustomize, is not on PATH")
+    plane = ControlPlane(binaries, session_directory())
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+        stop_all()
+        shutil.rmtree(plane.directory, ignore_errors=True)
+
+
+@pytest.fixture
+def api(control_plane: ControlPlane) -> Api:
+    return control_plane.admin
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when == "call":
+        item.stash[_failed] = report.failed
+    return report
+
+
+_failed = pytest.StashKey[bool]()
+SESSION_LOGS = {"etcd.log", "kube-apiserver.log"}  # written all session long; in the session directory
+
+
+def print_log_tails(directory: Path, since: float, lines: int = 30) -> None:
+    """The end of every process log written to since ``since`` (a failed test's evidence)."""
+    for log in sorted(directory.rglob("*.log")):
+        if log.stat().st_mtime >= since and log.name not in SESSION_LOGS:
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- last {len(tail)} lines of {log.name}", *tail, sep="\n")
+
+
+@pytest.fixture
+def workdir(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterator[Path]:
+    """A directory for this test's sockets, logs and files, inside the session's (short paths).
+    When the test fails, the ends of the logs of the processes it ran are printed first."""
+    path = control_plane.directory / f"t{next(_names)}"
+    path.mkdir()
+    began = time.time()
+    yield path
+    if request.node.stash.get(_failed, False):
+        print_log_tails(control_plane.directory, began)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def delete_pods(api: Api, namespace: str = "", **query: str) -> None:
+    for pod in api.list("v1", "Pod", namespace, **query):
+        api.delete(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}", grace=0)
+
+
+@pytest.fixture
+def namespace(api: Api) -> Iterator[str]:
+    name = f"test-{next(_names)}"
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}})
+    yield name
+    delete_pods(api, name)
+    remove_claims(api, name)
+    api.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def kubelets(api: Api, workdir: Path) -> Iterator[Callable[..., Kubelets]]:
+    """``kubelets(policy="aligned")``: this test's simulated nodes (one set per test)."""
+    made: list[Kubelets] = []
+
+    def make(policy: str = "aligned", **options: Any) -> Kubelets:
+        sim = Kubelets(api, workdir / f"nodes{len(made) + 1}", policy=policy, **options)
+        made.append(sim)
+        return sim
+
+    yield make
+    for sim in made:
+        sim.close()
+        for name in sim.nodes:
+            delete_pods(api, field_selector=f"spec.nodeName={name}")
+            remove_slices(api, name)
+            api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{name}")
+            api.delete(f"/api/v1/nodes/{name}")
+
+
+def _per_test(start: Callable[..., Process]) -> Iterator[Callable[..., Process]]:
+    """A starter whose processes are stopped when the test ends."""
+    started: list[Process] = []
+
+    def run(*args: Any, **kwargs: Any) -> Process:
+        started.append(start(*args, **kwargs, name=f"{start.__name__}-{next(_names)}"))
+        return started[-1]
+
+    yield run
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def scheduler(control_plane: ControlPlane) -> Iterator[Callable[..., Process]]:
+    """``scheduler(config)``: kube-scheduler with that KubeSchedulerConfiguration, for this test."""
+    yield from _per_test(control_plane.scheduler)
+
+
+@pytest.fixture
+def controller_manager(control_plane: ControlPlane) -> Iterator[Callable[..., Process]]:
+    """``controller_manager("resourceclaim-controller")``: only those controllers, for this test."""
+    yield from _per_test(control_plane.controller_manager)
+
+
+@pytest.fixture(scope="session")
+def deploy_renders(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[dict[str, Any]]]:
+    """``deploy_renders("device-plugin" | "dra")``: the self-managed overlay, alone or with the dra component."""
+
+    def rendered(flavour: str) -> list[dict[str, Any]]:
+        if flavour == "device-plugin":
+            return render("self-managed")
+        if flavour == "dra":
+            return render_consumer(tmp_path_factory.mktemp("dra-render"), {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                "resources": ["{deploy}/overlays/self-managed"], "components": ["{deploy}/components/dra"]})
+        raise ValueError(f"unknown deploy flavour {flavour!r}")
+
+    return rendered
+
+
+@pytest.fixture
+def gpupair(control_plane: ControlPlane, deploy_renders, workdir: Path) -> Iterator[Callable[[str], Install]]:
+    """``gpupair("device-plugin" | "dra")``: deploy/ applied in that flavour; start its processes
+    with ``.extender()``, ``.webhook()``, ``.reporter(node)``. All stopped after the test."""
+    installs: list[Install] = []
+
+    def install(flavour: str = "device-plugin") -> Install:
+        made = Install(control_plane, deploy_renders(flavour), workdir)
+        made.apply()
+        installs.append(made)
+        return made
+
+    yield install
+    for made in installs:
+        made.stop()
+        made.remove_webhook_configuration()

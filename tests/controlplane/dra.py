@@ -1,0 +1,142 @@
+"""The harness's DRA driver: ResourceSlices, the DeviceClass and claims shaped as the real
+control plane stored them (shared/fixtures/real-k8s/dra/, copied under tests/fixtures/real-k8s/dra).
+
+A DRA node is a simulated node without the device plugin (``kubelets.add_node(..., gpus=None)``:
+no ``nvidia.com/gpu`` in its allocatable) whose GPUs ``publish_slices`` publishes as NVIDIA's GPU
+driver does (``tests/dra_support.node_slice``: gpu-0..7, numaNode 0 for GPU0-3 and 1 for GPU4-7,
+one pcieRoot per GPU, one pool per node named after it). kube-scheduler allocates the claims
+itself; the resourceclaim controller (``controller_manager("resourceclaim-controller")``) makes
+claims from templates and deallocates them. Objects a test makes here are removed by the
+fixtures (claims carry a delete-protection finalizer the harness takes off when it cleans up).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from gpupair.report import encode_topology
+from tests.controlplane.api import Api
+from tests.controlplane.workloads import PAUSE_IMAGE
+from tests.dra_support import DRIVER, node_slice, recorded
+from tests.layouts import seed_layout
+
+RESOURCE = "resource.k8s.io/v1"
+NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"
+
+
+def _fresh(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    for key in ("creationTimestamp", "resourceVersion", "uid", "generation", "managedFields"):
+        obj["metadata"].pop(key, None)
+    obj.pop("status", None)
+    return obj
+
+
+def seed_topology_file(directory: Path, node: str) -> Path:
+    """The seed node's topology as JSON, with the UUIDs (GPU-<node>-<i>) and PCI ids the node's
+    slice publishes: a reporter on a DRA node maps claim results onto its layout through them,
+    and `nvidia-smi topo -m` output carries neither."""
+    path = directory / f"{node}-topology.json"
+    path.write_text(encode_topology(seed_layout(f"GPU-{node}")))
+    return path
+
+
+def publish_slices(api: Api, nodes: list[str], **options: Any) -> list[dict[str, Any]]:
+    """One ResourceSlice per node, as the driver publishes it; ``options`` go to node_slice
+    (``devices``, ``numa``, ...)."""
+    return [api.apply(node_slice(node, **options)) for node in nodes]
+
+
+def device_class(api: Api, *, extended_resource: bool = True) -> dict[str, Any]:
+    """The recorded DeviceClass ``gpu.nvidia.com``; with ``extended_resource`` it serves
+    ``nvidia.com/gpu`` asks from DRA devices (extendedResourceName)."""
+    obj = _fresh(recorded("deviceclass-with-extended-resource-name.json"))
+    if not extended_resource:
+        obj["spec"].pop("extendedResourceName", None)
+    return api.apply(obj)
+
+
+def claim_template(namespace: str, name: str, count: int, *, constraint: str | None = NUMA_ATTRIBUTE,
+                   annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking ``count`` GPUs of the class (the recorded pair-numa
+    template, reshaped); ``constraint=None``: as users write it, no matchAttribute."""
+    obj = _fresh(recorded("resourceclaimtemplate-pair-numa.json"))
+    obj["metadata"] = {"name": name, "namespace": namespace, "annotations": dict(annotations or {})}
+    devices = obj["spec"]["spec"]["devices"]
+    devices["requests"][0]["exactly"]["count"] = count
+    if constraint is None:
+        devices.pop("constraints")
+    else:
+        devices["constraints"][0]["matchAttribute"] = constraint
+    return obj
+
+
+def pinned_claim(namespace: str, name: str, index: int) -> dict[str, Any]:
+    """A one-GPU claim that only device ``index`` satisfies (the recorded busy-* claims)."""
+    request = {"name": "gpus", "exactly": {
+        "allocationMode": "ExactCount", "count": 1, "deviceClassName": DRIVER,
+        "selectors": [{"cel": {"expression": f"device.attributes['{DRIVER}'].index == {index}"}}]}}
+    return {"apiVersion": RESOURCE, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [request]}}}
+
+
+def claim_pod(namespace: str, name: str, *, template: str = "", claim: str = "", node: str = "",
+              annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod whose container uses one claim, from ``template`` (the controller makes it) or the
+    existing ``claim``; ``node``: kept there by a nodeSelector (the scheduler still allocates)."""
+    source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "gpus", **source}],
+        "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"claims": [{"name": "gpus"}]}}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})}, "spec": spec}
+
+
+def hold_devices(api: Api, namespace: str, node: str, indices: list[int]) -> list[str]:
+    """Other tenants' pods holding GPUs ``indices`` of ``node`` through one-GPU claims; their names."""
+    names = []
+    for index in indices:
+        name = f"tenant-{node}-gpu{index}"
+        api.create(pinned_claim(namespace, name, index))
+        api.create(claim_pod(namespace, name, claim=name, node=node))
+        names.append(name)
+    return names
+
+
+def allocated_devices(claim: dict[str, Any]) -> list[int]:
+    """The device indices (gpu-<i>) a claim was allocated, in the allocation's order."""
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return [int(r["device"].rsplit("-", 1)[1]) for r in results if r.get("driver") == DRIVER]
+
+
+def pod_claims(api: Api, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's ResourceClaims, from its status (template claims, and the scheduler's own
+    extended-resource claim)."""
+    namespace = pod["metadata"]["namespace"]
+    status = pod.get("status") or {}
+    names = [s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or [] if s.get("resourceClaimName")]
+    names += [c["name"] for c in (pod.get("spec", {}).get("resourceClaims") or []) if c.get("resourceClaimName")]
+    extended = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    if extended:
+        names.append(extended)
+    return [api.get(RESOURCE, "ResourceClaim", n, namespace) for n in dict.fromkeys(names)]
+
+
+def remove_claims(api: Api, namespace: str) -> None:
+    """Every claim in ``namespace`` gone, its delete protection taken off (no controller may be
+    running to take it off)."""
+    for claim in api.list(RESOURCE, "ResourceClaim", namespace):
+        path = api.path(RESOURCE, "ResourceClaim", claim["metadata"]["name"], namespace)
+        api.request("PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json", ok=(200, 404))
+        api.delete(path)
+
+
+def remove_slices(api: Api, node: str) -> None:
+    for obj in api.list(RESOURCE, "ResourceSlice", field_selector=f"spec.nodeName={node}"):
+        api.delete(api.path(RESOURCE, "ResourceSlice", obj["metadata"]["name"]))

@@ -1,0 +1,226 @@
+"""gpupair installed on the test's control plane as deploy/ installs it, its processes started
+as its manifests start them.
+
+``Install`` applies the rendered overlay (namespace, RBAC, ServiceAccounts, the admission
+policies, Services, the workloads as inert objects since no controllers run them, and the
+MutatingWebhookConfiguration with its ``service`` reference swapped for a URL on 127.0.0.1 and
+a caBundle from the session's CA). Each process is then the manifest's container run here:
+``gpupair`` with the container's args and env, downward-API values resolved the way the kubelet
+would (``spec.nodeName``, ``status.hostIP``, ``metadata.namespace``), and only what must differ
+on one machine overridden (listen addresses, ports, kubelet paths, TLS file paths). It calls
+the apiserver with a token of the workload's ServiceAccount from TokenRequest; a reporter's
+token is bound to a reporter Pod made from the DaemonSet's template and pinned to its node, so
+it carries the node's name as a kubelet-minted token does (the admission policies need it).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.controlplane.api import Api, ApiError
+from tests.controlplane.control_plane import ControlPlane
+from tests.controlplane.kubelet import SimNode
+from tests.controlplane.pki import LOOPBACK, CertPair
+from tests.controlplane.processes import Process, free_port, wait_until
+from tests.deploy_manifests import DEPLOY, container, find, pod_spec
+
+NAMESPACE = "gpupair-system"
+VERDICT_POLICY = "gpupair-pod-verdicts"
+SCHEDULER_CONFIG = DEPLOY / "overlays" / "self-managed" / "scheduler-config.yaml"
+
+
+def gpupair_argv(args: list[str]) -> list[str]:
+    """The image's entrypoint, `gpupair`, from this interpreter's environment."""
+    script = Path(sys.executable).with_name("gpupair")
+    if script.exists():
+        return [str(script), *args]
+    return [sys.executable, "-c", "from gpupair.cli import main; main()", *args]
+
+
+def resolved_env(spec_container: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:
+    """The container's env with downward-API fieldRefs filled in from ``fields``."""
+    env: dict[str, str] = {}
+    for entry in spec_container.get("env") or []:
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+            continue
+        path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if path not in fields:
+            raise ValueError(f"env {entry['name']}: the harness cannot resolve {entry.get('valueFrom')}")
+        env[entry["name"]] = fields[path]
+    return env
+
+
+def base_env() -> dict[str, str]:
+    """What a container starts from: no proxy, no kubeconfig and no in-cluster variables of ours."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def url_webhooks(webhooks_config: dict[str, Any], url: str, ca_pem: bytes) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration with each webhook's Service swapped for ``url`` + path."""
+    import base64
+
+    config = copy.deepcopy(webhooks_config)
+    for hook in config["webhooks"]:
+        path = hook["clientConfig"].get("service", {}).get("path", "")
+        hook["clientConfig"] = {"url": url + path, "caBundle": base64.b64encode(ca_pem).decode()}
+    return config
+
+
+def scheduler_extender(url: str, **changes: Any) -> dict[str, Any]:
+    """The `extenders:` entry of deploy/overlays/self-managed/scheduler-config.yaml, pointed at
+    ``url``; ``changes`` replace its keys (e.g. managedResources)."""
+    shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    entry = dict(shipped["extenders"][0])
+    entry["urlPrefix"] = url
+    entry.update(changes)
+    return entry
+
+
+def _ready(url: str, context=None) -> bool:
+    with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        return response.status == 200
+
+
+class Install:
+    """gpupair from one rendering of deploy/ (``objects``) on ``plane``."""
+
+    def __init__(self, plane: ControlPlane, objects: list[dict[str, Any]], directory: Path) -> None:
+        self.plane = plane
+        self.api: Api = plane.admin
+        self.objects = objects
+        self.directory = directory
+        self.processes: list[Process] = []
+        self.reporter_port = free_port()  # one port for every node's reporter, each node its own IP
+        self.webhook_port = free_port()
+        self.webhook_tls: CertPair = plane.ca.issue("webhook", "gpupair-webhook", server=True, hosts=(LOOPBACK,))
+
+    # --- objects
+
+    def apply(self) -> None:
+        """Apply every object, then wait until the admission policies are enforced: the
+        apiserver compiles new policies in the background, and for a second or two after the
+        apply (measured: 0.75-1.5 s on two cores) it still admits what they refuse."""
+
+        def order(obj: dict[str, Any]) -> tuple[bool, bool, bool]:
+            last_policy = obj["metadata"]["name"] == VERDICT_POLICY and "ValidatingAdmissionPolicy" in obj["kind"]
+            return obj["kind"] != "Namespace", last_policy, obj["kind"] == "MutatingWebhookConfiguration"
+
+        for obj in sorted(self.objects, key=order):
+            if obj["kind"] == "MutatingWebhookConfiguration":
+                obj = url_webhooks(obj, f"https://{LOOPBACK}:{self.webhook_port}", self.plane.ca.cert_pem)
+            self.api.apply(obj)
+        # The policies applied last is in force once a pod carrying a verdict is refused; the
+        # apiserver reloads its policies all together, so the earlier ones are then too.
+        probe = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "policy-probe", "namespace": NAMESPACE, "annotations": {"gpupair.io/verdict": "PASS"}},
+                 "spec": {"serviceAccountName": "gpupair-webhook", "automountServiceAccountToken": False,
+                          "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+        path = self.api.path("v1", "Pod", namespace=NAMESPACE) + "?dryRun=All"
+        outcome = self.api.wait_for(lambda: self._refused(path, probe), 30, f"the {VERDICT_POLICY} policy enforced",
+                                    interval=0.1)
+        if outcome is not True:
+            raise RuntimeError(f"probing the {VERDICT_POLICY} policy: {outcome}")
+
+    def _refused(self, path: str, probe: dict[str, Any]) -> bool | str:
+        try:
+            self.api.request("POST", path, probe)
+        except ApiError as exc:
+            return VERDICT_POLICY in str(exc) or str(exc)  # truthy either way: an error that is not the policy's ends the wait
+        return False
+
+    def remove_webhook_configuration(self) -> None:
+        for obj in self.objects:
+            if obj["kind"] == "MutatingWebhookConfiguration":
+                self.api.delete(obj)
+
+    # --- processes
+
+    def _container(self, kind: str, name: str, container_name: str) -> dict[str, Any]:
+        return container(self.objects, kind, name, container_name)
+
+    def _start(self, name: str, spec_container: dict[str, Any], env: dict[str, str]) -> Process:
+        process = Process(name, gpupair_argv(list(spec_container.get("args") or [])),
+                          self.directory / f"{name}.log", env={**base_env(), **env})
+        self.processes.append(process)
+        return process
+
+    def _token_kubeconfig(self, name: str, service_account: str, bound_pod: dict[str, Any] | None = None) -> str:
+        token = self.api.request_token(NAMESPACE, service_account, bound_pod=bound_pod)
+        return str(self.plane.token_kubeconfig(name, token))
+
+    def extender(self, env: dict[str, str] | None = None) -> tuple[Process, str]:
+        """`gpupair extender` as the gpupair-extender Deployment runs it; (process, its URL)."""
+        spec = self._container("Deployment", "gpupair-extender", "extender")
+        port = free_port()
+        values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
+        values.update(GPUPAIR_EXTENDER_HOST=LOOPBACK, GPUPAIR_EXTENDER_PORT=str(port),
+                      KUBECONFIG=self._token_kubeconfig("extender", "gpupair-extender"))
+        values.update(env or {})
+        process = self._start("extender", spec, values)
+        url = f"http://{LOOPBACK}:{port}"
+        wait_until(lambda: _ready(f"{url}/readyz"), 60, "gpupair extender /readyz", process, interval=0.1)
+        return process, url
+
+    def webhook(self, env: dict[str, str] | None = None) -> Process:
+        """`gpupair webhook` with TLS, as the gpupair-webhook Deployment runs it (no API access:
+        the Deployment mounts no token)."""
+        spec = self._container("Deployment", "gpupair-webhook", "webhook")
+        values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
+        values.update(GPUPAIR_WEBHOOK_HOST=LOOPBACK, GPUPAIR_WEBHOOK_PORT=str(self.webhook_port),
+                      GPUPAIR_WEBHOOK_TLS_CERT_FILE=str(self.webhook_tls.cert),
+                      GPUPAIR_WEBHOOK_TLS_PRIVATE_KEY_FILE=str(self.webhook_tls.key),
+                      GPUPAIR_REPORTER_PORT=str(self.reporter_port))
+        values.update(env or {})
+        process = self._start("webhook", spec, values)
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.plane.ca.cert_file))
+        wait_until(lambda: _ready(f"https://{LOOPBACK}:{self.webhook_port}/readyz", context), 60,
+                   "gpupair webhook /readyz", process, interval=0.1)
+        return process
+
+    def reporter_pod(self, node: SimNode) -> dict[str, Any]:
+        """A gpupair-reporter Pod from the DaemonSet's template, on ``node`` (as the DaemonSet
+        controller would make it, with spec.nodeName set)."""
+        daemonset = find(self.objects, "DaemonSet", "gpupair-reporter")
+        template = daemonset["spec"]["template"]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"gpupair-reporter-{node.name}", "namespace": NAMESPACE,
+                            "labels": dict(template["metadata"].get("labels") or {})},
+               "spec": {**copy.deepcopy(pod_spec(daemonset)), "nodeName": node.name}}
+        return self.api.create(pod)
+
+    def reporter(self, node: SimNode, env: dict[str, str] | None = None) -> Process:
+        """`gpupair reporter --topology-file` for ``node``, as the DaemonSet runs it there, with a
+        token bound to its reporter Pod."""
+        pod = self.reporter_pod(node)
+        spec = self._container("DaemonSet", "gpupair-reporter", "reporter")
+        values = resolved_env(spec, {"spec.nodeName": node.name, "status.hostIP": node.ip,
+                                     "metadata.namespace": NAMESPACE})
+        values.update(
+            GPUPAIR_REPORTER_PORT=str(self.reporter_port),
+            GPUPAIR_REPORTER_POD_RESOURCES_SOCKET=node.socket,
+            GPUPAIR_REPORTER_CHECKPOINT_FILE=str(node.checkpoint),
+            GPUPAIR_REPORTER_LAYOUT_FILE=str(node.directory / "layout.json"),
+            GPUPAIR_REPORTER_TOPOLOGY_FILE=str(node.topology_file),
+            KUBECONFIG=self._token_kubeconfig(f"reporter-{node.name}", "gpupair-reporter", bound_pod=pod),
+        )
+        values.update(env or {})
+        process = self._start(f"reporter-{node.name}", spec, values)
+        wait_until(lambda: _ready(f"http://{node.ip}:{self.reporter_port}/readyz"), 60,
+                   f"gpupair reporter on {node.name} /readyz", process, interval=0.1)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()

@@ -1,0 +1,305 @@
+"""The harness's kubelet and device plugin, for nodes that exist only as API objects.
+
+For each simulated node it creates the Node (labels as NVIDIA's GPU feature discovery sets
+them), patches its status as a kubelet does (capacity and allocatable with ``nvidia.com/gpu``,
+Ready, an address of its own on the loopback net 127.0.1.0/24) and removes the
+``node.kubernetes.io/not-ready`` taint the apiserver adds to a new Node. It serves the node's
+PodResources API on a real gRPC Unix socket (tests/podresources_server.FakeKubelet, in an asyncio
+loop on a thread of its own) and rewrites the node's device checkpoint file whenever devices
+change hands, as the kubelet's device manager does (the reporter rescans on that).
+
+A watcher thread reads the pods every ``poll`` seconds. A pod newly bound to one of the nodes
+is admitted: each container asking the GPU resource is handed devices the way a device plugin
+would pick them (``gpupair.policies``: ``aligned`` is NVIDIA's best-effort policy, ``naive`` the
+first free ones), the PodResources answer shows them, and the pod's status says Running. A pod
+marked for deletion gives its devices back and is removed (the kubelet's part of a graceful
+delete). Every grant is kept in ``grants``, in order, for the test to judge.
+
+One test-only knob: a pod annotated ``harness.gpupair.test/devices: "0,5"`` is given exactly
+those devices. Tests use it for other tenants' pods that hold known GPUs; nothing of gpupair's
+reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupair.layout import NodeLayout
+from gpupair.policies import policy_named
+from gpupair.report import decode_layout
+from gpupair.smi_topo import parse_topo_matrix
+from tests.controlplane.api import Api, ApiError
+from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod
+
+GPU = "nvidia.com/gpu"
+DEVICES_HINT = "harness.gpupair.test/devices"
+GPU_NODE_LABEL = "nvidia.com/gpu.present"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def load_layout(topology_file: Path) -> NodeLayout:
+    """The layout in ``topology_file``: `nvidia-smi topo -m` output, or topology JSON (the
+    gpupair.io/topology annotation's format, which the reporter's --topology-file reads too)."""
+    text = topology_file.read_text()
+    if text.lstrip().startswith("{"):
+        return decode_layout(text)
+    return parse_topo_matrix(text).to_layout()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def gpu_ask(container: dict[str, Any], resource: str = GPU) -> int:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    requests = (container.get("resources") or {}).get("requests") or {}
+    return int(limits.get(resource, requests.get(resource, 0)))
+
+
+@dataclass(frozen=True)
+class Grant:
+    namespace: str
+    pod: str
+    node: str
+    devices: tuple[int, ...]
+    link: str | None  # the worst link among the devices (None for one device)
+
+
+@dataclass
+class SimNode:
+    name: str
+    ip: str
+    layout: NodeLayout
+    topology_file: Path
+    directory: Path
+    gpus: int | None  # nvidia.com/gpu in allocatable; None: the device plugin is absent (DRA nodes)
+    kubelet: FakeKubelet | None = None
+    held: dict[tuple[str, str], list[tuple[str, tuple[int, ...]]]] = field(default_factory=dict)
+
+    @property
+    def socket(self) -> str:
+        return str(self.directory / "kubelet.sock")
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.directory / "kubelet_internal_checkpoint"
+
+    def taken(self) -> set[int]:
+        return {i for containers in self.held.values() for _, devices in containers for i in devices}
+
+    def free(self) -> frozenset[int]:
+        return frozenset(range(self.layout.size)) - self.taken()
+
+
+class Kubelets:
+    """The simulated nodes of one test, and the thread that plays their kubelets."""
+
+    def __init__(self, api: Api, directory: Path, *, policy: str = "aligned", resource: str = GPU,
+                 poll: float = 0.1) -> None:
+        self.api = api
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.policy = policy_named(policy)
+        self.resource = resource
+        self.poll = poll
+        self.nodes: dict[str, SimNode] = {}
+        self.grants: list[Grant] = []
+        self.errors: list[str] = []
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="podresources", daemon=True)
+        self._loop_thread.start()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch, name="kubelets", daemon=True)
+        self._watcher.start()
+
+    # --- nodes
+
+    def add_node(self, name: str, topology_file: Path, *, gpus: int | None = 8, cpu: str = "32",
+                 memory: str = "256Gi", labels: dict[str, str] | None = None) -> SimNode:
+        """A Ready node with the layout of ``topology_file`` (``nvidia-smi topo -m`` output) and a
+        PodResources socket; ``gpus=None``: no device plugin (the GPUs come from DRA)."""
+        index = len(self.nodes) + 1
+        directory = self.directory / name
+        directory.mkdir()
+        node = SimNode(name, f"127.0.1.{index}", load_layout(topology_file), topology_file, directory, gpus)
+        obj = {"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                                     GPU_NODE_LABEL: "true", **(labels or {})}}}
+        self.api.create(obj)
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
+        if gpus is not None:
+            capacity[self.resource] = str(gpus)
+        now = _now()
+        status = {"status": {
+            "capacity": capacity, "allocatable": capacity,
+            "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": name}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "harness kubelet", "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "nodeInfo": {"kubeletVersion": "v1.36.2", "architecture": "amd64", "operatingSystem": "linux",
+                         "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                         "osImage": "harness", "containerRuntimeVersion": "harness://1",
+                         "kubeProxyVersion": ""},
+        }}
+        self.api.patch(obj, status, sub="status")
+        current = self.api.get("v1", "Node", name)
+        taints = [t for t in (current["spec"].get("taints") or []) if t["key"] != NOT_READY_TAINT]
+        self.api.patch(obj, {"spec": {"taints": taints or None}})
+        node.kubelet = FakeKubelet(node.socket)
+        node.kubelet.allocatable = {self.resource: [FakeDevice(str(i), (node.layout.numa_of(i),))
+                                                    for i in range(node.layout.size)]} if gpus is not None else {}
+        self._run(node.kubelet.start())
+        node.checkpoint.write_text("{}")
+        with self._lock:
+            self.nodes[name] = node
+        return node
+
+    def _run(self, coroutine) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(30)
+
+    # --- the kubelets' work
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll):
+            try:
+                pods = self.api.list("v1", "Pod")
+            except Exception as exc:  # the apiserver going away at the end of a session
+                self.errors.append(f"list pods: {exc}")
+                continue
+            for pod in pods:  # items of a list carry no kind of their own
+                pod.update(apiVersion="v1", kind="Pod")
+            with self._lock:
+                try:
+                    self._sync(pods)
+                except Exception as exc:  # a harness bug: fail the test, do not stop playing the kubelet
+                    self.errors.append(f"kubelet sync: {exc!r}")
+
+    def _sync(self, pods: list[dict[str, Any]]) -> None:
+        live: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for pod in pods:
+            node = self.nodes.get(pod["spec"].get("nodeName") or "")
+            if node is None:
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                self._remove(pod)  # kill the containers, then confirm the delete
+                continue
+            live[(node.name, pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+        # Devices of pods that are gone come back first: the device manager frees a dead pod's
+        # devices before it admits a new one.
+        for node in self.nodes.values():
+            gone = [k for k in node.held if (node.name, *k) not in live]
+            for key in gone:
+                del node.held[key]
+            if gone:
+                self._publish(node)
+        # In the order a kubelet's watch would deliver them: by the resourceVersion of the write
+        # that put them on the node (their creation if pinned, their Binding otherwise).
+        for (name, namespace, pod_name), pod in sorted(live.items(), key=lambda kv: int(kv[1]["metadata"]["resourceVersion"])):
+            node = self.nodes[name]
+            if (namespace, pod_name) not in node.held:
+                self._admit(node, pod)
+
+    def _admit(self, node: SimNode, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        hint = (meta.get("annotations") or {}).get(DEVICES_HINT)
+        containers: list[tuple[str, tuple[int, ...]]] = []
+        for container in pod["spec"]["containers"]:
+            ask = gpu_ask(container, self.resource) if node.gpus is not None else 0
+            if not ask:
+                continue
+            free = node.free() - {i for _, d in containers for i in d}
+            if hint is not None:
+                devices: tuple[int, ...] | None = tuple(int(i) for i in hint.split(","))
+                if not set(devices) <= free or len(devices) != ask:
+                    devices = None
+            else:
+                devices = self.policy.pick(node.layout, free, ask)
+            if devices is None:
+                self.errors.append(f"{key[0]}/{key[1]} on {node.name}: asked {ask} of {sorted(free)} "
+                                   f"(hint {hint!r}): the kubelet would refuse it (UnexpectedAdmissionError)")
+                node.held[key] = []
+                self._set_phase(pod, node, "Failed")
+                return
+            containers.append((container["name"], tuple(sorted(devices))))
+        node.held[key] = containers
+        for _, devices in containers:
+            link = node.layout.worst_link(devices) if len(devices) > 1 else None
+            self.grants.append(Grant(key[0], key[1], node.name, devices, link))
+        if containers:
+            self._publish(node)
+        self._set_phase(pod, node, "Running")
+
+    def _publish(self, node: SimNode) -> None:
+        """What the kubelet would answer now, and a rewritten checkpoint (the reporter's cue)."""
+        assert node.kubelet is not None
+        pods = []
+        for (namespace, name), containers in node.held.items():
+            pods.append(FakePod(namespace, name, [
+                FakeContainer(cname, {self.resource: [FakeDevice(str(i), (node.layout.numa_of(i),)) for i in devices]})
+                for cname, devices in containers]))
+        node.kubelet.pods = pods  # one reference swap; the gRPC handlers read it whole
+        node.checkpoint.write_text(f'{{"harness": {time.monotonic_ns()}}}')
+
+    def _set_phase(self, pod: dict[str, Any], node: SimNode, phase: str) -> None:
+        now = _now()
+        ready = "True" if phase == "Running" else "False"
+        status = {"status": {
+            "phase": phase, "hostIP": node.ip, "hostIPs": [{"ip": node.ip}], "podIP": node.ip,
+            "podIPs": [{"ip": node.ip}], "startTime": now,
+            "conditions": [{"type": t, "status": ready if t != "PodScheduled" else "True", "lastTransitionTime": now}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+        }}
+        try:
+            self.api.patch(pod, status, sub="status")
+        except ApiError as exc:
+            if exc.status != 404:
+                self.errors.append(f"status of {pod['metadata']['name']}: {exc}")
+
+    def _remove(self, pod: dict[str, Any]) -> None:
+        with contextlib.suppress(ApiError):
+            self.api.delete(pod, grace=0)
+
+    # --- what tests read
+
+    def free(self, node: str) -> frozenset[int]:
+        with self._lock:
+            return self.nodes[node].free()
+
+    def wait_admitted(self, namespace: str, names: list[str], timeout: float) -> list[Grant]:
+        """The grants of these pods once the kubelet admitted all of them (pods that asked no GPU
+        count once Running)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                held = {name: node.name for node in self.nodes.values() for (ns, name) in node.held if ns == namespace}
+                grants = [g for g in self.grants if g.namespace == namespace and g.pod in names]
+            if all(name in held for name in names):
+                return grants
+            if time.monotonic() > deadline:
+                missing = [name for name in names if name not in held]
+                raise TimeoutError(f"pods not admitted on any node within {timeout:g} s: {missing}; "
+                                   f"kubelet errors: {self.errors[-3:]}")
+            time.sleep(self.poll / 2)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._watcher.join(10)
+        for node in self.nodes.values():
+            if node.kubelet is not None:
+                with contextlib.suppress(Exception):
+                    self._run(node.kubelet.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(10)
+        self._loop.close()
+        with contextlib.suppress(OSError):
+            for node in self.nodes.values():
+                os.unlink(node.checkpoint)
