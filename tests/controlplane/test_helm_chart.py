@@ -7,7 +7,8 @@ removes objects as the new values say, and uninstall leaves nothing of gpupair b
 cluster-scoped objects and the namespace (with the certificate Secret in it) included.
 
 cert-manager's and prometheus-operator's kinds are stand-in CRDs with open schemas (no operator
-runs here); what the chart writes into them is compared with what it rendered."""
+runs here); what the chart writes into them is compared with what it rendered. The chart goes
+into a namespace of its own, as another release of it could: deploy/'s tests keep gpupair-system."""
 
 from __future__ import annotations
 
@@ -19,16 +20,14 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("tests.controlplane.control_plane",
-                    reason="the control-plane harness (tests/controlplane, branch controlplane) is not in this tree")
-
-from tests.controlplane.api import Api, ApiError  # noqa: E402
-from tests.deploy_manifests import CHART, helm_template  # noqa: E402
-from tests.k8s_tools import helm_path, require  # noqa: E402
+from tests.controlplane.api import Api, ApiError
+from tests.deploy_manifests import CHART, helm_template
+from tests.k8s_tools import helm_path, require
 
 RELEASE = "gpupair"
 RELEASE_NAMESPACE = "default"
 CHART_NAMESPACE = "gpupair-helm"  # not deploy/'s gpupair-system, which other tests of the session use
+DEPLOY_NAMESPACE = "gpupair-system"
 INSTALL = {"namespace": {"name": CHART_NAMESPACE}}
 UPGRADE = {  # every kind of change: objects added (scheduler, DRA entries, monitors), changed, removed (certs)
     "namespace": {"name": CHART_NAMESPACE}, "image": {"tag": "0.2.0"}, "scheduler": {"mode": "second-scheduler"},
@@ -37,7 +36,8 @@ UPGRADE = {  # every kind of change: objects added (scheduler, DRA entries, moni
 }
 STAND_IN_CRDS = [("cert-manager.io", "v1", kind) for kind in ("Issuer", "Certificate")] + [
     ("monitoring.coreos.com", "v1", kind) for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
-# The apiserver writes the CEL type-check results into a policy's status from this controller.
+# kube-controller-manager's controller that type-checks a policy's CEL against the real schemas
+# and writes the warnings into its status.
 POLICY_STATUS_CONTROLLER = "validatingadmissionpolicy-status-controller"
 
 
@@ -84,12 +84,17 @@ def live_objects(api: Api, kinds: set[tuple[str, str]]) -> dict[tuple, dict]:
 
 
 def gpupair_leftovers(api: Api, kinds: set[tuple[str, str]], names: set[tuple]) -> list[str]:
-    """Anything of gpupair the cluster still holds: objects labelled part-of gpupair, and every
-    name the chart ever rendered, whatever its labels."""
+    """Anything of gpupair the cluster still holds: objects Helm labelled for the release, objects
+    labelled part-of gpupair (but those deploy/'s own tests keep in gpupair-system), every name
+    the chart ever rendered whatever its labels, the chart's namespace and Helm's release records."""
     left = []
-    for api_version, kind in kinds | {("v1", "Secret"), ("v1", "ConfigMap")}:
-        for obj in api.list(api_version, kind, label_selector="app.kubernetes.io/part-of=gpupair"):
-            left.append(f"{kind} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}")
+    for api_version, kind in kinds | {("v1", "Secret"), ("v1", "ConfigMap"), ("v1", "Namespace")}:
+        for selector in (f"app.kubernetes.io/instance={RELEASE}", "app.kubernetes.io/part-of=gpupair"):
+            for obj in api.list(api_version, kind, label_selector=selector):
+                namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+                if selector.startswith("app.kubernetes.io/part-of") and DEPLOY_NAMESPACE in (namespace, name):
+                    continue  # the harness's install of deploy/, which other tests share
+                left.append(f"{kind} {namespace}/{name}")
     for api_version, kind, namespace, name in names:
         if api.find(api_version, kind, name, namespace) is not None:
             left.append(f"{kind} {namespace}/{name}")
