@@ -8,6 +8,10 @@ belong inside ``run``. bench/startup.py times these start-ups.
 
 Every error leaves here as one line (docs/cli.md, "The contract"): usage errors and bad input
 files exit 2, runtime failures 1, Ctrl-C 130; no traceback reaches the user.
+
+The wheel installs it twice: as ``gpupair``, and as ``kubectl-gpupair``, which kubectl runs for
+``kubectl gpupair ...`` (a kubectl plugin is any ``kubectl-NAME`` on the PATH). The two differ only
+in the name their help and errors give the command (``kubectl gpupair status: error: ...``).
 """
 
 from __future__ import annotations
@@ -58,11 +62,16 @@ def version() -> str:
         return "unknown"
 
 
-def build_parser(only: str | None = None, *, names_only: bool = False) -> argparse.ArgumentParser:
+PROG = "gpupair"
+KUBECTL_PROG = "kubectl gpupair"
+
+
+def build_parser(only: str | None = None, *, names_only: bool = False, prog: str = PROG) -> argparse.ArgumentParser:
     """The full parser, or with ``only`` one configured subcommand (the others listed by name),
-    or with ``names_only`` every subcommand listed by name and none configured (no imports)."""
+    or with ``names_only`` every subcommand listed by name and none configured (no imports).
+    ``prog`` is the command's name in help and errors (``kubectl gpupair`` for the plugin)."""
     parser = Parser(
-        prog="gpupair",
+        prog=prog,
         description="Keep multi-GPU pods on one NUMA node and show which GPUs each pod got.",
     )
     parser.add_argument("--version", action="version", version=f"gpupair {version()}")
@@ -78,16 +87,16 @@ def build_parser(only: str | None = None, *, names_only: bool = False) -> argpar
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The top-level parser has no options of its own besides -h, so the first word is the command.
     # Without a known command argparse only prints the top-level help or an error, which need
     # no subcommand's flags: importing them all cost ~0.5 s on every `gpupair --help`.
     first = next((word for word in argv if not word.startswith("-")), None)
     if first in COMMANDS:
-        parser = build_parser(first)
+        parser = build_parser(first, prog=prog)
     else:
-        parser = build_parser(names_only=True)
+        parser = build_parser(names_only=True, prog=prog)
     args, unknown = parser.parse_known_args(argv)
     command: argparse.ArgumentParser = args._parser
     if unknown:  # said by the command's parser: `gpupair CMD: error: ...`, not `gpupair: error: ...`
@@ -108,10 +117,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{command.prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Failure as error:
-        return _failed(args.command, str(error))
+        return _failed(command, str(error))
     except Exception as error:  # the API server unreachable, a full disk, a bug: still one line
         logging.getLogger("gpupair").debug("failed", exc_info=True)  # --log-level debug: the traceback
-        return _failed(args.command, describe(error))
+        return _failed(command, describe(error))
+
+
+def kubectl_main() -> int:
+    """``kubectl-gpupair``: what kubectl runs for ``kubectl gpupair ARGS`` (with ARGS as argv).
+    kubectl passes its environment, so the current context of $KUBECONFIG (or ~/.kube/config) is
+    the one ``gpupair status`` reads, and ``--context`` picks another, as for ``gpupair``."""
+    return main(sys.argv[1:], prog=KUBECTL_PROG)
 
 
 def describe(error: BaseException) -> str:
@@ -126,11 +142,12 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _failed(command: str, message: str) -> int:
-    if command in SERVICES:  # a service's log is JSON lines; this is its last one
-        logging.getLogger("gpupair").getChild(command).error(message)
+def _failed(command: argparse.ArgumentParser, message: str) -> int:
+    name = command.gpupair_command
+    if name in SERVICES:  # a service's log is JSON lines; this is its last one
+        logging.getLogger("gpupair").getChild(name).error(message)
     else:
-        print(f"gpupair {command}: {message}", file=sys.stderr)
+        print(f"{command.prog}: {message}", file=sys.stderr)
     return EXIT_FAILURE
 
 

@@ -92,7 +92,7 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
                     why = str(exc) if isinstance(exc, NodesNotVisible) else describe_error(exc)
                     if not args.watch:
                         raise Failure(why) from None  # one line, exit 1
-                    _show(out, f"gpupair status: {why}\n", redraw)
+                    _show(out, f"{args._parser.prog}: {why}\n", redraw)
                 else:
                     _show(out, frame, redraw)
                 if not args.watch:

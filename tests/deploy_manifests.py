@@ -96,3 +96,41 @@ def env_of(container: dict) -> dict[str, Any]:
 def container(objs: list[dict], kind: str, name: str, container_name: str) -> dict:
     spec = pod_spec(find(objs, kind, name))
     return next(c for _, c in containers(spec) if c["name"] == container_name)
+
+
+# --------------------------------------------------------------------------- the Helm chart
+
+CHART = REPO / "charts" / "gpupair"
+# Labels only Helm adds; everything else must be what deploy/ renders.
+HELM_LABELS = frozenset({"app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                         "helm.sh/chart"})
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The real helm 4 (tests/k8s_tools.py finds it; skips, or fails with CI=true, without one)."""
+    from tests.k8s_tools import helm_path, require
+
+    result = subprocess.run([require("helm", helm_path()), *args], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+@functools.lru_cache(maxsize=None)
+def _helm_template_cached(values_json: str, release: str, namespace: str) -> tuple[str, ...]:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
+        values.write(values_json)
+        values.flush()
+        out = helm("template", release, str(CHART), "--namespace", namespace, "--values", values.name).stdout
+    return tuple(yaml.safe_dump(d) for d in yaml.safe_load_all(out) if d)
+
+
+def helm_template(values: dict[str, Any] | None = None, *, release: str = "gpupair",
+                  namespace: str = "default") -> list[dict[str, Any]]:
+    """`helm template` of charts/gpupair under ``values``, as a fresh list of objects (cached)."""
+    import json
+
+    return [yaml.safe_load(text) for text in
+            _helm_template_cached(json.dumps(values or {}, sort_keys=True), release, namespace)]

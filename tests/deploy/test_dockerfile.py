@@ -356,6 +356,7 @@ def test_the_wheel_builds_from_the_context_and_imports(tmp_path, built):
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
         z.extractall(tmp_path / "site")
     assert "gpupair = gpupair.cli:main" in entry_points
+    assert "kubectl-gpupair = gpupair.cli:kubectl_main" in entry_points
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
     assert {"gpupair/cli.py", "gpupair/webhook/certs.py", "gpupair/reporter/podresources/api.proto"} <= names
     assert not [n for n in names if n.startswith(("tests/", "deploy/"))]

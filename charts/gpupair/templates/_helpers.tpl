@@ -1,0 +1,136 @@
+{{/*
+The chart's names and labels. Every object carries the labels deploy/ gives it
+(app.kubernetes.io/name, component, part-of: gpupair) and Helm's own (managed-by, instance,
+helm.sh/chart, version); selectors carry only app.kubernetes.io/name, as in deploy/, so a
+kustomize install and a Helm one select the same pods.
+*/}}
+
+{{- define "gpupair.namespace" -}}
+{{ .Values.namespace.name }}
+{{- end }}
+
+{{- define "gpupair.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The reporter's ServiceAccount as the apiserver names its user (the admission policies'). */}}
+{{- define "gpupair.reporterUser" -}}
+system:serviceaccount:{{ include "gpupair.namespace" . }}:gpupair-reporter
+{{- end }}
+
+{{/* Helm's labels, on object metadata. */}}
+{{- define "gpupair.helmLabels" -}}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* metadata.labels: (dict "ctx" $ "name" "gpupair-x" "component" "x"). */}}
+{{- define "gpupair.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: gpupair
+{{ include "gpupair.helmLabels" .ctx }}
+{{- end }}
+
+{{/* A pod template's labels: deploy/'s, and the release (no chart version: no rollout for it). */}}
+{{- define "gpupair.podLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: gpupair
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- end }}
+
+{{/* The settings every pod can take: (dict "values" .Values.extender). */}}
+{{- define "gpupair.podPlacement" -}}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "gpupair.imagePullPolicy" -}}
+{{- with .Values.image.pullPolicy }}
+imagePullPolicy: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The locked-down securityContext of every non-root container (uid 65532). */}}
+{{- define "gpupair.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "gpupair.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "gpupair.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    medium: Memory
+    sizeLimit: 16Mi
+{{- end }}
+
+{{/* Each webhook entry's namespace selection: opted-in namespaces but gpupair's and kube-system,
+by their placement default ("" = those without one). */}}
+{{- define "gpupair.webhookNamespaces" -}}
+matchExpressions:
+  - key: gpupair.io/inject
+    operator: In
+    values: ["enabled"]
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: [{{ include "gpupair.namespace" .ctx | quote }}, "kube-system"]
+  - key: gpupair.io/placement
+    {{- if .placement }}
+    operator: In
+    values: [{{ .placement | quote }}]
+    {{- else }}
+    operator: NotIn
+    values: ["required", "preferred", "none"]
+    {{- end }}
+{{- end }}
+
+{{/* The objects of a deploy/ file linked under files/, each with the chart's labels added and the
+reporter's username in its namespace: (dict "ctx" $ "file" "files/x.yaml"). */}}
+{{- define "gpupair.linkedObjects" -}}
+{{- $ctx := .ctx }}
+{{- $text := $ctx.Files.Get .file | replace "system:serviceaccount:gpupair-system:gpupair-reporter" (include "gpupair.reporterUser" $ctx) }}
+{{- range $doc := regexSplit "(?m)^---$" $text -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if $obj }}
+{{- $labels := merge (fromYaml (include "gpupair.helmLabels" $ctx)) ($obj.metadata.labels | default dict) }}
+{{- $_ := set $obj.metadata "labels" (merge $labels (dict "app.kubernetes.io/part-of" "gpupair")) }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* gpupair-scheduler's KubeSchedulerConfiguration: deploy/'s file, in this namespace, for this
+resource name. */}}
+{{- define "gpupair.secondSchedulerConfig" -}}
+{{- .Files.Get "files/second-scheduler-config.yaml"
+    | replace "gpupair-extender.gpupair-system.svc" (printf "gpupair-extender.%s.svc" (include "gpupair.namespace" .))
+    | replace "resourceNamespace: gpupair-system" (printf "resourceNamespace: %s" (include "gpupair.namespace" .))
+    | replace "- name: nvidia.com/gpu" (printf "- name: %s" .Values.resourceName) }}
+{{- end }}

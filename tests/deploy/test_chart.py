@@ -1,0 +1,547 @@
+"""charts/gpupair: `helm lint --strict` passes; every documented combination of the overlays and
+components renders, through `kubectl kustomize`, the very objects the chart renders under the
+matching values, field for field, apart from the labels only Helm adds; every documented values
+combination renders and validates against the Kubernetes 1.36 schemas; values.schema.json
+refuses bad values at `helm template` (so at `helm install`) with a message naming the value.
+
+The real helm 4 and kubectl 1.35 (tests/k8s_tools.py): without them these skip, saying so in one
+line; with CI=true they fail (.ci/run fetches them)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy.test_deploy import CRD_GROUPS, K8S_VERSION, api_group
+from tests.deploy_manifests import (
+    CHART,
+    DEPLOY,
+    HELM_LABELS,
+    container,
+    env_of,
+    find,
+    helm,
+    helm_template,
+    needs_kubectl,
+    of_kind,
+    pod_spec,
+    render,
+    render_consumer,
+    workloads,
+)
+
+pytestmark = needs_kubectl
+
+MONITORING_GROUP = "monitoring.coreos.com"
+GPU_NODES = {"key": "feature.node.kubernetes.io/pci-10de.present", "value": "true"}
+ALL_OPTIONS = {  # every choice away from the default at once
+    "scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"},
+    "dra": {"enabled": True}, "monitoring": {"enabled": True},
+    "reporter": {"gpuNodeLabel": GPU_NODES, "runtimeClassName": "nvidia"}, "image": {"tag": "9.9.9"},
+}
+
+
+def overlay_values(overlay: str) -> dict:
+    values: dict = {}
+    if overlay.startswith("second-scheduler"):
+        values["scheduler"] = {"mode": "second-scheduler"}
+    if overlay.endswith("cert-manager"):
+        values["certificates"] = {"source": "cert-manager"}
+    return values
+
+
+OVERLAYS = ["self-managed", "cert-manager", "second-scheduler", "second-scheduler-cert-manager"]
+
+# (case, overlay, components, extra kustomization, values): each a combination deploy/README.md
+# names (an overlay, with the components it says to add in your own kustomization), and the
+# chart's values for the same choices.
+CASES = (
+    [(overlay, overlay, [], {}, overlay_values(overlay)) for overlay in OVERLAYS]
+    + [(f"{overlay}+dra", overlay, ["dra"], {}, {**overlay_values(overlay), "dra": {"enabled": True}})
+       for overlay in OVERLAYS]
+    + [(f"{overlay}+monitoring", overlay, ["monitoring"], {}, {**overlay_values(overlay), "monitoring": {"enabled": True}})
+       for overlay in ("self-managed", "second-scheduler-cert-manager")]
+    + [("self-managed+gpu-node-label", "self-managed", ["gpu-node-label"], {"gpu-nodes": GPU_NODES},
+        {"reporter": {"gpuNodeLabel": GPU_NODES}}),
+       ("second-scheduler+nvidia-runtime-class", "second-scheduler", ["nvidia-runtime-class"], {},
+        {**overlay_values("second-scheduler"), "reporter": {"runtimeClassName": "nvidia"}}),
+       ("self-managed+image", "self-managed", [], {"images": [{"name": "ghcr.io/gpupair/gpupair", "newTag": "9.9.9"}]},
+        {"image": {"tag": "9.9.9"}}),
+       ("everything", "second-scheduler-cert-manager", ["dra", "monitoring", "nvidia-runtime-class", "gpu-node-label"],
+        {"gpu-nodes": GPU_NODES, "images": [{"name": "ghcr.io/gpupair/gpupair", "newTag": "9.9.9"}]}, ALL_OPTIONS)]
+)
+
+
+def kustomize_case(tmp_path, overlay: str, components: list[str], extra: dict) -> list[dict]:
+    kustomization: dict = {"resources": [f"{{deploy}}/overlays/{overlay}"],
+                           "components": [f"{{deploy}}/components/{c}" for c in components]}
+    files = {}
+    if "gpu-nodes" in extra:  # the gpu-node-label component's settings, as its comment shows
+        kustomization["resources"].append("gpu-nodes.yaml")
+        files["gpu-nodes.yaml"] = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpupair-gpu-nodes", "annotations": {"config.kubernetes.io/local-config": "true"}},
+            "data": extra["gpu-nodes"]}
+    if "images" in extra:
+        kustomization["images"] = extra["images"]
+    return render_consumer(tmp_path, kustomization, files)
+
+
+# --------------------------------------------------------------------------- one source of truth
+
+GENERATED_NAME = re.compile(r"^(gpupair-scheduler-config)-[a-z0-9]{10}$")  # named after their content
+REVISION_NAME = re.compile(r"^(gpupair-certs)-\d+$")  # the chart's one-time Job, one per revision
+
+
+def without_helm_labels(obj: dict) -> dict:
+    """The object as deploy/ would have it: Helm's own labels dropped wherever labels sit."""
+    obj = copy.deepcopy(obj)
+
+    def strip(meta: dict | None) -> None:
+        if meta and "labels" in meta:
+            meta["labels"] = {k: v for k, v in meta["labels"].items() if k not in HELM_LABELS}
+
+    strip(obj["metadata"])
+    spec = obj.get("spec") or {}
+    strip((spec.get("template") or {}).get("metadata"))
+    job = spec.get("jobTemplate") or {}
+    strip(job.get("metadata"))
+    strip(((job.get("spec") or {}).get("template") or {}).get("metadata"))
+    return obj
+
+
+def normalized(objs: list[dict], *, helm_side: bool) -> dict[tuple, dict]:
+    """(kind, namespace, name) -> object, with the names either side derives (a content hash, a
+    revision) spelled alike."""
+    renames = {}
+    for o in objs:
+        name = o["metadata"]["name"]
+        if o["kind"] == "ConfigMap" and (m := GENERATED_NAME.match(name)):
+            renames[name] = m.group(1) + "-HASH"
+        if helm_side and o["kind"] == "Job" and (m := REVISION_NAME.match(name)):
+            renames[name] = m.group(1)
+    out = {}
+    for o in objs:
+        if helm_side:
+            o = without_helm_labels(o)
+        text = json.dumps(o, sort_keys=True)
+        for old, new in renames.items():
+            text = text.replace(f'"{old}"', f'"{new}"')
+        o = json.loads(text)
+        out[(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])] = o
+    return out
+
+
+CEL_FIELDS = ("expression", "messageExpression")
+
+
+def env_by_name(env: list[dict]) -> dict[str, dict]:
+    """A container's env keyed by name, its merge key: kustomize's patches put the variables they
+    add or change first, the chart writes them in place. The order would matter only to a
+    $(VAR) reference, and there is none."""
+    assert len({e["name"] for e in env}) == len(env), "a variable set twice"
+    assert "$(" not in json.dumps(env), "a $(VAR) reference: the order matters, compare it as a list"
+    return {e["name"]: e for e in env}
+
+
+def differences(a, b, path="") -> list[str]:
+    """Every path where the two differ, with both values (for a readable failure). CEL is
+    compared with its white space folded: kustomize's YAML writer puts a blank line before a
+    more-indented line of a folded (>-) scalar, which only changes the white space in a CEL
+    expression, where it means nothing."""
+    if path.endswith(CEL_FIELDS) and isinstance(a, str) and isinstance(b, str):
+        return [] if a.split() == b.split() else [f"{path}: kustomize {a!r} != helm {b!r}"]
+    if path.endswith(".env") and isinstance(a, list) and isinstance(b, list):
+        return differences(env_by_name(a), env_by_name(b), path)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in (differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{path}.{k}"))]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: kustomize {json.dumps(a)[:200]} != helm {json.dumps(b)[:200]}"]
+
+
+@pytest.mark.parametrize("case,overlay,components,extra,values", CASES, ids=[c[0] for c in CASES])
+def test_the_chart_renders_what_kustomize_renders(tmp_path, case, overlay, components, extra, values):
+    kustomized = normalized(kustomize_case(tmp_path, overlay, components, extra), helm_side=False)
+    charted = normalized(helm_template(values), helm_side=True)
+    assert sorted(charted) == sorted(kustomized), "the same objects"
+    diffs = [f"{key}: {d}" for key in sorted(kustomized) for d in differences(kustomized[key], charted[key])]
+    assert not diffs, "\n".join(diffs)
+
+
+def test_the_comparison_sees_a_changed_field_and_ignores_only_helms_labels():
+    """Guards the test above: a field the chart got wrong, a label of deploy/'s changed and a
+    label deploy/ lacks are differences; the labels it drops are Helm's alone, never deploy/'s."""
+    raw = helm_template()
+    charted = normalized(raw, helm_side=True)
+    key = ("DaemonSet", "gpupair-system", "gpupair-reporter")
+    broken = copy.deepcopy(charted[key])
+    pod_spec(broken)["containers"][0]["ports"][0]["hostPort"] = 9401
+    broken["metadata"]["labels"]["app.kubernetes.io/component"] = "agent"
+    broken["spec"]["template"]["metadata"]["labels"]["team"] = "gpu"
+    assert differences(charted[key], broken) == [
+        '.metadata.labels.app.kubernetes.io/component: kustomize "reporter" != helm "agent"',
+        ".spec.template.metadata.labels.team: kustomize \"<absent>\" != helm \"gpu\"",
+        ".spec.template.spec.containers[0].ports[0].hostPort: kustomize 9400 != helm 9401"]
+    assert all(set(o["metadata"]["labels"]) >= HELM_LABELS for o in raw), "Helm labels every object"
+    deploy_labels = {k for o in render("self-managed") for k in o["metadata"].get("labels", {})}
+    assert deploy_labels and not deploy_labels & HELM_LABELS
+
+
+def test_every_overlay_and_component_has_a_case():
+    overlays = {p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists()}
+    components = {p.name for p in (DEPLOY / "components").iterdir()} - {"second-scheduler", "cert-manager"}
+    assert overlays == set(OVERLAYS)
+    assert {c for _, _, used, _, _ in CASES for c in used} == components
+
+
+def test_linked_files_are_deploys_own():
+    """The chart reads deploy/'s policies, rules, dashboard and scheduler configurations through
+    links in files/, so there is one copy of each."""
+    links = sorted((CHART / "files").iterdir())
+    assert links
+    for link in links:
+        assert link.is_symlink(), f"{link} is a copy: link it to deploy/ instead"
+        assert link.resolve().is_relative_to(DEPLOY.resolve()) and link.resolve().is_file(), link
+
+
+# --------------------------------------------------------------------------- helm itself
+
+
+def test_helm_lint_strict():
+    for values in ({}, ALL_OPTIONS):
+        args = ["lint", "--strict", str(CHART), "--namespace", "default"]
+        if values:
+            args += ["--set-json", f"scheduler={json.dumps(values['scheduler'])}",
+                     "--set-json", f"certificates={json.dumps(values['certificates'])}",
+                     "--set", "dra.enabled=true,monitoring.enabled=true"]
+        result = helm(*args)
+        assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
+
+
+# Each value away from its default (values.yaml documents them), alone or in the groups they go in.
+REPORTER_SETTINGS = {"reporter": {"port": 9410, "nodeSelector": {"gpupair.io/pool": "a"},
+                                  "priorityClassName": "system-node-critical", "tolerations": [{"operator": "Exists"}]}}
+DEPLOYMENT_SETTINGS = {
+    "extender": {"replicas": 3, "priorityClassName": "system-cluster-critical",
+                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
+                 "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                 "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}},
+    "webhook": {"replicas": 3, "priorityClassName": "system-cluster-critical"},
+    "scheduler": {"mode": "second-scheduler", "replicas": 3, "image": "registry.k8s.io/kube-scheduler:v1.35.4",
+                  "priorityClassName": "system-cluster-critical"}}
+GLOBAL_SETTINGS = {"resourceName": "nvidia.com/mig-3g.40gb", "defaultPlacement": "preferred", "logLevel": "debug"}
+DRA_SETTINGS = {"dra": {"enabled": True, "driver": "gpu.example.com",
+                        "gpuDeviceClasses": ["gpu.example.com", "big-gpu.example.com"], "gpusPerNumaNode": 8}}
+MONITORING_SETTINGS = {"monitoring": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
+                                      "podMonitor": {"enabled": False},
+                                      "dashboard": {"labels": {"grafana_dashboard": "1", "team": "gpu"}}}}
+DOCUMENTED = [values for _, _, _, _, values in CASES] + [
+    {"namespace": {"name": "gpu-placement"}},
+    {"namespace": {"create": False, "name": "default"}},
+    GLOBAL_SETTINGS, REPORTER_SETTINGS, DEPLOYMENT_SETTINGS, DRA_SETTINGS, MONITORING_SETTINGS,
+    {"image": {"repository": "registry.example.com/gpupair", "tag": "0.2.0", "pullPolicy": "Always"},
+     "certificates": {"days": 90, "schedule": "0 4 * * *"}},
+]
+
+
+@pytest.mark.parametrize("values", DOCUMENTED, ids=[json.dumps(v, sort_keys=True)[:60] for v in DOCUMENTED])
+def test_every_documented_combination_renders_and_validates(values):
+    objs = helm_template(values, namespace="gpupair-system" if values.get("namespace", {}).get("create") is False
+                         else "default")
+    keys = [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs]
+    assert len(keys) == len(set(keys)), "duplicate objects"
+    checked = 0
+    for obj in objs:
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpupair"
+        if api_group(obj) in CRD_GROUPS | {MONITORING_GROUP}:
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        checked += 1
+    assert checked >= 20
+
+
+def test_values_reach_their_fields():
+    objs = helm_template(REPORTER_SETTINGS | DEPLOYMENT_SETTINGS | GLOBAL_SETTINGS)
+    reporter = pod_spec(find(objs, "DaemonSet", "gpupair-reporter"))
+    assert reporter["priorityClassName"] == "system-node-critical"
+    assert reporter["nodeSelector"] == {"gpupair.io/pool": "a"} and reporter["tolerations"] == [{"operator": "Exists"}]
+    (port,) = reporter["containers"][0]["ports"]
+    assert port["containerPort"] == port["hostPort"] == 9410
+    for name in ("gpupair-reporter", "gpupair-webhook"):
+        kind = "DaemonSet" if name == "gpupair-reporter" else "Deployment"
+        env = env_of(container(objs, kind, name, name.removeprefix("gpupair-")))
+        assert env["GPUPAIR_REPORTER_PORT"] == "9410"
+    extender = find(objs, "Deployment", "gpupair-extender")
+    assert extender["spec"]["replicas"] == 3 and pod_spec(extender)["priorityClassName"] == "system-cluster-critical"
+    assert pod_spec(extender)["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
+    assert pod_spec(extender)["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    scheduler = find(objs, "Deployment", "gpupair-scheduler")
+    assert scheduler["spec"]["replicas"] == 3
+    assert pod_spec(scheduler)["containers"][0]["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"
+    (config_map,) = [o for o in of_kind(objs, "ConfigMap") if o["metadata"]["name"].startswith("gpupair-scheduler-config")]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["extenders"][0]["managedResources"][0]["name"] == "nvidia.com/mig-3g.40gb"
+    hook = find(objs, "MutatingWebhookConfiguration", "gpupair-webhook")
+    for entry in hook["webhooks"]:
+        condition = next(c for c in entry["matchConditions"] if c["name"] == "asks-for-gpus")
+        assert "'nvidia.com/mig-3g.40gb' in c.resources.limits" in condition["expression"]
+        assert "nvidia.com/gpu'" not in condition["expression"]
+    for kind, name in (("Deployment", "gpupair-extender"), ("DaemonSet", "gpupair-reporter"),
+                       ("Deployment", "gpupair-webhook")):
+        assert env_of(pod_spec(find(objs, kind, name))["containers"][0])["GPUPAIR_RESOURCE_NAME"] == "nvidia.com/mig-3g.40gb"
+
+
+def test_dra_settings_reach_the_containers():
+    objs = helm_template(DRA_SETTINGS)
+    assert env_of(container(objs, "Deployment", "gpupair-extender", "extender"))["GPUPAIR_EXTENDER_DRA_DRIVER"] == "gpu.example.com"
+    assert env_of(container(objs, "DaemonSet", "gpupair-reporter", "reporter"))["GPUPAIR_REPORTER_DRA_DRIVER"] == "gpu.example.com"
+    webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
+    assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == "gpu.example.com,big-gpu.example.com"
+    assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == "8"
+
+
+def test_monitoring_labels_and_parts():
+    objs = helm_template(MONITORING_SETTINGS)
+    assert not of_kind(objs, "PodMonitor")
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        for obj in of_kind(objs, kind):
+            assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    board = find(objs, "ConfigMap", "gpupair-grafana-dashboard")
+    assert board["metadata"]["labels"]["team"] == "gpu" and board["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_another_namespace_leaves_no_trace_of_gpupair_system():
+    objs = helm_template(ALL_OPTIONS | {"namespace": {"name": "gpu-placement"}})
+    text = json.dumps(objs)
+    assert "gpupair-system" not in text
+    assert find(objs, "Namespace", "gpu-placement")
+    assert {o["metadata"].get("namespace") for o in objs if "namespace" in o["metadata"]} == {"gpu-placement",
+                                                                                              "kube-system"}
+    for policy in of_kind(objs, "ValidatingAdmissionPolicy"):
+        assert "system:serviceaccount:gpu-placement:gpupair-reporter" in json.dumps(policy["spec"]["matchConditions"])
+    serving = find(objs, "Certificate", "gpupair-webhook")
+    assert "gpupair-webhook.gpu-placement.svc" in serving["spec"]["dnsNames"]
+
+
+def test_without_creating_the_namespace_the_release_lives_in_it():
+    objs = helm_template({"namespace": {"create": False, "name": "gpupair-system"}}, namespace="gpupair-system")
+    assert not of_kind(objs, "Namespace")
+
+
+def test_the_release_cannot_live_in_the_namespace_it_creates():
+    result = helm("template", "gpupair", str(CHART), "--namespace", "gpupair-system", check=False)
+    assert result.returncode != 0
+    assert "the release cannot be kept in it" in result.stderr and "namespace.create=false" in result.stderr
+
+
+def test_every_gpupair_container_is_locked_down_whatever_the_values():
+    objs = helm_template(ALL_OPTIONS)
+    for w in workloads(objs):
+        spec = pod_spec(w)
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            root = w["metadata"]["name"] == "gpupair-reporter"
+            assert (sc.get("runAsUser", spec.get("securityContext", {}).get("runAsUser")) == 0) is root
+
+
+# --------------------------------------------------------------------------- the schema refuses
+
+BAD_VALUES = [
+    # (--set-json value, what helm's message must name)
+    ('scheduler={"mode": "kube-scheduler"}', "/scheduler/mode"),
+    ('certificates={"source": "vault"}', "/certificates/source"),
+    ('defaultPlacement="strict"', "/defaultPlacement"),
+    ('dra={"enabled": true, "gpusPerNumaNode": 0}', "/dra/gpusPerNumaNode"),
+    ('dra={"gpuDeviceClasses": []}', "/dra/gpuDeviceClasses"),
+    ('dra={"driver": "Not A DNS Name"}', "/dra/driver"),
+    ('reporter={"port": 70000}', "/reporter/port"),
+    ('extender={"replicas": "two"}', "/extender/replicas"),
+    ('webhook={"resources": {"requests": {"cpu": "lots", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}',
+     "/webhook/resources/requests/cpu"),
+    ('extender={"resources": {"requests": {"memory": null}}}', "/extender/resources/requests"),
+    ('certificates={"days": 30}', "/certificates/days"),
+    ('image={"tag": "has space"}', "/image/tag"),
+    ('image={"pullPolicy": "Sometimes"}', "/image/pullPolicy"),
+    ('logLevel="verbose"', "/logLevel"),
+    ('namespace={"name": "Gpupair_System"}', "/namespace/name"),
+    ('reporter={"gpuNodeLabel": {"key": "", "value": "true"}}', "/reporter/gpuNodeLabel/key"),
+    ('reporter={"tolerations": [{"operator": "Sometimes"}]}', "/reporter/tolerations/0/operator"),
+    ('monitoring={"enabeld": true}', "enabeld"),
+    ('resourceName="gpu"', "/resourceName"),
+    ('certificates={"schedule": "weekly"}', "/certificates/schedule"),
+]
+
+
+@pytest.mark.parametrize("setting,named", BAD_VALUES, ids=[b[0][:40] for b in BAD_VALUES])
+def test_the_schema_refuses_a_bad_value(setting, named):
+    result = helm("template", "gpupair", str(CHART), "--set-json", setting, check=False)
+    assert result.returncode != 0, f"{setting} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert named in result.stderr, result.stderr
+
+
+def test_the_schema_accepts_every_documented_combination():
+    # test_every_documented_combination_renders_and_validates renders them; here the defaults
+    # themselves, as values.yaml states them, pass the schema's own check.
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    import jsonschema
+
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+    for values in DOCUMENTED:
+        merged = copy.deepcopy(yaml.safe_load((CHART / "values.yaml").read_text()))
+        for key, value in values.items():
+            merged[key] = merged[key] | value if isinstance(value, dict) else value
+        jsonschema.validate(merged, schema)
+
+
+# --------------------------------------------------------------------------- NOTES.txt
+
+
+def notes(values: dict) -> str:
+    args = ["install", "gpupair", str(CHART), "--dry-run=client", "--namespace", "default"]
+    for key, value in values.items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    return helm(*args).stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_say_what_to_do_next():
+    self_managed = notes({})
+    # the scheduler entry to merge, with the extender's address and the resource it manages
+    assert "extenders:" in self_managed and "urlPrefix: http://EXTENDER_IP:8888" in self_managed
+    assert "kubectl -n gpupair-system get service gpupair-extender -o jsonpath='{.spec.clusterIP}'" in self_managed
+    assert "managedResources:" in self_managed and "name: nvidia.com/gpu" in self_managed
+    assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in self_managed
+    assert "job/gpupair-certs-1" in self_managed
+    second = notes({"scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"}})
+    assert "extenders:" not in second and "deployment/gpupair-scheduler" in second
+    assert "job/gpupair-certs" not in second and "certificate/gpupair-webhook" in second
+    assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in second
+
+
+def test_notes_scheduler_entry_is_deploys():
+    """The entry NOTES.txt prints is the extenders entry of
+    deploy/overlays/self-managed/scheduler-config.yaml, with the Service's ClusterIP to fill in."""
+    text = notes({})
+    block = text[text.index("extenders:"):]
+    block = block[:block.index("\n\n")]
+    printed = yaml.safe_load(block)["extenders"]
+    ours = yaml.safe_load((DEPLOY / "overlays/self-managed/scheduler-config.yaml").read_text())["extenders"]
+    ours[0]["urlPrefix"] = ours[0]["urlPrefix"].replace("gpupair-extender.gpupair-system.svc.cluster.local", "EXTENDER_IP")
+    assert printed == ours
+
+
+def test_global_settings_and_the_image_reach_every_container():
+    objs = helm_template(GLOBAL_SETTINGS | {"image": {"repository": "registry.example.com/gpupair", "tag": "0.2.0",
+                                                      "pullPolicy": "Always"}})
+    for name in ("gpupair-extender", "gpupair-webhook"):
+        assert env_of(container(objs, "Deployment", name, name.removeprefix("gpupair-")))[
+            "GPUPAIR_DEFAULT_PLACEMENT"] == "preferred"
+    seen = set()
+    for w in workloads(objs):
+        for c in pod_spec(w)["containers"]:
+            assert c["image"] == "registry.example.com/gpupair:0.2.0" and c["imagePullPolicy"] == "Always"
+            assert env_of(c)["GPUPAIR_LOG_LEVEL"] == "debug"
+            seen.add(c["args"][0])
+    assert seen == {"reporter", "extender", "webhook", "certs"}
+    webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
+    assert webhook["GPUPAIR_WEBHOOK_VERIFIER_IMAGE"] == "registry.example.com/gpupair:0.2.0"
+
+
+def test_the_schemas_bounds_are_the_commands():
+    """What the schema accepts is what the containers' commands accept (no value that passes
+    `helm install` and then stops a pod at start)."""
+    from gpupair.cli_reference import command_parsers
+    from gpupair.flags import LOG_LEVELS
+    from gpupair.intent import Intent
+
+    props = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    assert props["logLevel"]["enum"] == list(LOG_LEVELS)
+    assert props["defaultPlacement"]["enum"] == [i.value for i in Intent]
+    parsers = command_parsers()
+
+    def bounds(command: str, flag: str):
+        action = next(a for a in parsers[command]._actions if flag in a.option_strings)
+        return action.type.bounds
+
+    per_numa = bounds("webhook", "--gpus-per-numa-node")
+    assert (props["dra"]["properties"]["gpusPerNumaNode"]["minimum"],
+            props["dra"]["properties"]["gpusPerNumaNode"]["maximum"]) == (per_numa.low, per_numa.high)
+    renew = next(a for a in parsers["certs"]._actions if "--renew-within-days" in a.option_strings).default
+    days = props["certificates"]["properties"]["days"]
+    assert (days["minimum"], days["maximum"]) == (renew + 1, bounds("certs", "--days").high)
+
+
+def test_the_install_docs_lead_with_helm_and_keep_kustomize():
+    readme = (DEPLOY.parent / "README.md").read_text()
+    install = readme[readme.index("## Install\n"):]
+    install = install[:install.index("\n## ", 1)]
+    assert install.index("helm install gpupair charts/gpupair") < install.index("kubectl apply -k deploy/overlays/")
+    guide = (DEPLOY / "README.md").read_text()
+    assert "tests/deploy/test_chart.py" in guide and "## Helm and kustomize: one set of objects" in guide
+    for _, overlay, components, _, values in CASES:  # the guide's table names each pairing the test holds equal
+        assert f"overlays/{overlay}" in guide
+        for component in components:
+            assert f"`components/{component}`" in guide
+    values_text = (CHART / "values.yaml").read_text()
+    for key in json.loads((CHART / "values.schema.json").read_text())["properties"]:
+        if key != "global":
+            assert re.search(rf"^{key}:", values_text, re.M), f"values.yaml does not document {key}"
+
+
+def test_the_packaged_chart_carries_the_linked_files(tmp_path):
+    """`helm package` (what a chart repository serves) puts the linked deploy/ files' contents in
+    the archive, and the archive renders what the chart directory renders."""
+    import tarfile
+
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("gpupair-*.tgz")
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        for link in (CHART / "files").iterdir():
+            member = members[f"gpupair/files/{link.name}"]
+            assert member.isfile(), f"{link.name} is packaged as a link"
+            assert tar.extractfile(member).read() == link.resolve().read_bytes()
+    for values in ({}, ALL_OPTIONS):
+        args = ["template", "gpupair", str(archive), "--namespace", "default"]
+        for k, v in values.items():
+            args += ["--set-json", f"{k}={json.dumps(v)}"]
+        packaged = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+        assert packaged == helm_template(values)
+
+
+def test_an_older_kubernetes_is_refused():
+    """Chart.yaml's kubeVersion is deploy/README.md's floor (ValidatingAdmissionPolicy v1, webhook
+    matchConditions, node-bound tokens: 1.30)."""
+    assert "Kubernetes 1.30 or newer" in (DEPLOY / "README.md").read_text()
+    refused = helm("template", "gpupair", str(CHART), "--kube-version", "1.29.9", check=False)
+    assert refused.returncode != 0 and "kubeVersion" in refused.stderr and ">=1.30.0-0" in refused.stderr
+    helm("template", "gpupair", str(CHART), "--kube-version", "1.30.0")
+
+
+def value_leaves(values: dict, prefix: str = "") -> dict[str, object]:
+    """values.yaml's settings by path; a map of names (labels, selectors, resources) is one setting."""
+    out = {}
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in ("labels", "nodeSelector", "resources"):
+            out |= value_leaves(value, path + ".")
+        else:
+            out[path] = value
+    return out
+
+
+def test_the_charts_readme_documents_every_value_with_its_default():
+    rows = {}
+    for line in (CHART / "README.md").read_text().splitlines():
+        if m := re.match(r"\| `([\w.]+)` \| `(.*?)` \| (.+) \|$", line):
+            rows[m.group(1)] = json.loads(m.group(2))
+    assert rows == value_leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
