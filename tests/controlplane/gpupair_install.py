@@ -46,12 +46,16 @@ def url_webhooks(webhooks_config: dict[str, Any], url: str, ca_pem: bytes) -> di
     return config
 
 
-def scheduler_extender(url: str, **changes: Any) -> dict[str, Any]:
+def scheduler_extender(url: str, *, every_pod: bool = False, **changes: Any) -> dict[str, Any]:
     """The `extenders:` entry of deploy/overlays/self-managed/scheduler-config.yaml, pointed at
-    ``url``; ``changes`` replace its keys (e.g. managedResources)."""
+    ``url``; ``every_pod``: without managedResources, so every pod reaches the extender, claim
+    pods included (docs/dra.md, "registering the extender for every pod"); ``changes`` replace
+    its keys."""
     shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     entry = dict(shipped["extenders"][0])
     entry["urlPrefix"] = url
+    if every_pod:
+        entry.pop("managedResources")
     entry.update(changes)
     return entry
 
