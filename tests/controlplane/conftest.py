@@ -6,7 +6,23 @@ its default ServiceAccount; no namespace controller runs, so the harness deletes
 (started with what the test asks, stopped after it), and ``gpupair`` (deploy/ applied, its
 processes started on demand and stopped after the test).
 
-Without the binaries every test here skips with one line saying how to provide them; with
+A test, in short (helpers in workloads.py, dra.py and gpupair_install.py)::
+
+    def test_a_pair_is_close(api, namespace, kubelets, scheduler, gpupair):
+        install = gpupair("device-plugin")      # deploy/ applied; "dra" adds the dra component
+        install.webhook()                       # label the namespace gpupair.io/inject=enabled to use it
+        sim = kubelets(policy="aligned")        # how the device plugin picks GPUs
+        sim.add_node("n1", SEED_TOPO)           # Ready, 8 nvidia.com/gpu, PodResources socket
+        install.reporter(sim.nodes["n1"])       # its node-bound token, --topology-file
+        _, url = install.extender()
+        scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
+                   "extenders": [scheduler_extender(url)]})
+        api.create(gpu_pod(namespace, "p", 2))
+        [grant] = sim.wait_admitted(namespace, ["p"], timeout=30)
+        assert grant.link == "NODE"
+
+Set GPUPAIR_CONTROLPLANE_LOGS to a folder to keep every test's process logs there (a failing
+test prints their last lines anyway). Without the binaries every test here skips with one line saying how to provide them; with
 CI=true they fail instead (.ci/run provides them).
 """
 
@@ -86,6 +102,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 _failed = pytest.StashKey[bool]()
+LOGS_ENV = "GPUPAIR_CONTROLPLANE_LOGS"  # a folder: every test's process logs are copied there, by test
 SESSION_LOGS = {"etcd.log", "kube-apiserver.log"}  # written all session long; in the session directory
 
 
@@ -107,7 +124,18 @@ def workdir(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iter
     yield path
     if request.node.stash.get(_failed, False):
         print_log_tails(control_plane.directory, began)
+    keep = os.environ.get(LOGS_ENV)
+    if keep:
+        copy_logs(control_plane.directory, began, Path(keep) / request.node.name)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def copy_logs(directory: Path, since: float, target: Path) -> None:
+    for log in directory.rglob("*.log"):
+        if log.stat().st_mtime >= since:
+            where = target / log.relative_to(directory)
+            where.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, where)
 
 
 def delete_pods(api: Api, namespace: str = "", **query: str) -> None:

@@ -16,8 +16,6 @@ it carries the node's name as a kubelet-minted token does (the admission policie
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import yaml
 
 from tests.controlplane.api import Api, ApiError
+from tests.controlplane.containers import base_env, gpupair_argv, resolved_env
 from tests.controlplane.control_plane import ControlPlane
 from tests.controlplane.kubelet import SimNode
 from tests.controlplane.pki import LOOPBACK, CertPair
@@ -34,34 +33,6 @@ from tests.deploy_manifests import DEPLOY, container, find, pod_spec
 NAMESPACE = "gpupair-system"
 VERDICT_POLICY = "gpupair-pod-verdicts"
 SCHEDULER_CONFIG = DEPLOY / "overlays" / "self-managed" / "scheduler-config.yaml"
-
-
-def gpupair_argv(args: list[str]) -> list[str]:
-    """The image's entrypoint, `gpupair`, from this interpreter's environment."""
-    script = Path(sys.executable).with_name("gpupair")
-    if script.exists():
-        return [str(script), *args]
-    return [sys.executable, "-c", "from gpupair.cli import main; main()", *args]
-
-
-def resolved_env(spec_container: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:
-    """The container's env with downward-API fieldRefs filled in from ``fields``."""
-    env: dict[str, str] = {}
-    for entry in spec_container.get("env") or []:
-        if "value" in entry:
-            env[entry["name"]] = str(entry["value"])
-            continue
-        path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-        if path not in fields:
-            raise ValueError(f"env {entry['name']}: the harness cannot resolve {entry.get('valueFrom')}")
-        env[entry["name"]] = fields[path]
-    return env
-
-
-def base_env() -> dict[str, str]:
-    """What a container starts from: no proxy, no kubeconfig and no in-cluster variables of ours."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
-    return {k: v for k, v in os.environ.items() if k in keep}
 
 
 def url_webhooks(webhooks_config: dict[str, Any], url: str, ca_pem: bytes) -> dict[str, Any]:
@@ -75,12 +46,16 @@ def url_webhooks(webhooks_config: dict[str, Any], url: str, ca_pem: bytes) -> di
     return config
 
 
-def scheduler_extender(url: str, **changes: Any) -> dict[str, Any]:
+def scheduler_extender(url: str, *, every_pod: bool = False, **changes: Any) -> dict[str, Any]:
     """The `extenders:` entry of deploy/overlays/self-managed/scheduler-config.yaml, pointed at
-    ``url``; ``changes`` replace its keys (e.g. managedResources)."""
+    ``url``; ``every_pod``: without managedResources, so every pod reaches the extender, claim
+    pods included (docs/dra.md, "registering the extender for every pod"); ``changes`` replace
+    its keys."""
     shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     entry = dict(shipped["extenders"][0])
     entry["urlPrefix"] = url
+    if every_pod:
+        entry.pop("managedResources")
     entry.update(changes)
     return entry
 

@@ -13,7 +13,9 @@ is admitted: each container asking the GPU resource is handed devices the way a 
 would pick them (``gpupair.policies``: ``aligned`` is NVIDIA's best-effort policy, ``naive`` the
 first free ones), the PodResources answer shows them, and the pod's status says Running. A pod
 marked for deletion gives its devices back and is removed (the kubelet's part of a graceful
-delete). Every grant is kept in ``grants``, in order, for the test to judge.
+delete). Every grant is kept in ``grants``, in order, for the test to judge. Of the pod's
+containers only gpupair's own run, as processes here: the verifier sidecar the webhook injects
+(so the node's reporter is asked for the pod's verdict exactly as in a cluster).
 
 One test-only knob: a pod annotated ``harness.gpupair.test/devices: "0,5"`` is given exactly
 those devices. Tests use it for other tenants' pods that hold known GPUs; nothing of gpupair's
@@ -37,6 +39,8 @@ from gpupair.policies import policy_named
 from gpupair.report import decode_layout
 from gpupair.smi_topo import parse_topo_matrix
 from tests.controlplane.api import Api, ApiError
+from tests.controlplane.containers import base_env, gpupair_argv, resolved_env
+from tests.controlplane.processes import Process
 from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod
 
 GPU = "nvidia.com/gpu"
@@ -112,6 +116,7 @@ class Kubelets:
         self.poll = poll
         self.nodes: dict[str, SimNode] = {}
         self.grants: list[Grant] = []
+        self.containers: dict[tuple[str, str], list[Process]] = {}  # the gpupair containers running, by pod
         self.errors: list[str] = []
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="podresources", daemon=True)
@@ -198,6 +203,7 @@ class Kubelets:
             gone = [k for k in node.held if (node.name, *k) not in live]
             for key in gone:
                 del node.held[key]
+                self._stop_containers(key)
             if gone:
                 self._publish(node)
         # In the order a kubelet's watch would deliver them: by the resourceVersion of the write
@@ -237,6 +243,44 @@ class Kubelets:
         if containers:
             self._publish(node)
         self._set_phase(pod, node, "Running")
+        self._start_gpupair_containers(node, pod)
+
+    def _start_gpupair_containers(self, node: SimNode, pod: dict[str, Any]) -> None:
+        """Run the pod's gpupair containers (the injected verifier sidecar: args ``verify``) as a
+        kubelet would: downward-API env, and each projected service-account token it mounts
+        minted with TokenRequest (bound to the pod, for the volume's audience) into a file
+        where its mount path names one."""
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        for spec in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]:
+            if (spec.get("args") or [])[:1] != ["verify"]:
+                continue
+            pod_dir = node.directory / "pods" / f"{key[0]}_{key[1]}"
+            env = resolved_env(spec, {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"],
+                                      "metadata.uid": meta["uid"], "spec.nodeName": node.name,
+                                      "status.hostIP": node.ip})
+            volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+            for mount in spec.get("volumeMounts") or []:
+                here = pod_dir / mount["name"]
+                for source in (volumes.get(mount["name"], {}).get("projected") or {}).get("sources") or []:
+                    wanted = source.get("serviceAccountToken")
+                    if wanted is None:
+                        continue
+                    token = self.api.request_token(
+                        meta["namespace"], pod["spec"].get("serviceAccountName") or "default",
+                        audiences=[wanted["audience"]] if wanted.get("audience") else None, bound_pod=pod,
+                        seconds=int(wanted.get("expirationSeconds", 3600)))
+                    here.mkdir(parents=True, exist_ok=True)
+                    (here / wanted["path"]).write_text(token)
+                env = {k: v.replace(mount["mountPath"], str(here)) for k, v in env.items()}
+            pod_dir.mkdir(parents=True, exist_ok=True)
+            process = Process(f"{key[1]}/{spec['name']}", gpupair_argv(list(spec["args"])),
+                              pod_dir / f"{spec['name']}.log", env={**base_env(), **env})
+            self.containers.setdefault(key, []).append(process)
+
+    def _stop_containers(self, key: tuple[str, str]) -> None:
+        for process in self.containers.pop(key, []):
+            process.stop(grace=2.0)
 
     def _publish(self, node: SimNode) -> None:
         """What the kubelet would answer now, and a rewritten checkpoint (the reporter's cue)."""
@@ -293,6 +337,8 @@ class Kubelets:
     def close(self) -> None:
         self._stop.set()
         self._watcher.join(10)
+        for key in list(self.containers):
+            self._stop_containers(key)
         for node in self.nodes.values():
             if node.kubelet is not None:
                 with contextlib.suppress(Exception):

@@ -13,10 +13,12 @@ to the first node, fn-1, whose only free pair is GPU3+GPU4).
 
 from __future__ import annotations
 
-from gpupair.verdict import PLANNED_KEY, parse_set
+from gpupair.verdict import PLANNED_KEY, format_set, parse_set
 from tests.controlplane.gpupair_install import scheduler_extender
 from tests.controlplane.kubelet import Grant, Kubelets
-from tests.controlplane.workloads import SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported
+from tests.controlplane.workloads import (
+    SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported, wait_verdict,
+)
 
 FRAGMENTED = {"fn-1": {3, 4}, "fn-2": {2, 3, 4, 5}, "fn-3": {0, 1}, "fn-4": {4, 5, 6, 7}}
 ROUNDS, PODS_PER_ROUND = 10, 2
@@ -39,7 +41,8 @@ def nodes_with_tenants(api, sim: Kubelets, namespace: str, free: dict[str, set[i
 
 def run_rounds(api, sim: Kubelets, namespace: str, free: dict[str, set[int]], *, reports: bool) -> list[Grant]:
     """The rounds; after each, its pods are deleted and (with ``reports``) the reporters have
-    shown the nodes back at ``free`` before the next round's pods are created."""
+    shown the nodes back at ``free`` before the next round's pods are created, and each pod's
+    verdict, asked for by its verifier sidecar, has named the GPUs the device plugin gave it."""
     grants: list[Grant] = []
     for round_number in range(1, ROUNDS + 1):
         names = [f"r{round_number:02d}-{n}" for n in range(1, PODS_PER_ROUND + 1)]
@@ -50,6 +53,11 @@ def run_rounds(api, sim: Kubelets, namespace: str, free: dict[str, set[int]], *,
         except TimeoutError as exc:
             reasons = {n: scheduling_failures(api, namespace, n)[-1:] for n in names}
             raise AssertionError(f"round {round_number}: {exc}; FailedScheduling: {reasons}") from None
+        if reports:
+            for grant in grants[-PODS_PER_ROUND:]:
+                verdict = wait_verdict(api, namespace, grant.pod)
+                assert verdict["gpupair.io/granted"] == format_set(grant.devices), (grant, verdict)
+                assert verdict["gpupair.io/verdict"] == "PASS" and verdict["gpupair.io/link"] == grant.link, (grant, verdict)
         for name in names:
             api.delete(api.get("v1", "Pod", name, namespace), grace=0)
         wait_gone(api, namespace, names)

@@ -9,11 +9,10 @@ from tests.controlplane.dra import (
     hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,
 )
 from tests.controlplane.gpupair_install import scheduler_extender
-from tests.controlplane.workloads import gpu_pod
+from tests.controlplane.workloads import gpu_pod, wait_verdict
 from tests.dra_support import FRAGMENTED
 
 INJECT = {"gpupair.io/inject": "enabled"}
-VERDICT_KEYS = ("gpupair.io/granted", "gpupair.io/numa", "gpupair.io/link", "gpupair.io/verdict")
 
 
 def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
@@ -48,9 +47,7 @@ def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
         api.get("v1", "Pod", "trainer", namespace)), 60, "the claim pod bound")
     claims = pod_claims(api, pod)
     assert [allocated_devices(c) for c in claims] == [[4, 5]], [c.get("status") for c in claims]
-    annotations = api.wait_for(lambda: (lambda a: a if all(k in a for k in VERDICT_KEYS) else None)(
-        api.get("v1", "Pod", "trainer", namespace)["metadata"].get("annotations") or {}),
-        10, "the reporter's verdict on the claim pod")
+    annotations = wait_verdict(api, namespace, "trainer")
     assert annotations["gpupair.io/verdict"] == "PASS", annotations
     assert annotations["gpupair.io/link"] == "NODE", annotations
     assert annotations["gpupair.io/granted"] == "GPU4+GPU5", annotations

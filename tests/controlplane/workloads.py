@@ -64,3 +64,15 @@ def pending_for(api: Api, namespace: str, names: list[str], seconds: float) -> l
     """Of ``names``, those still unbound after ``seconds`` more."""
     time.sleep(seconds)
     return [n for n in names if not (api.get("v1", "Pod", n, namespace)["spec"].get("nodeName"))]
+
+
+VERDICT_KEYS = ("gpupair.io/granted", "gpupair.io/numa", "gpupair.io/link", "gpupair.io/verdict")
+
+
+def wait_verdict(api: Api, namespace: str, pod: str, timeout: float = 10.0) -> dict[str, str]:
+    """The pod's annotations once its verdict is written (the reporter writes them all in one patch)."""
+    def annotations() -> dict[str, str] | None:
+        found = api.get("v1", "Pod", pod, namespace)["metadata"].get("annotations") or {}
+        return found if all(k in found for k in VERDICT_KEYS) else None
+
+    return api.wait_for(annotations, timeout, f"the verdict on {namespace}/{pod}")
