@@ -1,0 +1,211 @@
+"""gpupair on DRA nodes, on the real control plane (issue 25's acceptance): kube-scheduler's
+binding cycle allocates a pod's claims in PreBind, before the extender's bind; the webhook
+writes each claim's intent; the reporters write every multi-GPU DRA pod's verdict from its claims.
+
+The fragmented four nodes are tests/dra_support.FRAGMENTED (free {3,4} | {2,3,4,5} | {0,1} |
+{4,5,6,7}, the rest held by tenants' one-GPU claims)."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from typing import Any
+
+from tests.controlplane.api import Api
+from tests.controlplane.dra import (
+    allocated_devices, claim_pod, claim_template, cross_numa, device_class, dra_nodes_with_tenants, pod_claims,
+)
+from tests.controlplane.gpupair_install import Install, scheduler_extender
+from tests.controlplane.workloads import gpu_pod, wait_gone, wait_verdict
+from tests.dra_support import FRAGMENTED
+
+INJECT = "gpupair.io/inject"
+PLACEMENT = "gpupair.io/placement"
+FAIL_REASON = "GPUPlacementFailed"
+
+
+def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
+               every_pod: bool = False, free: dict[str, set[int]] | None = None) -> tuple[Install, str]:
+    """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
+    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs."""
+    install = gpupair("dra")
+    install.webhook()
+    sim = kubelets()
+    device_class(api)
+    controller_manager("resourceclaim-controller")
+    _, url = install.extender()
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
+               "extenders": [scheduler_extender(url, every_pod=every_pod)]})
+    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()})
+    for node in sim.nodes.values():
+        install.reporter(node)
+    return install, url
+
+
+def reservations(url: str) -> float:
+    """The extender's gpupair_extender_reservations gauge."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("gpupair_extender_reservations "):
+                return float(line.split()[1])
+    raise AssertionError("no gpupair_extender_reservations in the extender's metrics")
+
+
+def warnings_on(api: Api, namespace: str, pod: str) -> list[str]:
+    events = api.list("v1", "Event", namespace, field_selector=f"involvedObject.name={pod}")
+    return [e.get("message", "") for e in events if e.get("type") == "Warning" and e.get("reason") == FAIL_REASON]
+
+
+def bound(api: Api, namespace: str, names: list[str], timeout: float = 60.0) -> list[dict[str, Any]]:
+    return api.wait_for(lambda: (lambda ps: ps if all(p["spec"].get("nodeName") for p in ps) else None)(
+        [api.get("v1", "Pod", n, namespace) for n in names]), timeout, f"{names} bound")
+
+
+def rounds(api: Api, namespace: str, make_pod, *, count: int = 10, after_bound=None) -> list[dict[str, Any]]:
+    """Rounds of 2 pods created together; for each pod: its node, devices, and (for two or more
+    GPUs) the verdict, read within 10 s of seeing it bound. ``after_bound(pods)`` runs first."""
+    grants = []
+    for number in range(1, count + 1):
+        names = [f"r{number:02d}-{i}" for i in (1, 2)]
+        for name in names:
+            api.create(make_pod(namespace, name))
+        pods = bound(api, namespace, names)
+        if after_bound is not None:
+            after_bound(pods)
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
+            verdict = wait_verdict(api, namespace, name, timeout=10.0) if len(devices) >= 2 else {}
+            grants.append({"pod": name, "node": pod["spec"]["nodeName"], "devices": sorted(devices),
+                           "verdict": verdict, "warnings": warnings_on(api, namespace, name)})
+        for name in names:
+            api.delete(api.path("v1", "Pod", name, namespace), grace=0)
+        wait_gone(api, namespace, names)
+    return grants
+
+
+def as_tuples(grants: list[dict[str, Any]]) -> list[tuple[str, str, list[int]]]:
+    return [(g["pod"], g["node"], g["devices"]) for g in grants]
+
+
+def granted(devices: list[int]) -> str:
+    return "+".join(f"GPU{d}" for d in devices)
+
+
+def matches_allocation(grant: dict[str, Any]) -> bool:
+    numa = "+".join(f"NUMA{d // 4}" for d in grant["devices"])
+    return grant["verdict"].get("gpupair.io/granted") == granted(grant["devices"]) and \
+        grant["verdict"].get("gpupair.io/numa") == numa
+
+
+def test_ext_pods_get_close_pairs_their_verdicts_and_no_reservation_outlives_their_allocation(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+    """EXT: pods asking nvidia.com/gpu: 2, served from DRA devices; kube-scheduler makes and
+    allocates their claims in PreBind, before gpupair's bind (kube-scheduler alone: 9 of 20 SYS;
+    test_dra.py checks that control)."""
+    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair)
+    outlived: list[float] = []
+
+    def holds_end(pods: list[dict[str, Any]]) -> None:
+        # Every pod's claim was allocated before it was bound: its hold, if any, ends within a second.
+        seen = time.monotonic()
+        while reservations(url) > 0:
+            if time.monotonic() - seen > 1.0:
+                outlived.append(reservations(url))
+                return
+            time.sleep(0.02)
+
+    grants = rounds(api, namespace, lambda ns, name: gpu_pod(ns, name, 2), after_bound=holds_end)
+    assert len(grants) == 20 and not cross_numa(as_tuples(grants)), grants
+    assert outlived == [], f"reservations held over a second after their pods' allocations: {outlived}"
+    assert all(matches_allocation(g) for g in grants), grants
+    assert {(g["verdict"]["gpupair.io/verdict"], g["verdict"]["gpupair.io/verdict-placement"]) for g in grants} \
+        == {("PASS", "required")}
+
+
+def test_claims_as_written_in_an_opted_in_namespace_under_required_then_preferred(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+    """Claim pods from a template asking count: 2 with no constraint, as users write them. The
+    extender (registered as shipped) never sees them: the webhook's rewrite of the template does
+    the work at allocation, and the verdict names the intent."""
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair)
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled"}}})
+    api.create(claim_template(namespace, "pair", 2, constraint=None))
+    required = rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"))
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "preferred"}}})
+    api.create(claim_template(namespace, "pair-preferred", 2, constraint=None))
+    preferred = rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair-preferred"))
+
+    assert len(required) == 20 and not cross_numa(as_tuples(required)), required
+    assert all(matches_allocation(g) for g in required + preferred), required + preferred
+    assert {(g["verdict"]["gpupair.io/verdict"], g["verdict"]["gpupair.io/verdict-placement"]) for g in required} \
+        == {("PASS", "required")}
+    assert len(preferred) == 20
+    assert {(g["verdict"]["gpupair.io/verdict"], g["verdict"]["gpupair.io/verdict-placement"]) for g in preferred} \
+        == {("PASS", "preferred")}
+    assert not [g for g in required + preferred if g["warnings"]]
+
+
+def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+    """One DRA node with GPU3 and GPU4 free: a two-GPU claim without a constraint gets the SYS
+    pair. Not opted in (the default intent, required): FAIL and a Warning Event. Opted in under
+    none, then preferred: PASS, the intent named, no Warning. Opted in under required: the
+    webhook's constraint keeps the pod pending rather than granted a SYS pair."""
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free={"dra-node-1": {3, 4}})
+    outcomes = {}
+    for label, template in ((None, "as-written"), ("none", "under-none"), ("preferred", "under-preferred")):
+        if label is not None:
+            api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: label}}})
+        api.create(claim_template(namespace, template, 2, constraint=None))
+        api.create(claim_pod(namespace, template, template=template))
+        [pod] = bound(api, namespace, [template])
+        devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
+        verdict = wait_verdict(api, namespace, template, timeout=10.0)
+        if label is None:  # the Warning goes with the FAIL verdict
+            api.wait_for(lambda: warnings_on(api, namespace, template), 10, "the Warning Event")
+        outcomes[template] = (sorted(devices), verdict["gpupair.io/link"], verdict["gpupair.io/verdict"],
+                              verdict["gpupair.io/verdict-placement"], bool(warnings_on(api, namespace, template)))
+        api.delete(api.path("v1", "Pod", template, namespace), grace=0)
+        wait_gone(api, namespace, [template])
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "required"}}})
+    api.create(claim_template(namespace, "under-required", 2, constraint=None))
+    api.create(claim_pod(namespace, "under-required", template="under-required"))
+    time.sleep(5)
+    waiting = api.get("v1", "Pod", "under-required", namespace)
+
+    assert outcomes == {
+        "as-written": ([3, 4], "SYS", "FAIL", "required", True),
+        "under-none": ([3, 4], "SYS", "PASS", "none", False),
+        "under-preferred": ([3, 4], "SYS", "PASS", "preferred", False),
+    }
+    assert not waiting["spec"].get("nodeName")
+
+
+def test_frag_with_the_every_pod_entry_places_seven_four_gpu_claims_of_eight(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+    """Four empty nodes; 4 one-GPU claims, then 8 four-GPU claims under a numaNode constraint,
+    the extender registered for every pod (docs/dra.md). Its best fit packs the one-GPU claims
+    into one NUMA node, so 7 of the 8 fit (kube-scheduler alone placed 6)."""
+    empty = {name: set(range(8)) for name in FRAGMENTED}
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, every_pod=True, free=empty)
+    api.create(claim_template(namespace, "one", 1, constraint=None))
+    api.create(claim_template(namespace, "four", 4))
+    for i in range(4):
+        api.create(claim_pod(namespace, f"one-{i}", template="one"))
+        bound(api, namespace, [f"one-{i}"])
+    placed, waiting = [], []
+    for i in range(8):
+        name = f"four-{i}"
+        api.create(claim_pod(namespace, name, template="four"))
+        try:
+            [pod] = bound(api, namespace, [name], timeout=8.0 if len(placed) >= 7 else 30.0)
+        except TimeoutError:
+            waiting.append(name)
+            continue
+        devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
+        placed.append((name, pod["spec"]["nodeName"], sorted(devices)))
+        verdict = wait_verdict(api, namespace, name, timeout=10.0)
+        assert verdict["gpupair.io/granted"] == granted(sorted(devices)) and verdict["gpupair.io/verdict"] == "PASS"
+    assert len(placed) == 7 and len(waiting) == 1, (placed, waiting)
+    assert not cross_numa(placed)
