@@ -4,6 +4,7 @@ writing DRA pods' verdicts from their claims, the extender with the component's 
 
 from __future__ import annotations
 
+from gpupair.verdict import format_set
 from tests.controlplane.dra import (
     RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, device_class, dra_nodes_with_tenants,
     hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,
@@ -72,3 +73,37 @@ def test_kube_scheduler_alone_gives_ext_pods_served_from_dra_sys_pairs(api, name
 
     assert len(grants) == 20 and all(len(devices) == 2 for _, _, devices in grants), grants
     assert cross_numa(grants), f"no SYS pair without gpupair: {grants}"
+
+
+def test_claims_as_written_in_a_required_namespace_get_close_pairs_and_verdicts(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+    """Issue 25's "claims as written under required": a template asking 2 GPUs with no
+    constraint, in an opted-in namespace (default intent required), on the fragmented DRA nodes,
+    10 rounds x 2 pods. The webhook gives the template the numaNode constraint; every pod is
+    placed on a close pair, and its verdict (from the node's reporter, within 10 s of binding)
+    names the claim's devices and the intent."""
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": INJECT}})
+    install = gpupair("dra")
+    install.webhook()
+    sim = kubelets()
+    device_class(api)
+    controller_manager("resourceclaim-controller")
+    _, url = install.extender()
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in FRAGMENTED.items()})
+    for node in FRAGMENTED:
+        install.reporter(sim.nodes[node])
+    api.create(claim_template(namespace, "pair", 2, constraint=None))
+    verdicts = {}
+
+    def on_bound(pod: dict) -> None:
+        verdicts[pod["metadata"]["name"]] = wait_verdict(api, namespace, pod["metadata"]["name"])
+
+    grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"), on_bound=on_bound)
+
+    assert len(grants) == 20 and all(len(devices) == 2 for _, _, devices in grants), grants
+    assert cross_numa(grants) == [], grants
+    for name, _, devices in grants:
+        assert verdicts[name]["gpupair.io/granted"] == format_set(devices), (name, devices, verdicts[name])
+        assert verdicts[name]["gpupair.io/verdict"] == "PASS", verdicts[name]
+        assert verdicts[name]["gpupair.io/verdict-placement"] == "required", verdicts[name]
