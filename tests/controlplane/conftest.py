@@ -40,7 +40,7 @@ import pytest
 
 from tests.controlplane.api import Api
 from tests.controlplane.control_plane import HOW_TO_PROVIDE, ControlPlane, find_binaries, session_directory
-from tests.controlplane.dra import remove_claims, remove_slices
+from tests.controlplane.dra import RESOURCE, device_class, remove_claims, remove_slices
 from tests.controlplane.gpupair_install import NAMESPACE, Install
 from tests.controlplane.kubelet import Kubelets
 from tests.controlplane.processes import Process, stop_all
@@ -197,6 +197,15 @@ def scheduler(control_plane: ControlPlane) -> Iterator[Callable[..., Process]]:
 def controller_manager(control_plane: ControlPlane) -> Iterator[Callable[..., Process]]:
     """``controller_manager("resourceclaim-controller")``: only those controllers, for this test."""
     yield from _per_test(control_plane.controller_manager)
+
+
+@pytest.fixture
+def gpu_device_class(api: Api) -> Iterator[dict[str, Any]]:
+    """The DeviceClass gpu.nvidia.com (with extendedResourceName nvidia.com/gpu), removed after
+    the test so later tests see no DRA-served GPUs."""
+    obj = device_class(api)
+    yield obj
+    api.delete(api.path_of({**obj, "apiVersion": RESOURCE, "kind": "DeviceClass"}))
 
 
 @pytest.fixture(scope="session")

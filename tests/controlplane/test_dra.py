@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpupair.verdict import format_set
 from tests.controlplane.dra import (
-    RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, device_class, dra_nodes_with_tenants,
+    RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants,
     hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,
 )
 from tests.controlplane.gpupair_install import scheduler_extender
@@ -17,7 +17,7 @@ INJECT = {"gpupair.io/inject": "enabled"}
 
 
 def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """Free GPU3-6 on one DRA node: the allocator's first fit for 2 devices would be GPU3+GPU4
     (one per socket); in an opted-in namespace (default intent required) the webhook gives the
     template the numaNode constraint, so the claim gets GPU4+GPU5 (the first two free on the
@@ -29,7 +29,6 @@ def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
     sim = kubelets()
     node = "dra-smoke-1"
     sim.add_node(node, seed_topology_file(sim.directory, node), gpus=None)
-    device_class(api)
     publish_slices(api, [node])
     install.reporter(sim.nodes[node])
     _, url = install.extender()
@@ -58,13 +57,12 @@ def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
 
 
 def test_kube_scheduler_alone_gives_ext_pods_served_from_dra_sys_pairs(api, namespace, kubelets, scheduler,
-                                                                       controller_manager):
+                                                                       controller_manager, gpu_device_class):
     """The control for EXT (issue 25's table, first row): pods asking ``nvidia.com/gpu: 2``
     served from DRA devices through the DeviceClass's extendedResourceName, on the fragmented DRA
     nodes, 10 rounds x 2 pods, kube-scheduler alone. Its allocator takes the first free devices
     in slice order, so the recording's 9 of 20 SYS is what to expect; here at least one."""
     sim = kubelets()
-    device_class(api)
     controller_manager("resourceclaim-controller")
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
     dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in FRAGMENTED.items()})
@@ -76,7 +74,7 @@ def test_kube_scheduler_alone_gives_ext_pods_served_from_dra_sys_pairs(api, name
 
 
 def test_claims_as_written_in_a_required_namespace_get_close_pairs_and_verdicts(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """Issue 25's "claims as written under required": a template asking 2 GPUs with no
     constraint, in an opted-in namespace (default intent required), on the fragmented DRA nodes,
     10 rounds x 2 pods. The webhook gives the template the numaNode constraint; every pod is
@@ -86,7 +84,6 @@ def test_claims_as_written_in_a_required_namespace_get_close_pairs_and_verdicts(
     install = gpupair("dra")
     install.webhook()
     sim = kubelets()
-    device_class(api)
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
