@@ -40,7 +40,7 @@ import pytest
 
 from tests.controlplane.api import Api
 from tests.controlplane.control_plane import HOW_TO_PROVIDE, ControlPlane, find_binaries, session_directory
-from tests.controlplane.dra import remove_claims, remove_slices
+from tests.controlplane.dra import RESOURCE, device_class, remove_claims, remove_slices
 from tests.controlplane.gpupair_install import NAMESPACE, Install
 from tests.controlplane.kubelet import Kubelets
 from tests.controlplane.processes import Process, stop_all
@@ -52,15 +52,15 @@ _skipped: list[str] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
+    for item in items:  # the harness's own tests need no binaries and stay in the fast loop
+        if HERE in Path(str(item.fspath)).parents and "control_plane" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.controlplane)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if _skipped:
-        terminalreporter.write_line(f"controlplane: {len(set(_skipped))} reason, every control-plane test skipped: "
-                                    f"{_skipped[0]}")
+        skipped = [r for r in terminalreporter.stats.get("skipped", []) if _skipped[0] in str(r.longrepr)]
+        terminalreporter.write_line(f"{len(skipped)} control-plane tests skipped: {_skipped[0]}")
 
 
 def _unavailable(why: str) -> None:
@@ -197,6 +197,15 @@ def scheduler(control_plane: ControlPlane) -> Iterator[Callable[..., Process]]:
 def controller_manager(control_plane: ControlPlane) -> Iterator[Callable[..., Process]]:
     """``controller_manager("resourceclaim-controller")``: only those controllers, for this test."""
     yield from _per_test(control_plane.controller_manager)
+
+
+@pytest.fixture
+def gpu_device_class(api: Api) -> Iterator[dict[str, Any]]:
+    """The DeviceClass gpu.nvidia.com (with extendedResourceName nvidia.com/gpu), removed after
+    the test so later tests see no DRA-served GPUs."""
+    obj = device_class(api)
+    yield obj
+    api.delete(api.path_of({**obj, "apiVersion": RESOURCE, "kind": "DeviceClass"}))
 
 
 @pytest.fixture(scope="session")

@@ -157,10 +157,11 @@ def dra_nodes_with_tenants(api: Api, sim: Kubelets, namespace: str, free: dict[s
 
 
 def run_rounds(api: Api, namespace: str, make_pod, rounds: int = 10, per_round: int = 2,
-               timeout: float = 60.0) -> list[tuple[str, str, list[int]]]:
+               timeout: float = 60.0, on_bound=None) -> list[tuple[str, str, list[int]]]:
     """Rounds of ``per_round`` pods created together (``make_pod(namespace, name)``), each round
-    bound, its pods deleted and their claims deallocated by the resourceclaim controller before
-    the next; (pod, node, devices allocated to its claims) for every pod, in order."""
+    bound (``on_bound(pod)`` then called for each, before the pods go), its pods deleted and
+    their claims deallocated by the resourceclaim controller before the next; (pod, node,
+    devices allocated to its claims) for every pod, in order."""
     grants = []
     for round_number in range(1, rounds + 1):
         names = [f"r{round_number:02d}-{n}" for n in range(1, per_round + 1)]
@@ -173,6 +174,8 @@ def run_rounds(api: Api, namespace: str, make_pod, rounds: int = 10, per_round: 
             mine = pod_claims(api, pod)
             claims += [c["metadata"]["name"] for c in mine]
             grants.append((pod["metadata"]["name"], pod["spec"]["nodeName"], [d for c in mine for d in allocated_devices(c)]))
+            if on_bound is not None:
+                on_bound(pod)
         for name in names:
             api.delete(api.path("v1", "Pod", name, namespace), grace=0)
         wait_gone(api, namespace, names)

@@ -15,7 +15,9 @@ it carries the node's name as a kubelet-minted token does (the admission policie
 
 from __future__ import annotations
 
+import base64
 import copy
+import ssl
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,6 @@ SCHEDULER_CONFIG = DEPLOY / "overlays" / "self-managed" / "scheduler-config.yaml
 
 def url_webhooks(webhooks_config: dict[str, Any], url: str, ca_pem: bytes) -> dict[str, Any]:
     """The MutatingWebhookConfiguration with each webhook's Service swapped for ``url`` + path."""
-    import base64
-
     config = copy.deepcopy(webhooks_config)
     for hook in config["webhooks"]:
         path = hook["clientConfig"].get("service", {}).get("path", "")
@@ -156,8 +156,6 @@ class Install:
                       GPUPAIR_REPORTER_PORT=str(self.reporter_port))
         values.update(env or {})
         process = self._start("webhook", spec, values)
-        import ssl
-
         context = ssl.create_default_context(cafile=str(self.plane.ca.cert_file))
         wait_until(lambda: _ready(f"https://{LOOPBACK}:{self.webhook_port}/readyz", context), 60,
                    "gpupair webhook /readyz", process, interval=0.1)
