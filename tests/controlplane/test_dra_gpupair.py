@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
-    allocated_devices, claim_pod, claim_template, cross_numa, device_class, dra_nodes_with_tenants, pod_claims,
+    allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims,
 )
 from tests.controlplane.gpupair_install import Install, scheduler_extender
 from tests.controlplane.workloads import gpu_pod, wait_gone, wait_verdict
@@ -27,11 +27,11 @@ FAIL_REASON = "GPUPlacementFailed"
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
                every_pod: bool = False, free: dict[str, set[int]] | None = None) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
-    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs."""
+    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs (the
+    test takes the gpu_device_class fixture: the DeviceClass, removed after it)."""
     install = gpupair("dra")
     install.webhook()
     sim = kubelets()
-    device_class(api)
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
@@ -40,6 +40,20 @@ def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager
     for node in sim.nodes.values():
         install.reporter(node)
     return install, url
+
+
+def template_under(api: Api, namespace: str, name: str, intent: str) -> dict[str, Any]:
+    """A template asking 2 GPUs with no constraint, created once the webhook admits it under
+    ``intent``: the apiserver matches webhooks against its cached namespace labels, so a template
+    created right after a relabel can still meet the old entry."""
+    def admitted() -> dict[str, Any] | None:
+        created = api.create(claim_template(namespace, name, 2, constraint=None))
+        if ((created["spec"].get("metadata") or {}).get("annotations") or {}).get(PLACEMENT) == intent:
+            return created
+        api.delete(api.path_of(created))
+        return None
+
+    return api.wait_for(admitted, 20, f"template {name} admitted under {intent}", interval=0.2)
 
 
 def reservations(url: str) -> float:
@@ -99,7 +113,7 @@ def matches_allocation(grant: dict[str, Any]) -> bool:
 
 
 def test_ext_pods_get_close_pairs_their_verdicts_and_no_reservation_outlives_their_allocation(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """EXT: pods asking nvidia.com/gpu: 2, served from DRA devices; kube-scheduler makes and
     allocates their claims in PreBind, before gpupair's bind (kube-scheduler alone: 9 of 20 SYS;
     test_dra.py checks that control)."""
@@ -124,16 +138,16 @@ def test_ext_pods_get_close_pairs_their_verdicts_and_no_reservation_outlives_the
 
 
 def test_claims_as_written_in_an_opted_in_namespace_under_required_then_preferred(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """Claim pods from a template asking count: 2 with no constraint, as users write them. The
     extender (registered as shipped) never sees them: the webhook's rewrite of the template does
     the work at allocation, and the verdict names the intent."""
     fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair)
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled"}}})
-    api.create(claim_template(namespace, "pair", 2, constraint=None))
+    template_under(api, namespace, "pair", "required")
     required = rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"))
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "preferred"}}})
-    api.create(claim_template(namespace, "pair-preferred", 2, constraint=None))
+    template_under(api, namespace, "pair-preferred", "preferred")
     preferred = rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair-preferred"))
 
     assert len(required) == 20 and not cross_numa(as_tuples(required)), required
@@ -147,7 +161,7 @@ def test_claims_as_written_in_an_opted_in_namespace_under_required_then_preferre
 
 
 def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """One DRA node with GPU3 and GPU4 free: a two-GPU claim without a constraint gets the SYS
     pair. Not opted in (the default intent, required): FAIL and a Warning Event. Opted in under
     none, then preferred: PASS, the intent named, no Warning. Opted in under required: the
@@ -155,9 +169,11 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
     fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free={"dra-node-1": {3, 4}})
     outcomes = {}
     for label, template in ((None, "as-written"), ("none", "under-none"), ("preferred", "under-preferred")):
-        if label is not None:
+        if label is None:
+            api.create(claim_template(namespace, template, 2, constraint=None))
+        else:
             api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: label}}})
-        api.create(claim_template(namespace, template, 2, constraint=None))
+            template_under(api, namespace, template, label)
         api.create(claim_pod(namespace, template, template=template))
         [pod] = bound(api, namespace, [template])
         devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
@@ -169,7 +185,7 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
         api.delete(api.path("v1", "Pod", template, namespace), grace=0)
         wait_gone(api, namespace, [template])
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "required"}}})
-    api.create(claim_template(namespace, "under-required", 2, constraint=None))
+    template_under(api, namespace, "under-required", "required")
     api.create(claim_pod(namespace, "under-required", template="under-required"))
     time.sleep(5)
     waiting = api.get("v1", "Pod", "under-required", namespace)
@@ -183,7 +199,7 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
 
 
 def test_frag_with_the_every_pod_entry_places_seven_four_gpu_claims_of_eight(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair):
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """Four empty nodes; 4 one-GPU claims, then 8 four-GPU claims under a numaNode constraint,
     the extender registered for every pod (docs/dra.md). Its best fit packs the one-GPU claims
     into one NUMA node, so 7 of the 8 fit (kube-scheduler alone placed 6)."""
