@@ -13,6 +13,7 @@ fixtures (claims carry a delete-protection finalizer the harness takes off when 
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,36 @@ def run_rounds(api: Api, namespace: str, make_pod, rounds: int = 10, per_round: 
 def cross_numa(grants: list[tuple[str, str, list[int]]], per_numa: int = 4) -> list[tuple[str, str, list[int]]]:
     """The grants spanning both sockets of a seed-like node (GPU0-3 NUMA0, GPU4-7 NUMA1)."""
     return [g for g in grants if len({d // per_numa for d in g[2]}) > 1]
+
+
+def bound_pods(api: Api, namespace: str, names: list[str]) -> list[str]:
+    return [n for n in names if api.get("v1", "Pod", n, namespace)["spec"].get("nodeName")]
+
+
+def frag(api: Api, namespace: str, settle: float = 15.0) -> tuple[list[str], dict[str, tuple[str, list[int]]]]:
+    """Issue 25's FRAG: four one-GPU claim pods, one after another (each bound before the next),
+    then eight four-GPU claim pods at once whose template asks for one NUMA node. On four empty
+    seed-like nodes seven of the eight can fit, if the one-GPU claims share a NUMA node. Returns
+    the four-GPU pods bound once ``settle`` seconds pass with no new binding, and where each
+    one-GPU pod went (node, devices)."""
+    api.create(claim_template(namespace, "one", 1, constraint=None))
+    api.create(claim_template(namespace, "four", 4))
+    ones = [f"one-{i}" for i in range(1, 5)]
+    for name in ones:
+        api.create(claim_pod(namespace, name, template="one"))
+        api.wait_for(lambda: bound_pods(api, namespace, [name]), 60, f"{name} bound")
+    fours = [f"four-{i}" for i in range(1, 9)]
+    for name in fours:
+        api.create(claim_pod(namespace, name, template="four"))
+    placed: list[str] = []
+    quiet_until = time.monotonic() + settle
+    while time.monotonic() < quiet_until:
+        now = bound_pods(api, namespace, fours)
+        if now != placed:
+            placed, quiet_until = now, time.monotonic() + settle
+        time.sleep(0.5)
+    where = {}
+    for name in ones:
+        pod = api.get("v1", "Pod", name, namespace)
+        where[name] = (pod["spec"]["nodeName"], [d for c in pod_claims(api, pod) for d in allocated_devices(c)])
+    return placed, where

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpupair.verdict import format_set
 from tests.controlplane.dra import (
-    RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants,
+    RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, frag,
     hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,
 )
 from tests.controlplane.gpupair_install import scheduler_extender
@@ -104,3 +104,21 @@ def test_claims_as_written_in_a_required_namespace_get_close_pairs_and_verdicts(
         assert verdicts[name]["gpupair.io/granted"] == format_set(devices), (name, devices, verdicts[name])
         assert verdicts[name]["gpupair.io/verdict"] == "PASS", verdicts[name]
         assert verdicts[name]["gpupair.io/verdict-placement"] == "required", verdicts[name]
+
+
+EMPTY_NODES = {f"frag-{i}": set(range(8)) for i in range(1, 5)}
+
+
+def test_kube_scheduler_alone_strands_room_for_four_gpu_claims(api, namespace, kubelets, scheduler,
+                                                              controller_manager, gpu_device_class):
+    """The control for FRAG (issue 25's table, second row): kube-scheduler alone spreads the
+    one-GPU claims, so fewer than the seven four-GPU claims that could fit are placed."""
+    sim = kubelets()
+    controller_manager("resourceclaim-controller")
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
+    dra_nodes_with_tenants(api, sim, namespace, EMPTY_NODES)
+
+    placed, ones = frag(api, namespace)
+
+    assert len(placed) < 7, (placed, ones)
+    assert len({node for node, _ in ones.values()}) > 1, ones  # spread, not packed
