@@ -36,7 +36,7 @@ log = logging.getLogger("gpupair.extender")
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
-FRESH_LIMIT = 65536  # decisions kept between changes; a change empties them anyway
+FRESH_LIMIT = 65536  # fresh decisions kept at most; a report change empties them anyway
 # How long bind's refusal of an allocation that broke the pod's intent keeps the pod off that
 # node: the allocator, asked again, would most likely take the same devices.
 DENIED_TTL = 600.0
