@@ -27,6 +27,7 @@ of these rules. This module stays on the standard library: every ``configure`` i
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import math
 import os
@@ -119,7 +120,12 @@ DURATION = Range(0, 7 * 86400, low_open=True)  # seconds, more than 0 and at mos
 OPTIONAL_DURATION = Range(0, 7 * 86400)  # the same, or 0 for off
 PORT = Range(1, 65535)
 
-_KIND_WORDS = {int: "an integer", float: "a number"}
+def ip_address(text: str) -> str:
+    """An IP address (v4, or v6 with or without brackets) as text; empty for none given."""
+    return str(ipaddress.ip_address(text.strip().strip("[]"))) if text.strip() else ""
+
+
+_KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address"}
 
 
 class BadValue:

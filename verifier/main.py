@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 
-from gpupair.flags import DURATION, UsageError, add_reporter_port, add_token_audience, add_topology_file
+from gpupair.flags import DURATION, UsageError, add_reporter_port, add_token_audience, add_topology_file, ip_address
 from gpupair.service import add_common_flags, add_flag
 
 DEFAULT_TOKEN_PATH = "/var/run/secrets/gpupair.io/serviceaccount/token"
@@ -43,7 +43,7 @@ class _Stop(BaseException):
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host-ip", "", "this node's IP, where the reporter listens (also env HOST_IP, from the "
-                                      "downward API's status.hostIP)", fallback_env=("HOST_IP",))
+                                      "downward API's status.hostIP)", fallback_env=("HOST_IP",), type=ip_address)
     add_reporter_port(parser)
     add_flag(parser, "--token-path", DEFAULT_TOKEN_PATH, "projected service-account token (for --token-audience)")
     add_token_audience(parser, "audience the token must carry (the webhook sets it to its own --token-audience)")

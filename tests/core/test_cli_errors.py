@@ -114,6 +114,20 @@ def test_a_bad_value_is_one_line_and_exit_2_from_flag_or_variable(commands, caps
     assert walked > 150  # every number and choice flag of every command, several values each
 
 
+def test_a_reporter_address_that_is_not_an_ip_is_one_line_and_exit_2(capsys, monkeypatch):
+    # It used to retry for ever, logging a reason about the token.
+    for key in [k for k in os.environ if k.startswith(flags.ENV_PREFIX) or k == "HOST_IP"]:
+        monkeypatch.delenv(key)
+    code, err = main_exits(["verify", "--host-ip", "not an ip"], capsys)
+    assert code == 2 and one_error_line(err, "verify") == "--host-ip: expected an IP address, got 'not an ip'"
+    for env in ("HOST_IP", "GPUPAIR_VERIFY_HOST_IP"):
+        monkeypatch.setenv(env, "node-1.example")
+        code, err = main_exits(["verify"], capsys)
+        monkeypatch.delenv(env)
+        assert code == 2 and one_error_line(err, "verify") == f"{env}: expected an IP address, got 'node-1.example'"
+    assert flags.ip_address("[fd00::1]") == "fd00::1" and flags.ip_address("10.0.0.7") == "10.0.0.7"
+
+
 def test_a_misspelt_boolean_variable_and_a_deprecated_variable_are_checked_the_same(commands, capsys, monkeypatch):
     for name, parser in commands.items():
         for flag, action in contract_flags(parser).items():
