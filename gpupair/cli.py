@@ -45,7 +45,8 @@ class Parser(argparse.ArgumentParser):
     (argparse says ``argument --flag/--no-flag: why`` after the whole usage), exit 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        message = re.sub(r"^argument (-[^/:\s]+)(/[^:\s]+)*: ", r"\1: ", message)
+        # the flag by its --long name, also where a short spelling comes first (-o/--output)
+        message = re.sub(r"^argument (?:-[^-/:\s]/)?(-[^/:\s]+)(/[^:\s]+)*: ", r"\1: ", message)
         message = "; ".join(line.strip() for line in message.splitlines() if line.strip())  # one line, always
         if getattr(self, "gpupair_command", None) is None:
             self.print_usage(sys.stderr)  # no command yet: its one usage line lists what to type

@@ -224,13 +224,15 @@ class _DeprecatedAlias(argparse.Action):
 
 def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str, *,
              deprecated: tuple[str, ...] = (), old_env: tuple[str, ...] | None = None,
-             fallback_env: tuple[str, ...] = (), bounds: Range | None = None, **kwargs: Any) -> argparse.Action:
+             fallback_env: tuple[str, ...] = (), bounds: Range | None = None, short: str = "",
+             **kwargs: Any) -> argparse.Action:
     """Add ``--flag`` with its default from the environment (see the module docstring for the
     variable's name). ``deprecated`` are the flag's old names, still accepted. ``old_env`` are the
     variables it was read from before the contract, still read with a warning; by default, in a
     command older than the contract, GPUPAIR_<OLD NAME> (the flag's own when not renamed).
     ``fallback_env`` are read last and silently (the downward API's, named by manifests).
 
+    ``short`` is a one-letter spelling sharing the flag's help entry (``-o, --output``).
     ``bounds`` is the range a number must fall in. The variable's value goes through the flag's
     own converter and choices here; a bad one becomes a ``BadValue`` default that gpupair.cli
     reports by the variable's name, unless the flag itself is given."""
@@ -254,13 +256,20 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str
             kwargs["type"] = _converter(kind, bounds)
         if raw is not None:
             value = _checked(raw, source, kwargs.get("type"), kwargs.get("choices"))
-    action = parser.add_argument(flag, default=value, help=f"{help} (env {env}, default %(default)s)", **kwargs)
+    shown = f"env {env}" if default in ("", None) else f"env {env}, default %(default)s"  # no empty default
+    action = parser.add_argument(*((short,) if short else ()), flag, default=value, help=f"{help} ({shown})", **kwargs)
     action.gpupair_env = FlagEnv(command, env, old_env, tuple(fallback_env), default)  # type: ignore[attr-defined]
     for old in deprecated:
         alias_kwargs = {key: kwargs[key] for key in ("type", "choices", "metavar") if key in kwargs}
         parser.add_argument(old, dest=action.dest, action=_DeprecatedAlias, new_flag=flag,
                             default=argparse.SUPPRESS, help=argparse.SUPPRESS, **alias_kwargs)  # hidden, as kubectl does
     return action
+
+
+def long_name(action: argparse.Action) -> str:
+    """A flag's --long spelling (a short one may come first: ``-o, --output``)."""
+    return next((s for s in action.option_strings if s.startswith("--") and not s.startswith("--no-")),
+                action.option_strings[0])
 
 
 def _read_environment(parser, env: str, old_env: tuple[str, ...], fallback_env: tuple[str, ...]):

@@ -29,15 +29,11 @@ CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: a redraw in place
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--output", "text", "text, wide (adds generation, heartbeat source, reservations and their pods) "
-                                         "or json (docs/status.schema.json)", choices=OUTPUTS)
-    parser.add_argument("-o", dest="output", choices=OUTPUTS, default=argparse.SUPPRESS, help="same as --output")
-    add_flag(parser, "--selector", "", "label selector for the nodes shown, e.g. pool=a100")
-    parser.add_argument("-l", dest="selector", default=argparse.SUPPRESS, help="same as --selector")
+                                         "or json (docs/status.schema.json)", choices=OUTPUTS, short="-o")
+    add_flag(parser, "--selector", "", "label selector for the nodes shown, e.g. pool=a100", short="-l")
     add_flag(parser, "--namespace", "", "only pods and Events in this namespace (pending pods, FAIL verdicts, "
-                                        "reservations); empty: all namespaces")
-    parser.add_argument("-n", dest="namespace", default=argparse.SUPPRESS, help="same as --namespace")
-    add_flag(parser, "--watch", False, "redraw every --interval seconds until interrupted")
-    parser.add_argument("-w", dest="watch", action="store_true", default=argparse.SUPPRESS, help="same as --watch")
+                                        "reservations); empty: all namespaces", short="-n")
+    add_flag(parser, "--watch", False, "redraw every --interval seconds until interrupted", short="-w")
     add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch", bounds=DURATION)
     add_flag(parser, "--stale-after", 300.0, "a report older than this many seconds is stale (the extender's "
                                              "--stale-after)", bounds=DURATION)

@@ -35,7 +35,7 @@ def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 def contract_flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """Each flag of the contract (its --long name) -> its action; aliases left out."""
-    return {a.option_strings[0]: a for a in options(parser) if hasattr(a, "gpupair_env")}
+    return {flags.long_name(a): a for a in options(parser) if hasattr(a, "gpupair_env")}
 
 
 def is_alias(action: argparse.Action, parser: argparse.ArgumentParser) -> bool:
@@ -70,7 +70,10 @@ def test_every_flag_reads_an_environment_variable(commands):
 def test_every_flag_help_names_its_variable(commands):
     for name, parser in commands.items():
         for flag, action in contract_flags(parser).items():
-            assert f"(env {action.gpupair_env.env}," in action.help, (name, flag)
+            env = action.gpupair_env.env
+            # an empty default is not printed: "(env X)", else "(env X, default ...)"
+            shown = f"(env {env})" if action.gpupair_env.default in ("", None) else f"(env {env}, default %(default)s)"
+            assert action.help.endswith(shown), (name, flag, action.help)
 
 
 def test_no_two_commands_name_one_concept_differently(commands):
