@@ -49,7 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--plugin-deviation", 0.0,
              "chance (0-1) that the simulated device plugin grants another set than its policy picks (and the "
              "extender planned): another valid set of the node's free GPUs, as tight (as few NUMA nodes) as the "
-             "policy's; models a plugin whose policy or tie-breaking differs from --policy", bounds=SHARE)
+             "policy's; models a plugin whose policy or tie-breaking differs from the one the extender predicts with",
+             bounds=SHARE)
     add_flag(parser, "--pinned-share", 0.0,
              "share (0-1) of pods created with spec.nodeName already set (DaemonSets, pinned pods, other "
              "schedulers): seed: of the background 1-GPU pods; fleet: of all arrivals, put on a node they fit by "
@@ -80,7 +81,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
                       "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
                       deprecated=("--topology",))
-    add_flag(parser, "--nodes", 0, "number of nodes (default: 4 for seed, 64 for fleet)", bounds=Range(0, limits.MAX_NODES))
+    add_flag(parser, "--nodes", 0, "number of nodes; 0: the scenario's own (4 for seed, 64 for fleet)",
+             bounds=Range(0, limits.MAX_NODES))
     add_flag(parser, "--runs", 2, "seed scenario: runs per configuration", bounds=Range(1, 1000))
     add_flag(parser, "--rounds", 10, "seed scenario: rounds per run", bounds=Range(1, 10000))
     add_flag(parser, "--pods-per-round", 2, "seed scenario: pods created together each round", bounds=Range(1, 1000))
