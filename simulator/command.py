@@ -94,8 +94,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--steps", 400, "fleet scenario: time steps", bounds=Range(1, 100_000))
     add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step", bounds=Range(0, 1000, low_open=True))
     add_flag(parser, "--output", "gpupair-simulate.tsv",
-             "TSV path (.tsv): the summary table as <stem>.summary.tsv; seed scenario: also one file per "
-             "configuration, named <stem>.<profile>.<configuration>.tsv")
+             "TSV path (.tsv): the summary table as <stem>.summary.tsv (other scenarios: "
+             "<stem>.<scenario>.summary.tsv, so one run does not overwrite another's); seed scenario: also one "
+             "file per configuration, named <stem>.<profile>.<configuration>.tsv")
     add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here (.jsonl or .json)")
     add_flag(parser, "--plot", "", "draw the comparison into this PNG file (.png; needs the plot extra, matplotlib)")
     add_flag(parser, "--progress", True, "show a progress bar on stderr when it is a terminal")
@@ -201,16 +202,16 @@ def run(args: argparse.Namespace) -> int:
     for path, group in runs.items():
         _heading(path, len(runs))
         print(output.fleet_summary(group))
-        written.append(output.write_summary(tsv, output.fleet_table(group), _summary_part(path)))
+        written.append(output.write_summary(tsv, output.fleet_table(group), f"fleet.{_summary_part(path)}"))
     if scenario.nic_share:
-        written += _network_tables(tsv, runs, output.nic_fleet_table)
+        written += _network_tables(tsv, runs, output.nic_fleet_table, "fleet.")
     preemption = mix.high_priority_share > 0
     if preemption:
         for path, group in runs.items():
             print("\npreemption (high-priority pods)" + (", DRA path:" if path == DRA else ":"))
             print(output.preemption_summary(group))
             written.append(output.write_summary(tsv, output.preemption_table(group),
-                                                "dra.preemption" if path == DRA else "preemption"))
+                                                "fleet.dra.preemption" if path == DRA else "fleet.preemption"))
     print("TSV: " + ", ".join(map(str, written)))
     if plot is not None:
         output.plot_fleet(plot, fleet, preemption)
@@ -246,8 +247,9 @@ def _network(args: argparse.Namespace, layout) -> dict:
     return {"nics": nics, "nic_share": args.nic_share, "nic_level": args.nic_level}
 
 
-def _network_tables(tsv: Path, runs: dict, table) -> list[Path]:
-    """The network pods' table per path, printed and written as ``<stem>.nic.tsv`` (``.dra.nic.tsv``)."""
+def _network_tables(tsv: Path, runs: dict, table, scenario: str = "") -> list[Path]:
+    """The network pods' table per path, printed and written as ``<stem>.<scenario>nic.tsv``
+    (``.dra.nic.tsv``)."""
     from gpupair.simulator import output
     from gpupair.simulator.configs import DRA
 
@@ -255,7 +257,7 @@ def _network_tables(tsv: Path, runs: dict, table) -> list[Path]:
     for path, group in runs.items():
         print(f"\n{NETWORK_HEADING}" + (", DRA path:" if path == DRA else ":"))
         print(output.text_table(*table(group)))
-        written.append(output.write_summary(tsv, table(group), "dra.nic" if path == DRA else "nic"))
+        written.append(output.write_summary(tsv, table(group), scenario + ("dra.nic" if path == DRA else "nic")))
     return written
 
 

@@ -139,3 +139,17 @@ def test_unknown_profile_or_negative_request_is_a_clear_error():
         done = simulate(*args, cwd=root)
         assert done.returncode == 2
         assert says in done.stderr
+
+
+def test_a_fleet_run_leaves_the_seed_runs_summary_beside_its_own(tmp_path):
+    out = str(tmp_path / "out.tsv")
+    seed = simulate("--runs", "1", "--rounds", "2", "--scheduler-profile", "default", "--output", out,
+                    cwd=Path(__file__).parents[2])
+    assert seed.returncode == 0, seed.stderr
+    seed_summary = (tmp_path / "out.summary.tsv").read_text()
+    fleet = simulate("--scenario", "fleet", "--nodes", "4", "--steps", "10", "--scheduler-profile", "default",
+                     "--output", out, cwd=Path(__file__).parents[2])
+    assert fleet.returncode == 0, fleet.stderr
+    assert (tmp_path / "out.summary.tsv").read_text() == seed_summary
+    assert (tmp_path / "out.fleet.summary.tsv").read_text().startswith("profile\tconfiguration\tpods placed")
+    assert f"TSV: {tmp_path / 'out.fleet.summary.tsv'}" in fleet.stdout

@@ -163,7 +163,7 @@ def test_fleet_command_reports_preemption_and_draws_its_panels(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "30% high priority (may preempt), intents required 70%, preferred 20%, none 10%" in done.stdout
     assert "wasted evictions" in done.stdout
-    rows = (tmp_path / "f.preemption.tsv").read_text().splitlines()
+    rows = (tmp_path / "f.fleet.preemption.tsv").read_text().splitlines()
     assert rows[0].split("\t")[:5] == ["profile", "configuration", "preemptions", "evictions", "wasted evictions"]
     assert [row.split("\t")[1] for row in rows[1:]] == ["gpupair-nopreempt+aligned", "gpupair+aligned"]
     assert (tmp_path / "f.png").stat().st_size > 0
