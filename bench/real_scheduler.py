@@ -164,7 +164,8 @@ class Bench:
         self.args = args
         binaries, why = find_binaries()
         if not binaries:
-            sys.exit(f"bench/real_scheduler.py: {why}: {HOW}")
+            print(f"bench/real_scheduler.py: {why}: {HOW}", file=sys.stderr)
+            raise SystemExit(2)
         self.plane = ControlPlane(binaries, session_directory())
 
     def start(self) -> None:
@@ -361,4 +362,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the control plane is stopped by main's finally
+        print("bench/real_scheduler.py: interrupted", file=sys.stderr)
+        sys.exit(130)
