@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
-    allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims,
+    allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
 )
 from tests.controlplane.gpupair_install import Install, scheduler_extender
 from tests.controlplane.workloads import gpu_pod, wait_gone, wait_verdict
@@ -75,27 +75,22 @@ def bound(api: Api, namespace: str, names: list[str], timeout: float = 60.0) -> 
         [api.get("v1", "Pod", n, namespace) for n in names]), timeout, f"{names} bound")
 
 
-def rounds(api: Api, namespace: str, make_pod, *, count: int = 10, after_bound=None) -> list[dict[str, Any]]:
-    """Rounds of 2 pods created together; for each pod: its node, devices, and (for two or more
-    GPUs) the verdict, read within 10 s of seeing it bound. ``after_bound(pods)`` runs first."""
-    grants = []
-    for number in range(1, count + 1):
-        names = [f"r{number:02d}-{i}" for i in (1, 2)]
-        for name in names:
-            api.create(make_pod(namespace, name))
-        pods = bound(api, namespace, names)
+def rounds(api: Api, namespace: str, make_pod, *, after_bound=None) -> list[dict[str, Any]]:
+    """dra.run_rounds (10 rounds of 2 pods created together), and for each pod its verdict (two
+    or more GPUs), read within 10 s of seeing it bound, and its Warning Events.
+    ``after_bound(pod)`` runs first."""
+    seen: dict[str, tuple[dict[str, str], list[str]]] = {}
+
+    def judged(pod: dict[str, Any]) -> None:
         if after_bound is not None:
-            after_bound(pods)
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
-            verdict = wait_verdict(api, namespace, name, timeout=10.0) if len(devices) >= 2 else {}
-            grants.append({"pod": name, "node": pod["spec"]["nodeName"], "devices": sorted(devices),
-                           "verdict": verdict, "warnings": warnings_on(api, namespace, name)})
-        for name in names:
-            api.delete(api.path("v1", "Pod", name, namespace), grace=0)
-        wait_gone(api, namespace, names)
-    return grants
+            after_bound(pod)
+        name = pod["metadata"]["name"]
+        devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
+        verdict = wait_verdict(api, namespace, name, timeout=10.0) if len(devices) >= 2 else {}
+        seen[name] = (verdict, warnings_on(api, namespace, name))
+
+    return [{"pod": pod, "node": node, "devices": sorted(devices), "verdict": seen[pod][0], "warnings": seen[pod][1]}
+            for pod, node, devices in run_rounds(api, namespace, make_pod, on_bound=judged)]
 
 
 def as_tuples(grants: list[dict[str, Any]]) -> list[tuple[str, str, list[int]]]:
@@ -120,8 +115,8 @@ def test_ext_pods_get_close_pairs_their_verdicts_and_no_reservation_outlives_the
     _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair)
     outlived: list[float] = []
 
-    def holds_end(pods: list[dict[str, Any]]) -> None:
-        # Every pod's claim was allocated before it was bound: its hold, if any, ends within a second.
+    def holds_end(pod: dict[str, Any]) -> None:
+        # The round's pods are bound, their claims allocated before: holds end within a second.
         seen = time.monotonic()
         while reservations(url) > 0:
             if time.monotonic() - seen > 1.0:
