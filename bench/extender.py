@@ -90,17 +90,16 @@ def bodies(nodes: list[dict], mode: str) -> bytes:
 
 
 def _serve_extender(port: int, count: int) -> None:
-    from aiohttp import web
-
     from gpupair.extender.app import assemble, build_app
     from gpupair.decisions import Decider
+    from gpupair.extender.http_server import serve_http
     from gpupair.extender.main import freeze_long_lived
+    from gpupair.service import run_loop
 
     extender = assemble(decider=Decider(), resource="nvidia.com/gpu", api=None, stale_after=300.0, node_cache=True)
     extender.node_cache.replace(cluster(count))  # what the node list+watch would hold
     freeze_long_lived()  # as `gpupair extender` does after its first node list
-    web.run_app(build_app(extender), host="127.0.0.1", port=port, print=None, handle_signals=True,
-                access_log=None, reuse_address=True)
+    run_loop(serve_http(build_app(extender), "127.0.0.1", port))
 
 
 def _serve_noop(port: int) -> None:

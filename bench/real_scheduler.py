@@ -72,6 +72,7 @@ class Run:
     bind_p50: float | None
     bind_p99: float | None
     cpu: dict[str, float] = field(default_factory=dict)  # seconds per process, whole run
+    requests: dict[str, float] = field(default_factory=dict)  # the extender's requests by verb (gpupair)
 
 
 def node(name: str) -> dict:
@@ -139,6 +140,16 @@ def histogram(text: str, name: str, label: str) -> list[tuple[float, float]]:
     return sorted(buckets.items())
 
 
+def counts(text: str, name: str, label: str) -> dict[str, float]:
+    """A counter's samples summed by the value of ``label``, from a Prometheus text page."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        found = re.match(rf'{name}{{.*[{{,]{label}="([^"]+)"', line)
+        if found:
+            out[found.group(1)] = out.get(found.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def minus(after: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[tuple[float, float]]:
     earlier = dict(before)
     return [(bound, count - earlier.get(bound, 0.0)) for bound, count in after]
@@ -204,7 +215,8 @@ class Bench:
             argv = [python, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig]
             ready = f"http://127.0.0.1:{port}/"
         else:
-            argv = [python, "-m", "gpupair.cli", "extender", "--kubeconfig", kubeconfig,
+            sampler = [str(REPO / "bench/cpu_sampler.py"), self.args.cpu_profile] if self.args.cpu_profile else []
+            argv = [python, *sampler, "-m", "gpupair.cli", "extender", "--kubeconfig", kubeconfig,
                     "--host", "127.0.0.1", "--port", str(port)]
             ready = f"http://127.0.0.1:{port}/readyz"
         process = Process(config, argv, self.plane.directory / f"{config}.log")
@@ -221,6 +233,7 @@ class Bench:
     def run(self, config: str, seed: int) -> Run:
         self.create_pods(seed)
         procs: dict[str, Process] = {}
+        requests: dict[str, float] = {}
         profiler = None
         config_doc: dict = {"clientConnection": dict(CLIENT), "profiles": [{"schedulerName": "default-scheduler"}]}
         if config in ("gpupair", "floor"):
@@ -238,6 +251,8 @@ class Bench:
         cpu0 = {name: cpu_seconds(pid) for name, pid in marks.items()}
         if "extender" in procs:
             cpu0["extender"] = cpu_seconds(procs["extender"].pid)
+            if self.args.cpu_profile and config == "gpupair":
+                procs["extender"].popen.send_signal(signal.SIGUSR1)  # the sampler starts afresh here
         scheduler = self.plane.scheduler(config_doc, name=f"kube-scheduler-{config}-{seed}")
         cpu0["kube-scheduler"] = 0.0
         expected = self.args.expect
@@ -251,6 +266,9 @@ class Bench:
             after = self.scrape(f"http://127.0.0.1:{port}/metrics")
             name, label = "gpupair_extender_request_seconds", 'verb="bind"'
             buckets = minus(histogram(after, name, label), histogram(before_ext, name, label))
+            total, earlier = counts(after, "gpupair_extender_requests_total", "verb"), \
+                counts(before_ext, "gpupair_extender_requests_total", "verb")
+            requests = {verb: n - earlier.get(verb, 0.0) for verb, n in total.items()}
         elif config == "floor":
             buckets = []
         else:
@@ -266,7 +284,7 @@ class Bench:
             process.stop()
         self.delete_pods()
         span = (max(times) - min(times)) if len(times) > 1 else 0.0
-        return Run(config, len(times), span, quantile(buckets, 0.5), quantile(buckets, 0.99), cpu)
+        return Run(config, len(times), span, quantile(buckets, 0.5), quantile(buckets, 0.99), cpu, requests)
 
     def _scheduler_port(self, scheduler: Process) -> int:
         return int(next(a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")))
@@ -307,6 +325,11 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
         print(f"{i:<4} {run.config:<8} {run.bound:>5} {run.span:>9.3f} s {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9}  "
               f"{cells}")
     print("(cpu: seconds of CPU per bound pod, over the whole run)")
+    for i, run in enumerate(runs, 1):
+        if run.requests:  # kube-scheduler retries a pod no node fits: more calls than pods bound
+            print(f"run {i}: the extender answered " + ", ".join(
+                f"{run.requests[verb] / max(run.bound, 1):.2f} {verb}" for verb in sorted(run.requests))
+                + " per bound pod")
     spans = {c: [r.span for r in runs if r.config == c] for c in CONFIGS}
     bound = {c: [r.bound for r in runs if r.config == c] for c in CONFIGS}
     if not all(spans.values()):
@@ -344,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-pods", action="store_true", help="CPU-only pods; the extender without managedResources")
     parser.add_argument("--expect", type=int, default=None, help="binds to wait for (default: until two quiet seconds)")
     parser.add_argument("--profile", default="", help="record the extender with py-spy into this file (gpupair runs)")
+    parser.add_argument("--cpu-profile", default="",
+                        help="sample the extender by CPU time (bench/cpu_sampler.py) into this file (gpupair runs)")
     args = parser.parse_args(argv)
     bench = Bench(args)
     runs: list[Run] = []

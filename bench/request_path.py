@@ -175,7 +175,13 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
         if stub:
             _stub_decisions(extender)
         freeze_long_lived()
-        await serve(build_app(extender), "127.0.0.1", port)
+        app = build_app(extender)
+        if hasattr(app, "router"):  # a tree from before extender/http_server.py (--before)
+            await serve(app, "127.0.0.1", port)
+        else:
+            from gpupair.extender.http_server import serve_http
+
+            await serve_http(app, "127.0.0.1", port)
 
     run_loop(main(), fast=fast_loop)
 

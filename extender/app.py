@@ -1,5 +1,6 @@
 """The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, /preempt, plus /healthz,
-/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them.
+/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on
+extender/http_server.py (not aiohttp: kube-scheduler's path pays for every object per request).
 
 Every handler answers; none lets an exception become a 500. A body that cannot be decoded
 gets HTTP 400 with the protocol's own error shape: ExtenderFilterResult / ExtenderBindingResult
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
@@ -38,6 +38,7 @@ from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.filter import filter_nodes
 from gpupair.extender.heartbeats import Heartbeats
+from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
 from gpupair.extender.node_reports import ReportDecoder
@@ -61,14 +62,13 @@ from gpupair.reservations import DEFAULT_TTL, Reservations
 from gpupair.intent import Intent
 from gpupair.pod_request import PodRequestError
 from gpupair import kube
-from gpupair.service import add_health_routes, log_access_at_debug
 
 log = logging.getLogger("gpupair.extender")
 
 MAX_CLAIMS_READ = 4  # claims one request reads ahead of the claim watch, at most
 
 JSON = "application/json"
-EXTENDER_KEY: web.AppKey["Extender"] = web.AppKey("extender")
+VERBS = ("filter", "prioritize", "bind", "preempt")  # POST /VERB, as the scheduler config names them
 DEFAULT_MAX_BODY = 256 * 1024 * 1024  # Nodes mode sends whole Node objects: 5,000 nodes is tens of MiB
 
 
@@ -86,6 +86,7 @@ class Extender:
     pod_watch: PodWatch | None = None
     heartbeats: Heartbeats | None = None
     dra: DraNodes | None = None
+    settled: bool = True  # main: False until the first lists are frozen for the collector (extender/main.py)
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
@@ -94,7 +95,8 @@ class Extender:
         nodes = self.node_cache is None or self.node_cache.ready
         leases = self.heartbeats is None or self.heartbeats.listed
         dra = self.dra is None or self.dra.listed  # slices and claims: a DRA node's truth
-        return nodes and leases and dra and (self.pod_watch is None or self.pod_watch.listed)
+        pods = self.pod_watch is None or self.pod_watch.listed
+        return nodes and leases and dra and pods and self.settled
 
 
 def assemble(
@@ -156,22 +158,19 @@ def assemble(
     return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra)
 
 
-def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
-    app = web.Application(client_max_size=max_body)
+def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpServer:
+    """The verbs and the probes. No access log below debug: kube-scheduler calls three verbs
+    per pod, and the request metrics count them."""
     handlers = _Handlers(extender)
-    app.router.add_post("/filter", handlers.filter)
-    app.router.add_post("/prioritize", handlers.prioritize)
-    app.router.add_post("/bind", handlers.bind)
-    app.router.add_post("/preempt", handlers.preempt)
-    add_health_routes(app, extender.metrics.registry, extender.ready)
-    log_access_at_debug(app)  # kube-scheduler calls three verbs per pod: the metrics count them
-    app[EXTENDER_KEY] = extender
-    return app
+    routes = {("POST", f"/{verb}"): getattr(handlers, verb) for verb in VERBS}
+    routes[("GET", "/healthz")] = handlers.healthz
+    routes[("GET", "/readyz")] = handlers.readyz
+    routes[("GET", "/metrics")] = handlers.metrics
+    return HttpServer(routes, max_body)
 
 
-def _json(payload: str | bytes, status: int = 200) -> web.Response:
-    body = payload.encode() if isinstance(payload, str) else payload
-    return web.Response(body=body, status=status, content_type=JSON)
+def _json(payload: str | bytes, status: int = 200) -> Response:
+    return Response(status, payload.encode() if isinstance(payload, str) else payload, JSON)
 
 
 class _Handlers:
@@ -189,11 +188,23 @@ class _Handlers:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    async def _body(self, request: web.Request) -> bytes:
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise ProtocolError(f"body too large: {exc.text}") from None
+    def _body(self, request: Request) -> bytes:
+        if request.too_large:
+            raise ProtocolError(f"body too large: {request.too_large}")
+        return request.body
+
+    async def healthz(self, _: Request) -> Response:
+        return Response(200, b"ok", "text/plain")
+
+    async def readyz(self, _: Request) -> Response:
+        if self.x.ready():
+            return Response(200, b"ok", "text/plain")
+        return Response(503, b"not ready", "text/plain")
+
+    async def metrics(self, _: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(200, generate_latest(self.m.registry), CONTENT_TYPE_LATEST)
 
     async def _args(self, body: bytes) -> tuple[ExtenderArgs, int, Intent]:
         args = parse_args(body)
@@ -245,7 +256,7 @@ class _Handlers:
         self.x.requests.remember(pod, gpus, intent)
         return gpus, intent
 
-    def _no_error_field(self, verb: str, exc: ProtocolError, started: float) -> web.Response:
+    def _no_error_field(self, verb: str, exc: ProtocolError, started: float) -> Response:
         """A bad body for a verb whose answer has no error field: 400 with ``{"Error": ...}``."""
         log.warning(f"bad {verb} request", extra={"error": str(exc)})
         self._done(verb, "bad_request", started)
@@ -255,10 +266,10 @@ class _Handlers:
         self._metric(self.m.requests, verb, outcome).inc()
         self._metric(self.m.latency, verb).observe(time.perf_counter() - started)
 
-    async def filter(self, request: web.Request) -> web.Response:
+    async def filter(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
-            args, gpus, intent = await self._args(await self._body(request))
+            args, gpus, intent = await self._args(self._body(request))
             answer = filter_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             log.warning("bad filter request", extra={"error": str(exc)})
@@ -279,11 +290,11 @@ class _Handlers:
         self._done("filter", "ok", started)
         return response
 
-    async def prioritize(self, request: web.Request) -> web.Response:
+    async def prioritize(self, request: Request) -> Response:
         started = time.perf_counter()
         args: ExtenderArgs | None = None
         try:
-            args, gpus, intent = await self._args(await self._body(request))
+            args, gpus, intent = await self._args(self._body(request))
             body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             return self._no_error_field("prioritize", exc, started)
@@ -297,11 +308,11 @@ class _Handlers:
         self._done("prioritize", "ok", started)
         return response
 
-    async def preempt(self, request: web.Request) -> web.Response:
+    async def preempt(self, request: Request) -> Response:
         started = time.perf_counter()
         args: ExtenderPreemptionArgs | None = None
         try:
-            args = parse_preemption(await self._body(request))
+            args = parse_preemption(self._body(request))
             gpus, intent = await self._asked(args.Pod)
             answer = Preempter(self.x.evaluator, self.x.reservations).answer(args, gpus, intent)
         except ProtocolError as exc:
@@ -315,10 +326,10 @@ class _Handlers:
         self._done("preempt", "ok", started)
         return _json(answer.result.model_dump_json())
 
-    async def bind(self, request: web.Request) -> web.Response:
+    async def bind(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
-            args = parse_binding(await self._body(request))
+            args = parse_binding(self._body(request))
         except ProtocolError as exc:
             log.warning("bad bind request", extra={"error": str(exc)})
             self._done("bind", "bad_request", started)

@@ -14,7 +14,7 @@ from gpupair.flags import (
     DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace,
     add_resource_name, add_tls_flags,
 )
-from gpupair.service import add_common_flags, add_flag, run_loop, serve, setup_logging
+from gpupair.service import add_common_flags, add_flag, run_loop, setup_logging
 
 if TYPE_CHECKING:
     from gpupair.tls import ReloadingTLS
@@ -79,10 +79,13 @@ def freeze_long_lived() -> None:
     gc.freeze()
 
 
-async def _freeze_when_ready(cache, poll: float = 0.1) -> None:
-    while not cache.ready:
+async def _freeze_when_ready(extender, poll: float = 0.1) -> None:
+    """Freeze once the node cache is listed, and only then report ready: the collection takes
+    tens of milliseconds (more at 5,000 nodes), and a scheduler already calling would wait them."""
+    while not extender.node_cache.ready:
         await asyncio.sleep(poll)
     freeze_long_lived()
+    extender.settled = True
     log.info("node cache frozen for the garbage collector", extra={"frozen": gc.get_freeze_count()})
 
 
@@ -114,6 +117,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     from kubernetes_asyncio import client as k8s
 
     from gpupair.extender.app import assemble, build_app
+    from gpupair.extender.http_server import serve_http
     from gpupair.decisions import Decider, Unreported
     from gpupair.extender.list_watch import ListWatch
     from gpupair import kube
@@ -157,9 +161,10 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
                                  on_restart=lambda why: restarts.labels("pods", why).inc()))
     tasks = [asyncio.create_task(w.run(), name=f"watch-{w.resource}") for w in watches]
     if extender.node_cache is not None:
-        tasks.append(asyncio.create_task(_freeze_when_ready(extender.node_cache)))
+        extender.settled = False  # before serving: /readyz waits for the freeze
+        tasks.append(asyncio.create_task(_freeze_when_ready(extender)))
     try:
-        await serve(build_app(extender), args.host, args.port, ssl_context=None if tls is None else tls.context)
+        await serve_http(build_app(extender), args.host, args.port, ssl_context=None if tls is None else tls.context)
     finally:
         for task in tasks:
             task.cancel()

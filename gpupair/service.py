@@ -163,7 +163,6 @@ async def serve(
 
     An address it cannot listen on is a ``Failure`` (one line, exit 1). SIGTERM returns; SIGINT
     raises KeyboardInterrupt once drained, so Ctrl-C exits 130 like every command."""
-    import asyncio
     import signal
 
     from aiohttp import web
@@ -181,6 +180,21 @@ async def serve(
         await runner.cleanup()
         raise flags.Failure(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
     logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port, "version": version()})
+    try:
+        stopped_by = await until_stopped()
+        logging.getLogger("gpupair").info("shutting down")
+    finally:
+        await runner.cleanup()
+    if stopped_by == signal.SIGINT:
+        raise KeyboardInterrupt
+
+
+async def until_stopped() -> int:
+    """Wait for SIGTERM or SIGINT and return which came: a service then drains and returns
+    (SIGTERM) or raises KeyboardInterrupt once drained (SIGINT), so Ctrl-C exits 130."""
+    import asyncio
+    import signal
+
     stop = asyncio.Event()
     stopped_by: list[int] = []
 
@@ -193,10 +207,7 @@ async def serve(
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         await stop.wait()
-        logging.getLogger("gpupair").info("shutting down")
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        await runner.cleanup()
-    if stopped_by[0] == signal.SIGINT:
-        raise KeyboardInterrupt
+    return stopped_by[0]

@@ -13,8 +13,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import aiohttp
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gpupair.extender.app import Extender, assemble, build_app
 from gpupair.decisions import Decider, Unreported
@@ -106,12 +104,11 @@ class ExtenderClient:
 
 @contextlib.asynccontextmanager
 async def serving(extender: Extender) -> AsyncIterator[ExtenderClient]:
-    app: web.Application = build_app(extender)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
+    server = build_app(extender)
+    await server.start("127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession() as session:
-            yield ExtenderClient(session, str(server.make_url("")).rstrip("/"))
+            yield ExtenderClient(session, f"http://127.0.0.1:{server.port}")
     finally:
         await server.close()
         await extender.binder.close()

@@ -29,6 +29,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gpupair.extender.app import build_app as extender_app
+from gpupair.extender.http_server import HttpServer
 from gpupair.extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult, PrioritizeError
 from gpupair.json_body import MAX_DEPTH
 from gpupair.reporter.app import MAX_REQUEST_BYTES
@@ -229,12 +230,21 @@ async def _site(app: web.Application, ssl_context: ssl.SSLContext | None = None)
 
 
 @asynccontextmanager
+async def _listening(server: HttpServer) -> AsyncIterator[int]:
+    await server.start("127.0.0.1", 0)
+    try:
+        yield server.port
+    finally:
+        await server.close()
+
+
+@asynccontextmanager
 async def extender_endpoint(verb: str) -> AsyncIterator[Endpoint]:
     extender = make_extender()
     check = {"filter": check_filter, "prioritize": check_prioritize, "bind": check_bind}[verb]
     fixtures = {"bind": ["bind-cache-true-01-gpu2.json"]}.get(verb, [
         "cache-true-filter-01-gpu2.json", "cache-true-prioritize-01-gpu2.json", "cache-false-filter-02-init1-app2.json"])
-    async with _site(extender_app(extender, max_body=EXTENDER_MAX_BODY)) as port:
+    async with _listening(extender_app(extender, max_body=EXTENDER_MAX_BODY)) as port:
         yield Endpoint(f"http://127.0.0.1:{port}/{verb}", check, [(REAL_K8S / f).read_bytes() for f in fixtures],
                        EXTENDER_MAX_BODY,
                        crashes=_sample(extender.metrics.registry, "gpupair_extender_requests_total",
