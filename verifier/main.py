@@ -19,8 +19,9 @@ import base64
 import binascii
 import json
 import logging
+import select
 import signal
-import time
+import socket
 import urllib.error
 import urllib.request
 
@@ -78,14 +79,47 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)  # the kubelet stopping the sidecar: exit 0
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C: KeyboardInterrupt, exit 130 (gpupair.cli)
     try:
-        answer = _verify_until_answered(args)
-        print(answer["tsvRow"], flush=True)
-        log.info("verdict", extra={"verdict": answer.get("verdict"), "pod": answer.get("pod"),
-                                   "node": answer.get("node")})
-        while True:  # a native sidecar stays up; the kubelet stops it after the app containers
-            signal.pause()
+        with SignalWait() as waiter:
+            answer = _verify_until_answered(args, waiter)
+            print(answer["tsvRow"], flush=True)
+            log.info("verdict", extra={"verdict": answer.get("verdict"), "pod": answer.get("pod"),
+                                       "node": answer.get("node")})
+            while True:  # a native sidecar stays up; the kubelet stops it after the app containers
+                waiter.wait(None)
     except _Stop:
         return 0
+
+
+class SignalWait:
+    """Sleeps that a signal always ends. ``signal.pause()`` or ``time.sleep()`` miss a signal that
+    lands after the interpreter last looked for one and before the call blocks: the handler then
+    waits for the next signal (pause) or the whole sleep. Here the C-level handler also writes a byte
+    to a socket (``signal.set_wakeup_fd``), so a wait that starts after the signal returns at once
+    and the Python handler runs as it returns."""
+
+    def __enter__(self) -> SignalWait:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+        self._previous = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.set_wakeup_fd(self._previous)
+        self._read.close()
+        self._write.close()
+
+    def wait(self, seconds: float | None) -> bool:
+        """Return after ``seconds`` (None: no limit) or once a signal came, whichever is first:
+        True when a signal ended it. A signal whose handler raises (SIGTERM here) raises here."""
+        ready, _, _ = select.select([self._read], [], [], seconds)
+        if not ready:
+            return False
+        try:
+            self._read.recv(64)
+        except BlockingIOError:
+            pass
+        return True
 
 
 def reporter_url(host_ip: str, port: int) -> str:
@@ -177,7 +211,7 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _verify_until_answered(args: argparse.Namespace) -> dict:
+def _verify_until_answered(args: argparse.Namespace, waiter: SignalWait) -> dict:
     url = reporter_url(args.host_ip, args.reporter_port)
     opener = _opener()
     delay = args.initial_backoff
@@ -189,7 +223,7 @@ def _verify_until_answered(args: argparse.Namespace) -> dict:
         except Retry as retry:
             wait = min(args.max_backoff, retry.after if retry.after is not None else delay)
             log.warning("no verdict yet; retrying", extra={"reason": str(retry), "attempt": attempt, "retry_in": wait})
-            time.sleep(wait)
+            waiter.wait(wait)
             delay = min(args.max_backoff, delay * 2)
 
 

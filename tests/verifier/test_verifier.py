@@ -4,6 +4,7 @@ reporter would write. (The live path, against the real reporter, is in test_veri
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from gpupair import verdict
 from gpupair.report import TOPOLOGY_KEY, encode_topology
 from tests.layouts import seed_layout
-from gpupair.verifier.main import reporter_url
+from gpupair.verifier.main import SignalWait, reporter_url
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "kubernetes", "prometheus_client", "google.protobuf",
@@ -121,3 +122,18 @@ def test_without_a_host_ip_the_sidecar_says_what_is_missing():
 ])
 def test_reporter_url(host, url):
     assert reporter_url(host, 9400) == url
+
+
+def test_a_signal_that_lands_before_the_wait_still_ends_it():
+    # The sidecar's SIGTERM race: the signal arrives after the interpreter last looked and before the
+    # idle call blocks. raise_signal runs the C-level handler at once, as such a signal would.
+    came = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: came.append(signum))
+    try:
+        with SignalWait() as waiter:
+            signal.raise_signal(signal.SIGUSR1)
+            assert waiter.wait(30) is True  # signal.pause() here would wait for a second signal
+            assert came == [signal.SIGUSR1]
+            assert waiter.wait(0) is False  # the wake-up was consumed; an idle wait waits
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
