@@ -69,9 +69,9 @@ async def test_text_outputs_show_every_case(fleet, tmp_path, output, golden):
     matches_golden(golden, out)
 
 
-def test_the_readme_screenshot_is_the_golden_output():
-    readme = (REPO / "README.md").read_text()
-    assert "$ gpupair status --now 2026-01-01T12:00:00Z\n" + (GOLDEN / "fleet.txt").read_text() + "```" in readme
+def test_the_docs_screenshot_is_the_golden_output():
+    page = (REPO / "docs" / "status.md").read_text()
+    assert "$ gpupair status --now 2026-01-01T12:00:00Z\n" + (GOLDEN / "fleet.txt").read_text() + "```" in page
 
 
 async def test_text_names_each_case_on_its_node(fleet, tmp_path):
