@@ -19,11 +19,11 @@ import signal
 import sys
 from pathlib import Path
 
-from gpupair import limits
-from gpupair.flags import DURATION, Failure, Range, UsageError, add_kube_flags, add_resource_name
-from gpupair.service import add_common_flags, add_flag, setup_logging
+from gpupair.topology import limits
+from gpupair.command.flags import DURATION, Failure, Range, UsageError, add_kube_flags, add_resource_name
+from gpupair.command.service import add_common_flags, add_flag, setup_logging
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130  # 2 (usage, input): from gpupair.cli
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130  # 2 (usage, input): from gpupair.command.cli
 DEFAULT_IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 log = logging.getLogger("gpupair.audit")
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval, delete_timeout=args.delete_timeout)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    from gpupair.outputs import check_output
+    from gpupair.command.outputs import check_output
 
     return _run(args, plan, check_output(args.output, "--output", (".tsv",)))
 
@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace, plan, path: Path) -> int:
     from gpupair.audit.runner import AuditError
     from gpupair.audit.sample import Sample, tsv_header
     from gpupair.audit.summary import format_summary, summarize, verdict_line
-    from gpupair.cli import describe
+    from gpupair.command.cli import describe
 
     samples: list[Sample] = []
     output = _Rows(path, tsv_header())
@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace, plan, path: Path) -> int:
                 status = EXIT_INTERRUPTED
         except KeyboardInterrupt:
             status = EXIT_INTERRUPTED
-        except UsageError:  # a kubeconfig that does not load: exit 2 from gpupair.cli
+        except UsageError:  # a kubeconfig that does not load: exit 2 from gpupair.command.cli
             raise
         except Exception as exc:  # refused pods, an unreachable apiserver, ...
             if not samples:
@@ -139,7 +139,7 @@ RECANCEL_S = 1.0
 
 async def _audit(args: argparse.Namespace, plan, record, bar) -> bool:
     """Run the audit; True when Ctrl-C or SIGTERM stopped it (after its pods were deleted)."""
-    from gpupair.kube import api_client
+    from gpupair.kubeclient.kube import api_client
 
     from gpupair.audit.runner import Auditor
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpupair.report import PREFIX
+from gpupair.topology.report import PREFIX
 
 RUN_LABEL = PREFIX + "audit-run"
 ROUND_LABEL = PREFIX + "audit-round"

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpupair import verdict as verdicts
-from gpupair.layout import NO_NUMA, Device, NodeLayout, normalize_pci
-from gpupair.smi_topo import TopoParseError, parse_topo_matrix
+from gpupair.decide import verdict as verdicts
+from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, normalize_pci
+from gpupair.topology.smi_topo import TopoParseError, parse_topo_matrix
 
 UNKNOWN = "UNKNOWN"  # the seed's word for a column it could not fill
 

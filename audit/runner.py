@@ -24,8 +24,8 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpupair.layout import NodeLayout
-from gpupair.report import TOPOLOGY_KEY, ReportError, decode_layout
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.report import TOPOLOGY_KEY, ReportError, decode_layout
 
 from gpupair.audit.manifest import CONTAINER, PodTemplate, pod_manifest, pod_name, round_selector, run_selector
 from gpupair.audit.sample import FINISHED_PHASES, Sample, decide, from_annotations

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpupair import verdict as verdicts
-from gpupair.layout import NodeLayout
+from gpupair.decide import verdict as verdicts
+from gpupair.topology.layout import NodeLayout
 
 from gpupair.audit.pod_log import UNKNOWN, LogParseError, classify_log
 

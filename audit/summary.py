@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpupair import links
+from gpupair.topology import links
 
 from gpupair.audit.sample import FAIL_TIMEOUT, RESULTS, Sample
 

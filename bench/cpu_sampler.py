@@ -11,7 +11,7 @@ Signals reach Python between bytecodes, so the CPU of a C call (uvloop's loop, a
 orjson decode) lands on the Python frame that runs next after it: read the figures by area, not
 by line.
 
-    python bench/cpu_sampler.py OUT.txt -m gpupair.cli extender ...
+    python bench/cpu_sampler.py OUT.txt -m gpupair.command.cli extender ...
 
 OUT.txt gets collapsed stacks (``frame;frame;frame count``, py-spy's raw format) when the module
 exits, SIGTERM included (gpupair's services drain and return). SIGUSR1 forgets the samples so far:

@@ -56,7 +56,7 @@ FREE_CHANCE = 0.6  # each GPU free with this chance: a mix of passing, failing a
 
 def cluster(count: int, seed: int = 7) -> list[dict]:
     """``count`` Node objects shaped like the recorded ones, each with a gpupair report."""
-    from gpupair.report import encode_annotations
+    from gpupair.topology.report import encode_annotations
     from tests.layouts import seed_layout
 
     template = json.loads((FIXTURES / NODE_FIXTURE).read_text())["Nodes"]["items"][0]
@@ -91,10 +91,10 @@ def bodies(nodes: list[dict], mode: str) -> bytes:
 
 def _serve_extender(port: int, count: int) -> None:
     from gpupair.extender.app import assemble, build_app
-    from gpupair.decisions import Decider
+    from gpupair.decide.decisions import Decider
     from gpupair.extender.http_server import serve_http
     from gpupair.extender.main import freeze_long_lived
-    from gpupair.service import run_loop
+    from gpupair.command.service import run_loop
 
     extender = assemble(decider=Decider(), resource="nvidia.com/gpu", api=None, stale_after=300.0, node_cache=True)
     extender.node_cache.replace(cluster(count))  # what the node list+watch would hold
@@ -246,7 +246,7 @@ def _serve_double(port: int, count: int, binding_delay: float, churn: float) -> 
     """The API double with ``count`` reported nodes; rewrites ``churn`` reports a second (as
     reporters did every 30 s before liveness moved to Leases: a pessimistic load), each a Node
     MODIFIED event on every Node watch."""
-    from gpupair.report import FREE_KEY
+    from gpupair.topology.report import FREE_KEY
     from tests.kube_double import KubeDouble, Store
 
     store = Store()
@@ -403,7 +403,7 @@ async def _run_burst(args) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-burst-"))
     _kubeconfig(scratch / "kubeconfig", f"http://127.0.0.1:{api_port}")
     gpupair = Path(sys.executable).parent / "gpupair"
-    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-m", "gpupair.cli"]
+    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-m", "gpupair.command.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_")}
     log_path = scratch / "extender.log"
     if args.profile:  # py-spy starts the extender as its child and samples it (CPU, not idle)
@@ -447,20 +447,20 @@ async def _run_burst(args) -> dict:
 
 async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: int) -> dict[str, list[float]]:
     """The API-call path alone, in this process: ``count`` Bindings one at a time by the plain
-    client, through gpupair.binding_client (the extender's binds), through gpupair.kube.bind_pod
+    client, through gpupair.kubeclient.binding_client (the extender's binds), through gpupair.kubeclient.kube.bind_pod
     on the client `gpupair extender` makes (its fallback behind a proxy), and through
     the same call on kubernetes-asyncio's own session (the environment consulted in a worker
     thread before each request, as before issue 10); each on an idle event loop and on one kept
     busy in 1 ms slices, as filter and prioritize keep the extender's."""
     from kubernetes_asyncio import client as k8s
 
-    from gpupair import kube
-    from gpupair.binding_client import BindingClient
+    from gpupair.kubeclient import kube
+    from gpupair.kubeclient.binding_client import BindingClient
 
     api = await kube.api_client(str(kubeconfig))
     stock = k8s.ApiClient(configuration=api.configuration)
     lean = BindingClient(api)  # what the extender's binds go through
-    clients = {"plain aiohttp": None, "gpupair.binding_client": lean, "gpupair.kube": api,
+    clients = {"plain aiohttp": None, "gpupair.kubeclient.binding_client": lean, "gpupair.kubeclient.kube": api,
                "kubernetes-asyncio stock": stock}
     times: dict[str, list[float]] = {}
     stop = asyncio.Event()

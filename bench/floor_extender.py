@@ -19,9 +19,9 @@ import sys
 import httptools
 import orjson
 
-from gpupair import kube
-from gpupair.binding_client import BindingClient
-from gpupair.service import run_loop
+from gpupair.kubeclient import kube
+from gpupair.kubeclient.binding_client import BindingClient
+from gpupair.command.service import run_loop
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 

@@ -6,7 +6,7 @@ expected set (the best-effort model) and the score. Figures:
 - warm: free sets repeat, as they do across a fleet of identical nodes;
 - baseline: the plugin's literal algorithm (enumerate every partition), same inputs, same run,
   on 8-GPU nodes (on 16 GPUs it enumerates up to 2 million partitions per decision);
-- worst case at the largest node gpupair accepts (gpupair.limits.MAX_GPUS): every GPU free,
+- worst case at the largest node gpupair accepts (gpupair.topology.limits.MAX_GPUS): every GPU free,
   nothing cached, one decision per pod size.
 
 Run: .venv/bin/python bench/placement.py
@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpupair.decisions import Decider, NodeView  # noqa: E402
-from gpupair import policies  # noqa: E402
-from gpupair.limits import MAX_GPUS  # noqa: E402
-from gpupair.layout import Device, NodeLayout, NodeState  # noqa: E402
+from gpupair.decide.decisions import Decider, NodeView  # noqa: E402
+from gpupair.decide import policies  # noqa: E402
+from gpupair.topology.limits import MAX_GPUS  # noqa: E402
+from gpupair.topology.layout import Device, NodeLayout, NodeState  # noqa: E402
 from gpupair.simulator.shapes import seed_layout  # noqa: E402
 
 

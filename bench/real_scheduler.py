@@ -51,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpupair.report import encode_annotations  # noqa: E402
+from gpupair.topology.report import encode_annotations  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
 from tests.controlplane.processes import Process, free_port, stop_all, wait_until  # noqa: E402
 from tests.layouts import seed_layout  # noqa: E402
@@ -216,7 +216,7 @@ class Bench:
             ready = f"http://127.0.0.1:{port}/"
         else:
             sampler = [str(REPO / "bench/cpu_sampler.py"), self.args.cpu_profile] if self.args.cpu_profile else []
-            argv = [python, *sampler, "-m", "gpupair.cli", "extender", "--kubeconfig", kubeconfig,
+            argv = [python, *sampler, "-m", "gpupair.command.cli", "extender", "--kubeconfig", kubeconfig,
                     "--host", "127.0.0.1", "--port", str(port)]
             ready = f"http://127.0.0.1:{port}/readyz"
         process = Process(config, argv, self.plane.directory / f"{config}.log")

@@ -91,7 +91,7 @@ class _FloorProtocol(asyncio.Protocol):
 
 
 def _serve_python_floor(port: int) -> None:
-    from gpupair.service import run_loop
+    from gpupair.command.service import run_loop
 
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(_FloorProtocol, "127.0.0.1", port)
@@ -104,7 +104,7 @@ def _serve_aiohttp_floor(port: int) -> None:
     """The least an aiohttp handler costs: read the body, answer the floor's fixed JSON."""
     from aiohttp import web
 
-    from gpupair.service import run_loop
+    from gpupair.command.service import run_loop
 
     async def answer(request: web.Request) -> web.Response:
         await request.read()
@@ -129,7 +129,7 @@ def _stub_decisions(extender) -> None:
     from gpupair.extender.decision_tables import host_priority_json
     from gpupair.extender.filter import FilterAnswer
     from gpupair.extender.protocol import ExtenderFilterResult
-    from gpupair.decisions import NodeDecision
+    from gpupair.decide.decisions import NodeDecision
 
     def filter_all(evaluator, args, gpus, intent):
         names = list(args.node_names())
@@ -160,8 +160,9 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
         sys.path.insert(0, _as_installed(source, Path(log_path).with_suffix(".tree")))
     from gpupair.extender.app import assemble, build_app
     from gpupair.extender.main import freeze_long_lived
-    from gpupair import kube, service
-    from gpupair.decisions import Decider
+    from gpupair.command import service
+    from gpupair.kubeclient import kube
+    from gpupair.decide.decisions import Decider
 
     service.setup_logging("info")
     run_loop = getattr(service, "run_loop", lambda main, fast: asyncio.run(main))  # trees from before it
@@ -331,7 +332,7 @@ async def _wait_port(port: int, timeout: float = 120.0) -> None:
 async def _passing(port: int, size: int) -> tuple[list[str], list[str]]:
     """The names the real extender passes for the recorded pod, and those with 8 GPUs free (bind
     targets that no handful of 2-GPU reservations can fill)."""
-    from gpupair.report import FREE_KEY
+    from gpupair.topology.report import FREE_KEY
 
     pool = _Pool(port)
     status, payload = await pool.post(b"/filter", _bodies(size, None, ["x"])["filter"][0])

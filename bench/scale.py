@@ -2,7 +2,7 @@
 
 A kube-apiserver double (tests/kube_double.py, own process) holds ``--nodes`` GPU nodes with
 gpupair reports. In it, a driver writes what that many reporters write (the same bodies:
-gpupair.report's annotations as a merge patch, gpupair.leases' Lease as a PUT-style replace),
+gpupair.topology.report's annotations as a merge patch, gpupair.kubewire.leases' Lease as a PUT-style replace),
 straight into the double's store: 5,000 reporters' HTTP clients would need more CPU than the
 machine has, and the writes are what is being counted. Every reader is real and over HTTP: the
 real `gpupair extender` process (its own list+watches of nodes, pods and, after, Leases), a raw
@@ -69,7 +69,7 @@ class Reporters:
     """What ``count`` reporters write, spread evenly over each interval, into the double's store."""
 
     def __init__(self, store, names: list[str], leases: bool, refresh: float | None, churn: float, seed: int = 3):
-        from gpupair.report import FREE_KEY
+        from gpupair.topology.report import FREE_KEY
         from tests.layouts import seed_layout
 
         self.store, self.names, self.leases, self.refresh, self.churn = store, names, leases, refresh, churn
@@ -92,7 +92,7 @@ class Reporters:
 
     def report(self, name: str, why: str, at: datetime | None = None) -> None:
         """The reporter's merge patch of its annotations (free set, ledger, reportedAt)."""
-        from gpupair.report import PodHolding, encode_annotations
+        from gpupair.topology.report import PodHolding, encode_annotations
 
         self.generation[name] += 1
         holders = [PodHolding("bench", pod, frozenset({gpu})) for pod, gpu in
@@ -103,7 +103,7 @@ class Reporters:
         self.count(f"Node patch ({why})")
 
     def renew(self, name: str, at_ns: int | None = None) -> None:
-        from gpupair.leases import lease_body
+        from gpupair.kubewire.leases import lease_body
 
         previous = self.store.objects["leases"].get((NS, name))
         body = lease_body(name, NS, 120, at_ns or time.time_ns(), previous=previous)
@@ -291,7 +291,7 @@ async def _measure_config(args, config: str) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-scale-"))
     _kubeconfig(scratch / "kubeconfig", f"http://127.0.0.1:{api_port}")
     gpupair = Path(sys.executable).parent / "gpupair"
-    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-m", "gpupair.cli"]
+    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-m", "gpupair.command.cli"]
     leases, _ = CONFIGS[config]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_")}
     log_path = scratch / "extender.log"

@@ -40,7 +40,7 @@ OTHER_HELPS = ("extender", "webhook", "reporter", "certs", "audit", "simulate")
 def gpupair_command() -> list[str]:
     """The console script next to this interpreter (as installed in the image), else -m."""
     script = Path(sys.executable).parent / "gpupair"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gpupair.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gpupair.command.cli"]
 
 
 class _Reporter(BaseHTTPRequestHandler):

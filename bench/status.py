@@ -98,7 +98,7 @@ def command(url: str) -> float:
             f"clusters: [{{name: b, cluster: {{server: '{url}'}}}}]\n"
             "users: [{name: u, user: {}}]\ncontexts: [{name: b, context: {cluster: b, user: u}}]\n")
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(kubeconfig)],
+        subprocess.run([sys.executable, "-m", "gpupair.command.cli", "status", "--kubeconfig", str(kubeconfig)],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=600)
         return time.perf_counter() - started
 

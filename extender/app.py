@@ -32,9 +32,9 @@ from kubernetes_asyncio import client as k8s
 from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
 from gpupair.extender.dra_nodes import ClaimNotSeen, DraNodes
-from gpupair.decisions import Decider
-from gpupair.defaults import DRA_DRIVER
-from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
+from gpupair.decide.decisions import Decider
+from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.filter import filter_nodes
 from gpupair.extender.heartbeats import Heartbeats
@@ -58,10 +58,10 @@ from gpupair.extender.protocol import (
     parse_binding,
     parse_preemption,
 )
-from gpupair.reservations import DEFAULT_TTL, Reservations
-from gpupair.intent import Intent
-from gpupair.pod_request import PodRequestError
-from gpupair import kube
+from gpupair.decide.reservations import DEFAULT_TTL, Reservations
+from gpupair.decide.intent import Intent
+from gpupair.decide.pod_request import PodRequestError
+from gpupair.kubeclient import kube
 
 log = logging.getLogger("gpupair.extender")
 
@@ -125,7 +125,7 @@ def assemble(
     DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
     runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
     whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
-    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/nic_ask.py). ``dra_nic_drivers``:
+    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/nic_ask.py). ``dra_nic_drivers``:
     RDMA DRA drivers whose devices are the NICs, where no reporter publishes them."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)

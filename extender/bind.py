@@ -21,13 +21,13 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
-from gpupair.binding_client import BindingClient
+from gpupair.kubeclient.binding_client import BindingClient
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.pod_requests import PodRequests
 from gpupair.extender.protocol import ExtenderBindingArgs
-from gpupair.reservations import Reservation, Reservations
-from gpupair import kube
-from gpupair.verdict import PLANNED_KEY, format_set
+from gpupair.decide.reservations import Reservation, Reservations
+from gpupair.kubeclient import kube
+from gpupair.decide.verdict import PLANNED_KEY, format_set
 
 log = logging.getLogger("gpupair.extender.bind")
 
@@ -59,7 +59,7 @@ class Binder:
         self.requests = requests
         self.annotate_plan = annotate_plan
         self.timeout = timeout
-        # The Binding on a lean client of its own where it can (gpupair/binding_client.py): on
+        # The Binding on a lean client of its own where it can (gpupair/kubeclient/binding_client.py): on
         # kube-scheduler's path, it is most of what a bind costs the event loop.
         self._bindings = BindingClient.for_api(api) if api is not None else None
         self._background: set[asyncio.Task] = set()

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import orjson
 
-from gpupair.decisions import Decider, NodeDecision
+from gpupair.decide.decisions import Decider, NodeDecision
 from gpupair.extender.node_reports import ReportEntry
-from gpupair.reservations import NO_HOLD
-from gpupair.intent import Intent
+from gpupair.decide.reservations import NO_HOLD
+from gpupair.decide.intent import Intent
 
 MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct ones
 

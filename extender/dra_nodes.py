@@ -2,7 +2,7 @@
 kept by node from two list+watches, turned into report entries on demand.
 
 A node has a DRA picture when a slice of the configured driver names it (``spec.nodeName``);
-then its entry comes from here (gpupair/dra_picture.py), with the links of the node's reporter
+then its entry comes from here (gpupair/decide/dra_picture.py), with the links of the node's reporter
 topology where one is published, and the reporter's own ``free`` annotation, which cannot see
 DRA grants, is not used. Entries are built once per change of the node's slices, claims or
 topology, and carry no staleness: the allocator writes every grant into the API before the pod
@@ -23,15 +23,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
-from gpupair import dra
-from gpupair.claim_intent import ClaimIntent, claim_intent, gpu_requests
-from gpupair.defaults import DRA_DRIVER
-from gpupair.dra_picture import (
+from gpupair.kubewire import dra
+from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
+from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.decide.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
 )
-from gpupair.nics import NICS_KEY
-from gpupair.pod_request import PodRequestError
-from gpupair.report import decode_node_nics
+from gpupair.topology.nics import NICS_KEY
+from gpupair.decide.pod_request import PodRequestError
+from gpupair.topology.report import decode_node_nics
 
 log = logging.getLogger("gpupair.extender.dra")
 
@@ -127,7 +127,7 @@ class DraNodes:
         return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit")
 
     def pod_claim_intents(self, pod: Any) -> list[ClaimIntent]:
-        """What the pod's own GPU claims say of its placement (gpupair/claim_intent.py: their
+        """What the pod's own GPU claims say of its placement (gpupair/decide/claim_intent.py: their
         ``gpupair.io/placement``, else the webhook's constraint shape); empty where none says
         anything, or none is in the watch yet. kube-scheduler's extended-resource claim asks
         nothing, so it is not read: such a pod's intent is its own annotation."""

@@ -19,18 +19,18 @@ from typing import Any
 from cachetools import LRUCache, TTLCache
 
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.decisions import Decider, NodeDecision
-from gpupair.dra_picture import claim_names
+from gpupair.decide.decisions import Decider, NodeDecision
+from gpupair.decide.dra_picture import claim_names
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.reservations import NO_HOLD, Hold, Reservations
-from gpupair.claim_intent import dra_pod_intent, strictest
-from gpupair.intent import Intent
-from gpupair.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
-from gpupair.pod_request import PodRequestError
-from gpupair.policies import POLICIES
-from gpupair.nics import NICS_KEY
-from gpupair.report import TOPOLOGY_KEY
+from gpupair.decide.reservations import NO_HOLD, Hold, Reservations
+from gpupair.decide.claim_intent import dra_pod_intent, strictest
+from gpupair.decide.intent import Intent
+from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
+from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.policies import POLICIES
+from gpupair.topology.nics import NICS_KEY
+from gpupair.topology.report import TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender")
 

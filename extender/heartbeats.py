@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpupair.leases import HEARTBEAT_SELECTOR, is_heartbeat, renewed_at
+from gpupair.kubewire.leases import HEARTBEAT_SELECTOR, is_heartbeat, renewed_at
 
 log = logging.getLogger("gpupair.extender.heartbeats")
 

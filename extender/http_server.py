@@ -13,7 +13,7 @@ parser aiohttp and uvicorn use:
   ``Request.too_large`` set, so the verb answers in its own error shape, and the connection is
   closed after that answer (the rest of the body is never read);
 - ``Expect: 100-continue``;
-- TLS through the loop's own SSL transport (gpupair.tls's reloading context, as before);
+- TLS through the loop's own SSL transport (gpupair.command.tls's reloading context, as before);
 - a request httptools refuses, or headers over 64 KiB: a plain 400 or 431, then close;
 - connections idle for ``idle_timeout`` closed (aiohttp's keep-alive default, 75 s; Go's
   client keeps idle connections 90 s and reconnects);
@@ -321,13 +321,13 @@ class _Connection(asyncio.Protocol):
 
 
 async def serve_http(server: HttpServer, host: str, port: int, ssl_context=None, shutdown_timeout: float = 10.0) -> None:
-    """gpupair.service.serve for an HttpServer: listen (a ``Failure`` if it cannot), serve until
+    """gpupair.command.service.serve for an HttpServer: listen (a ``Failure`` if it cannot), serve until
     SIGTERM or SIGINT, then drain; SIGINT raises KeyboardInterrupt once drained."""
     import signal
 
-    from gpupair import flags
-    from gpupair.cli import version
-    from gpupair.service import LISTEN_BACKLOG, until_stopped
+    from gpupair.command import flags
+    from gpupair.command.version import version
+    from gpupair.command.service import LISTEN_BACKLOG, until_stopped
 
     try:
         await server.start(host, port, ssl=ssl_context, backlog=LISTEN_BACKLOG)

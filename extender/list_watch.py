@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpupair import kube
+from gpupair.kubeclient import kube
 
 log = logging.getLogger("gpupair.extender.watch")
 

@@ -9,15 +9,15 @@ import gc
 import logging
 from typing import TYPE_CHECKING
 
-from gpupair.defaults import DRA_DRIVER
-from gpupair.flags import (
+from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.command.flags import (
     DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace,
     add_resource_name, add_tls_flags,
 )
-from gpupair.service import add_common_flags, add_flag, run_loop, setup_logging
+from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
 
 if TYPE_CHECKING:
-    from gpupair.tls import ReloadingTLS
+    from gpupair.command.tls import ReloadingTLS
 
 log = logging.getLogger("gpupair.extender")
 
@@ -64,7 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpupair.tls import serving_tls
+    from gpupair.command.tls import serving_tls
 
     setup_logging(args.log_level)
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # before any API call: fail fast
@@ -95,7 +95,7 @@ async def _dra_watches(api, dra, restarts) -> list:
     from kubernetes_asyncio import client as k8s
 
     from gpupair.extender.list_watch import ListWatch
-    from gpupair import kube
+    from gpupair.kubeclient import kube
 
     if not await kube.serves(api, "resource.k8s.io", "v1"):
         log.info("the API serves no resource.k8s.io/v1: every node is judged by its reporter")
@@ -118,11 +118,11 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
 
     from gpupair.extender.app import assemble, build_app
     from gpupair.extender.http_server import serve_http
-    from gpupair.decisions import Decider, Unreported
+    from gpupair.decide.decisions import Decider, Unreported
     from gpupair.extender.list_watch import ListWatch
-    from gpupair import kube
-    from gpupair.intent import Intent
-    from gpupair.policies import policy_named
+    from gpupair.kubeclient import kube
+    from gpupair.decide.intent import Intent
+    from gpupair.decide.policies import policy_named
 
     api = await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
     decider = Decider(policy=policy_named(args.policy), unreported=Unreported(args.unreported))

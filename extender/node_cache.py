@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from gpupair.extender.dra_nodes import DraNodes
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
-from gpupair.reservations import Reservations
-from gpupair.nics import NICS_KEY
-from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
+from gpupair.decide.reservations import Reservations
+from gpupair.topology.nics import NICS_KEY
+from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
 

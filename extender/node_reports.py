@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 
 from cachetools import LRUCache
 
-from gpupair.decisions import Decider, NodeDecision, NodeView
-from gpupair.reservations import NO_HOLD, Hold
-from gpupair.intent import Intent
-from gpupair.layout import NodeLayout
-from gpupair.nics import NICS_KEY
-from gpupair.report import (
+from gpupair.decide.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.reservations import NO_HOLD, Hold
+from gpupair.decide.intent import Intent
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.nics import NICS_KEY
+from gpupair.topology.report import (
     ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
 )
 

@@ -7,7 +7,7 @@ wherever the extender saw the pod first:
 - the pod watch, for GPU pods seen unbound (filtered before a restart, or by another replica);
 - failing both, a GET of the pod from the API server.
 
-The count itself is always ``gpupair.pod_request.gpu_request`` of the Pod object.
+The count itself is always ``gpupair.decide.pod_request.gpu_request`` of the Pod object.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from cachetools import TTLCache
 
 from collections.abc import Callable
 
-from gpupair.dra_picture import Demand
-from gpupair.intent import Intent
-from gpupair.pod_request import PodRequestError, gpu_request
+from gpupair.decide.dra_picture import Demand
+from gpupair.decide.intent import Intent
+from gpupair.decide.pod_request import PodRequestError, gpu_request
 
 
 class PodRequests:

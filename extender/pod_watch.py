@@ -15,8 +15,8 @@ import logging
 from typing import Any
 
 from gpupair.extender.pod_requests import PodRequests
-from gpupair.reservations import Reservations
-from gpupair.pod_request import PodRequestError
+from gpupair.decide.reservations import Reservations
+from gpupair.decide.pod_request import PodRequestError
 
 log = logging.getLogger("gpupair.extender.pods")
 

@@ -8,7 +8,7 @@ from itertools import filterfalse
 from gpupair.extender.decision_tables import host_priority_json
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.intent import Intent
+from gpupair.decide.intent import Intent
 
 
 def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,

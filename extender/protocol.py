@@ -21,8 +21,8 @@ from pydantic import (
     BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError, field_validator, model_validator,
 )
 
-from gpupair import json_body
-from gpupair.wire import explain
+from gpupair.kubewire import json_body
+from gpupair.kubewire.wire import explain
 
 MAX_EXTENDER_PRIORITY = 10  # MaxExtenderPriority in types.go
 
@@ -160,7 +160,7 @@ class PrioritizeError(BaseModel):
 
 
 def _parse(model: type[_GoStruct], body: bytes | str) -> Any:
-    """gpupair.json_body, then Go's key folding, then the model. Its orjson refuses what Go's
+    """gpupair.kubewire.json_body, then Go's key folding, then the model. Its orjson refuses what Go's
     decoder refuses (NaN, Infinity, invalid UTF-8) and decodes a 5,000-name body in well under
     half the stdlib's time; python-mode validation of the parsed dict beats pydantic's own JSON mode on
     Nodes-mode bodies (megabytes of Node objects kept as dicts), and the folding needs the

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from gpupair import defaults
-from gpupair.layout import NodeLayout, NodeState
+from gpupair.kubewire import defaults
+from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.reporter.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("gpupair.reporter.allocations")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupair.service import add_health_routes
+from gpupair.command.service import add_health_routes
 
 MAX_REQUEST_BYTES = 64 * 1024  # a verify request is a token and a pod name
 

@@ -1,4 +1,4 @@
-"""Keeping this node's liveness Lease renewed (see gpupair/leases.py for why a Lease).
+"""Keeping this node's liveness Lease renewed (see gpupair/kubewire/leases.py for why a Lease).
 
 The loop calls ``keep_alive`` after each scan whose report is published as scanned (written or
 unchanged): the Lease then says "this node's report is current", not merely "a process runs".
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Protocol
 
-from gpupair import leases
+from gpupair.kubewire import leases
 from gpupair.reporter.publisher import backoff_delay, describe_error
 
 log = logging.getLogger("gpupair.reporter.heartbeat")

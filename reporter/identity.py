@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpupair.wire import UserInfo, explain
+from gpupair.kubewire.wire import UserInfo, explain
 
 API_VERSION = "authentication.k8s.io/v1"
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"

@@ -16,9 +16,9 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from gpupair import report
-from gpupair.layout import NodeLayout
-from gpupair.nics import NicLayout
+from gpupair.topology import report
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.nics import NicLayout
 from typing import TYPE_CHECKING
 
 from gpupair.reporter.allocations import PodResourcesError

@@ -22,10 +22,12 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupair import defaults, flags
-from gpupair.layout import NodeLayout
-from gpupair.layout_file import LayoutFileError
-from gpupair.service import add_common_flags, add_flag, serve, setup_logging
+from gpupair.command import flags
+
+from gpupair.kubewire import defaults
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.layout_file import LayoutFileError
+from gpupair.command.service import add_common_flags, add_flag, serve, setup_logging
 from gpupair.reporter.allocations import DEFAULT_SOCKET, PodResourcesClient
 from gpupair.reporter.app import build_app
 from gpupair.reporter.checkpoint_watch import DEFAULT_CHECKPOINT, CheckpointWatch
@@ -45,7 +47,7 @@ from gpupair.reporter.topology_source import FileLayoutSource, LayoutSource, Nvm
 
 log = logging.getLogger("gpupair.reporter")
 
-EXIT_OK, EXIT_FAILED = 0, 1  # usage errors: exit 2, from gpupair.cli
+EXIT_OK, EXIT_FAILED = 0, 1  # usage errors: exit 2, from gpupair.command.cli
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +114,7 @@ def allocation_source(args: argparse.Namespace, client: PodResourcesClient) -> A
 
 
 def node_writer(api: Any, node_name: str) -> Write:
-    from gpupair import kube
+    from gpupair.kubeclient import kube
 
     async def write(annotations: Mapping[str, str]) -> None:
         await kube.patch_annotations(api, "node", node_name, None, annotations)
@@ -174,7 +176,7 @@ def verification_routes(
 
 
 async def _api_client(args: argparse.Namespace) -> Any:
-    from gpupair import kube  # kubernetes-asyncio takes a while to import; dry runs skip it
+    from gpupair.kubeclient import kube  # kubernetes-asyncio takes a while to import; dry runs skip it
 
     return await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
 
@@ -265,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         check_args(args)
         code = asyncio.run(run_once(args) if args.once else run_service(args))
     except (LayoutFileError, UnknownDevicesError) as error:
-        raise UsageError(str(error)) from None  # gpupair.cli prints it as argparse does: exit 2
+        raise UsageError(str(error)) from None  # gpupair.command.cli prints it as argparse does: exit 2
     except NvmlUnavailable as error:
         print(f"gpupair reporter: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -4,7 +4,7 @@ Every RDMA device the kernel registers appears under ``/sys/class/infiniband/<na
 mlx5_bond_0 for a bonded pair) with a ``device`` link to its PCI function. A PCI device's place in
 the hierarchy is the path of ``/sys/bus/pci/devices/<bdf>`` resolved below ``/sys/devices``:
 ``pci0000:20/0000:20:01.1/0000:21:00.0`` is a root complex, a root port, the device. The GPU x
-NIC class follows from the two paths and NUMA nodes (gpupair.nics.pci_link). Everything that is
+NIC class follows from the two paths and NUMA nodes (gpupair.topology.nics.pci_link). Everything that is
 missing or unreadable is left out with the reason, never guessed.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 
-from gpupair.layout import NO_NUMA, NodeLayout, normalize_pci, sysfs_pci
-from gpupair.nics import Nic, NicLayout, pci_link
+from gpupair.topology.layout import NO_NUMA, NodeLayout, normalize_pci, sysfs_pci
+from gpupair.topology.nics import Nic, NicLayout, pci_link
 
 log = logging.getLogger("gpupair.reporter.nics")
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from gpupair import links
-from gpupair.nics import NicLayout
-from gpupair.layout import NO_NUMA, Device, NodeLayout, normalize_pci, sysfs_pci
+from gpupair.topology import links
+from gpupair.topology.nics import NicLayout
+from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, normalize_pci, sysfs_pci
 
 log = logging.getLogger("gpupair.reporter.nvml_discovery")
 

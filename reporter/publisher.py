@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from gpupair.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, encode_topology
+from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, encode_topology
 from gpupair.reporter.scan import ScanResult
 
 log = logging.getLogger("gpupair.reporter.publisher")
@@ -175,7 +175,7 @@ def backoff_delay(failures: int, base: float, cap: float, rng: Callable[[], floa
 
 def describe_error(error: BaseException, resource: str = "nodes") -> str:
     """``kube.describe_error``'s line, with what to check where the status points at the reporter."""
-    from gpupair import kube
+    from gpupair.kubeclient import kube
 
     text = kube.describe_error(error)
     status = getattr(error, "status", None)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from gpupair import report
-from gpupair.nics import NICS_KEY, NicLayout, encode_nics
-from gpupair.layout import NodeLayout, NodeState
+from gpupair.topology import report
+from gpupair.topology.nics import NICS_KEY, NicLayout, encode_nics
+from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.reporter.allocations import PodDevices, PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
 
 

@@ -1,6 +1,6 @@
 """Where the reporter's node layout comes from: NVML on a GPU node, or a file without one.
 
-``--topology-file`` takes every layout form gpupair prints or reads (gpupair.layout_file).
+``--topology-file`` takes every layout form gpupair prints or reads (gpupair.topology.layout_file).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 from dataclasses import replace
 
-from gpupair.layout_file import read_layout
-from gpupair.nics import NicLayout
-from gpupair.smi_topo import parse_topo_matrix
+from gpupair.topology.layout_file import read_layout
+from gpupair.topology.nics import NicLayout
+from gpupair.topology.smi_topo import parse_topo_matrix
 from gpupair.reporter.nic_discovery import discover_nics
 from gpupair.reporter.nvml_discovery import DEFAULT_SYSFS, DiscoveryResult, discover
 

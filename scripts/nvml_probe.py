@@ -29,8 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpupair import links, report  # noqa: E402
-from gpupair.smi_topo import TopoParseError, parse_topo_matrix  # noqa: E402
+from gpupair.topology import report  # noqa: E402
+
+from gpupair.topology import links
+from gpupair.topology.smi_topo import TopoParseError, parse_topo_matrix  # noqa: E402
 from gpupair.reporter.nvml_discovery import (  # noqa: E402
     NvmlUnavailable,
     discover,

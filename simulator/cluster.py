@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass, field
 
-from gpupair import placement
-from gpupair.decisions import DRA, Decider, NodeView
-from gpupair.layout import NodeLayout, NodeState
-from gpupair.nics import NicLayout
-from gpupair.policies import Policy
-from gpupair.report import Ledger
+from gpupair.decide import placement
+from gpupair.decide.decisions import DRA, Decider, NodeView
+from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.topology.nics import NicLayout
+from gpupair.decide.policies import Policy
+from gpupair.topology.report import Ledger
 from gpupair.simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
 
 # The nodes of the recorded real placements (tests/fixtures/real-k8s): 32 CPU, 256Gi each.

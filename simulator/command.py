@@ -7,9 +7,9 @@ import logging
 import sys
 from pathlib import Path
 
-from gpupair import limits
-from gpupair.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageError, add_log_level, add_topology_file
-from gpupair.service import add_flag
+from gpupair.topology import limits
+from gpupair.command.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageError, add_log_level, add_topology_file
+from gpupair.command.service import add_flag
 from gpupair.simulator.dra import DEFAULT_DRA_PAIRS
 
 
@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("gpupair").setLevel(logging.WARNING)
     from tqdm import tqdm
 
-    from gpupair.layout_file import read_layout
-    from gpupair.outputs import check_output
+    from gpupair.topology.layout_file import read_layout
+    from gpupair.command.outputs import check_output
     from gpupair.simulator import output
     from gpupair.simulator.configs import DEFAULT_PAIRS, DEVICE_PLUGIN, DRA, NIC_PAIRS, parse_configs, parse_paths
     from gpupair.simulator.fleet import FleetScenario, run_fleet

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gpupair.reservations import DEFAULT_TTL
-from gpupair.policies import Policy, policy_named
-from gpupair.decisions import DRA, Decider
-from gpupair.intent import Intent
+from gpupair.decide.reservations import DEFAULT_TTL
+from gpupair.decide.policies import Policy, policy_named
+from gpupair.decide.decisions import DRA, Decider
+from gpupair.decide.intent import Intent
 from gpupair.simulator.interference import Interference
 from gpupair.simulator.dra import FORMS, Form, form_named
 from gpupair.simulator.kube_scoring import PROFILES, Profile

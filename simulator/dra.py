@@ -3,7 +3,7 @@
 On the device-plugin path kube-scheduler counts GPUs and the plugin on the node picks them. On
 the DRA path kube-scheduler's DynamicResources plugin runs the structured allocator in Filter: a
 node passes only where the allocator finds devices for the pod's claim, and the devices it finds
-are the ones the pod gets (``gpupair.policies``' ``dra-first-fit``: the first free devices in
+are the ones the pod gets (``gpupair.decide.policies``' ``dra-first-fit``: the first free devices in
 ResourceSlice order, allocator_stable.go's allocateOne). A pod reaches the DRA devices in one of
 four forms (``FORMS``):
 
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupair.intent import Intent
-from gpupair.layout import NodeLayout
-from gpupair.policies import POLICIES
+from gpupair.decide.intent import Intent
+from gpupair.topology.layout import NodeLayout
+from gpupair.decide.policies import POLICIES
 
 FIRST_FIT = POLICIES["dra-first-fit"]
 FIRST_FIT_NUMA = POLICIES["dra-first-fit-numa"]

@@ -35,14 +35,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gpupair import placement
-from gpupair.decisions import DRA, Decider, NodeView
-from gpupair.intent import Intent
-from gpupair.layout import NodeLayout, NodeState
-from gpupair.nic_ask import DEFAULT_LEVEL, NicAsk
-from gpupair.nics import NicLayout
-from gpupair.policies import Policy
-from gpupair.verdict import classify
+from gpupair.decide import placement
+from gpupair.decide.decisions import DRA, Decider, NodeView
+from gpupair.decide.intent import Intent
+from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.decide.nic_ask import DEFAULT_LEVEL, NicAsk
+from gpupair.topology.nics import NicLayout
+from gpupair.decide.policies import Policy
+from gpupair.decide.verdict import classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.interference import Interference

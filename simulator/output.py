@@ -6,9 +6,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpupair.flags import UsageError
-from gpupair.outputs import atomic_write, write_text
-from gpupair.verdict import TSV_HEADER
+from gpupair.command.flags import UsageError
+from gpupair.command.outputs import atomic_write, write_text
+from gpupair.decide.verdict import TSV_HEADER
 from gpupair.simulator.configs import split_name
 from gpupair.simulator.fleet import FleetResult
 from gpupair.simulator.fragmentation import FragmentationResult

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpupair.layout import NodeLayout
-from gpupair.wire import explain
+from gpupair.topology.layout import NodeLayout
+from gpupair.kubewire.wire import explain
 from gpupair.simulator.cluster import Cluster, SimNode
 from gpupair.simulator.kube_scoring import PodRequest, Profile
 from gpupair.simulator.schedulers import KubeScheduler

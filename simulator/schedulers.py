@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpupair.extender.protocol import MAX_EXTENDER_PRIORITY
-from gpupair.decisions import Decider, NodeDecision, NodeView
-from gpupair.intent import Intent
-from gpupair.nic_ask import NicAsk
-from gpupair.reservations import DEFAULT_TTL, Reservation, Reservations
+from gpupair.decide.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.intent import Intent
+from gpupair.decide.nic_ask import NicAsk
+from gpupair.decide.reservations import DEFAULT_TTL, Reservation, Reservations
 from gpupair.simulator.cluster import NAMESPACE, Cluster
 from gpupair.simulator.dra import Form, dynamic_resources_scores
 from gpupair.simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile

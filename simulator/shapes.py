@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpupair import links
-from gpupair.layout import Device, NodeLayout
-from gpupair.nics import Nic, NicLayout
+from gpupair.topology import links
+from gpupair.topology.layout import Device, NodeLayout
+from gpupair.topology.nics import Nic, NicLayout
 
 # The field report's 8-GPU RTX 5090D node: GPU0-3 on NUMA0, GPU4-7 on NUMA1, no NVLink.
 SEED_PCI_BUSES = ("21", "31", "41", "61", "81", "A1", "C1", "E1")

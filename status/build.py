@@ -7,15 +7,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpupair import dra, links
-from gpupair import report as codec
-from gpupair.claim_intent import ClaimIntent, asked_pod_intent, claim_intent, gpu_requests
-from gpupair.defaults import DRA_DRIVER
-from gpupair.dra_picture import Allocation, PictureError, allocation_of, build as build_picture, claim_demand, claim_names
-from gpupair.layout import NodeLayout
-from gpupair.placement import numa_label
-from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
-from gpupair.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
+from gpupair.kubewire import dra
+
+from gpupair.topology import links
+from gpupair.topology import report as codec
+from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent, claim_intent, gpu_requests
+from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.decide.dra_picture import Allocation, PictureError, allocation_of, build as build_picture, claim_demand, claim_names
+from gpupair.topology.layout import NodeLayout
+from gpupair.decide.placement import numa_label
+from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
+from gpupair.decide.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
 from gpupair.status import freshness
 from gpupair.status.objects import (
     annotations,
@@ -126,7 +128,7 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
 
 
 class DraListing:
-    """The listed ResourceSlices and claims of one DRA driver, by node (gpupair/dra_picture.py)."""
+    """The listed ResourceSlices and claims of one DRA driver, by node (gpupair/decide/dra_picture.py)."""
 
     def __init__(self, slices: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]], driver: str):
         self.driver = driver
@@ -270,7 +272,7 @@ def _largest(numa: list[NumaView]) -> CloseSet:
 def fragmentation(nodes: Iterable[NodeView], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
     """Nodes with a fresh report that the extender would let a k-GPU pod onto now: k free on one
     NUMA node, or, for a k larger than a NUMA node, within the fewest NUMA nodes the hardware
-    allows (gpupair.placement.fit). GPUs reserved on unknown devices are taken from the NUMA
+    allows (gpupair.decide.placement.fit). GPUs reserved on unknown devices are taken from the NUMA
     nodes with the most free, one at a time: the worst case, as they may land there."""
     fresh = [n for n in nodes if n.state == "fresh" and n.numa]
     return [FragmentationRow(gpus=k, nodes=sum(1 for n in fresh if _accepts(n, k))) for k in sizes]

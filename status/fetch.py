@@ -16,8 +16,8 @@ import orjson
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpupair.kube import describe_error
-from gpupair.leases import HEARTBEAT_SELECTOR, renewed_at
+from gpupair.kubeclient.kube import describe_error
+from gpupair.kubewire.leases import HEARTBEAT_SELECTOR, renewed_at
 from gpupair.status.build import Listing
 from gpupair.status.view import Unseen
 

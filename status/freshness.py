@@ -2,7 +2,7 @@
 
 A heartbeat is any sign, with a time, that the node's reporter is alive: the free report's
 ``reportedAt`` and the renewTime of the node's reporter Lease (coordination.k8s.io, one per node,
-gpupair/leases.py). The newest one counts, as in the extender.
+gpupair/kubewire/leases.py). The newest one counts, as in the extender.
 """
 
 from __future__ import annotations

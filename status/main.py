@@ -18,11 +18,11 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
-from gpupair.defaults import DRA_DRIVER
-from gpupair.flags import DURATION, Failure, Range, UsageError, add_dra_driver, add_kube_flags, add_log_level, add_resource_name
-from gpupair.service import add_flag
+from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.command.flags import DURATION, Failure, Range, UsageError, add_dra_driver, add_kube_flags, add_log_level, add_resource_name
+from gpupair.command.service import add_flag
 
-EXIT_OK = 0  # 1, 2 and 130: from gpupair.cli
+EXIT_OK = 0  # 1, 2 and 130: from gpupair.command.cli
 OUTPUTS = ("text", "wide", "json")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: a redraw in place
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: TextIO) -> int:
-    from gpupair.kube import api_client, describe_error
+    from gpupair.kubeclient.kube import api_client, describe_error
     from gpupair.status.build import LayoutCache, Options, build
     from gpupair.status.fetch import NodesNotVisible, list_cluster
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from gpupair.layout import NodeLayout
-from gpupair.smi_topo import SmiTopology, parse_topo_matrix
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.smi_topo import SmiTopology, parse_topo_matrix
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topo"
 # The seed's example bus map: GPU0-3 on NUMA 0, GPU4-7 on NUMA 1.

@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 
 from gpupair.extender.app import Extender, assemble, build_app
-from gpupair.decisions import Decider, Unreported
+from gpupair.decide.decisions import Decider, Unreported
 from gpupair.extender.list_watch import ListWatch
-from gpupair.report import PodHolding, encode_annotations
+from gpupair.topology.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout
 from tests.real_k8s import REAL_K8S
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpupair.layout import NodeLayout
+from gpupair.topology.layout import NodeLayout
 from gpupair.simulator.shapes import SEED_PCI_BUSES, seed_layout as simulated_seed_layout
 
 __all__ = ["SEED_PCI_BUSES", "seed_layout"]

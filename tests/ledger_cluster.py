@@ -10,8 +10,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupair.layout import NodeLayout
-from gpupair.policies import POLICIES
+from gpupair.topology.layout import NodeLayout
+from gpupair.decide.policies import POLICIES
 from gpupair.reporter.main import node_writer
 from gpupair.reporter.publisher import Outcome, Publisher
 from gpupair.reporter.scan import Allocations, compute

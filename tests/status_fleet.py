@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpupair import report as codec
-from gpupair.kube import event_body
-from gpupair.verdict import GRANTED_KEY, LINK_KEY, NUMA_KEY, PLANNED_KEY, VERDICT_KEY
+from gpupair.topology import report as codec
+from gpupair.kubeclient.kube import event_body
+from gpupair.decide.verdict import GRANTED_KEY, LINK_KEY, NUMA_KEY, PLANNED_KEY, VERDICT_KEY
 from tests.kube_double import Store, make_node, make_pod
 from tests.layouts import seed_layout
 

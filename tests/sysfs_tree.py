@@ -14,8 +14,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from gpupair.layout import NodeLayout, sysfs_pci
-from gpupair.smi_topo import SmiTopology
+from gpupair.topology.layout import NodeLayout, sysfs_pci
+from gpupair.topology.smi_topo import SmiTopology
 
 CLOSENESS = {"SYS": 0, "NODE": 1, "PHB": 2, "PXB": 3, "PIX": 4}
 

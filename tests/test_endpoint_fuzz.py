@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from gpupair.extender.app import build_app as extender_app
 from gpupair.extender.http_server import HttpServer
 from gpupair.extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult, PrioritizeError
-from gpupair.json_body import MAX_DEPTH
+from gpupair.kubewire.json_body import MAX_DEPTH
 from gpupair.reporter.app import MAX_REQUEST_BYTES
 from gpupair.reporter.app import build_app as reporter_app
 from gpupair.reporter.verification import VerifyService
@@ -43,7 +43,7 @@ from gpupair.webhook.admission import InjectOptions
 from gpupair.webhook.app import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
 from gpupair.webhook.app import create_app as webhook_app
 from gpupair.webhook.sidecar import SidecarOptions
-from gpupair.tls import ReloadingTLS
+from gpupair.command.tls import ReloadingTLS
 
 SEED = 20261130
 BODIES_PER_ENDPOINT = 2_000

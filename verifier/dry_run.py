@@ -1,6 +1,6 @@
 """`gpupair verify --dry-run`: the annotations a granted device set would get, offline.
 
-For operators and tests: the same classification the reporter runs (gpupair.verdict.classify),
+For operators and tests: the same classification the reporter runs (gpupair.decide.verdict.classify),
 fed from a layout file and a device list instead of the kubelet.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
-from gpupair import verdict
-from gpupair.intent import parse_intent
-from gpupair.layout import NodeLayout, normalize_pci
-from gpupair.layout_file import read_layout
+from gpupair.decide import verdict
+from gpupair.decide.intent import parse_intent
+from gpupair.topology.layout import NodeLayout, normalize_pci
+from gpupair.topology.layout_file import read_layout
 
 _GPU_NAME = re.compile(r"^GPU(\d+)$", re.IGNORECASE)
 

@@ -25,8 +25,8 @@ import socket
 import urllib.error
 import urllib.request
 
-from gpupair.flags import DURATION, UsageError, add_reporter_port, add_token_audience, add_topology_file, ip_address
-from gpupair.service import add_common_flags, add_flag
+from gpupair.command.flags import DURATION, UsageError, add_reporter_port, add_token_audience, add_topology_file, ip_address
+from gpupair.command.service import add_common_flags, add_flag
 
 DEFAULT_TOKEN_PATH = "/var/run/secrets/gpupair.io/serviceaccount/token"
 VERIFY_PATH = "/v1/verify"
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise _Stop()
 
     signal.signal(signal.SIGTERM, stop)  # the kubelet stopping the sidecar: exit 0
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C: KeyboardInterrupt, exit 130 (gpupair.cli)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C: KeyboardInterrupt, exit 130 (gpupair.command.cli)
     try:
         with SignalWait() as waiter:
             answer = _verify_until_answered(args, waiter)

@@ -17,11 +17,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpupair import json_body, verdict
-from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
-from gpupair.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
-from gpupair.report import PREFIX
-from gpupair.wire import UserInfo, explain
+from gpupair.decide import verdict
+
+from gpupair.kubewire import json_body
+from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
+from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.topology.report import PREFIX
+from gpupair.kubewire.wire import UserInfo, explain
 from gpupair.webhook import claims, sidecar
 from gpupair.webhook.claims import ClaimOptions, pointer
 

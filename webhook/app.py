@@ -25,8 +25,8 @@ import time
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gpupair.intent import Intent, IntentError, parse_intent
-from gpupair.service import add_health_routes
+from gpupair.decide.intent import Intent, IntentError, parse_intent
+from gpupair.command.service import add_health_routes
 from gpupair.webhook.admission import (
     InjectOptions,
     ReviewError,

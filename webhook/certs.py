@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpupair.flags import Range, UsageError, add_kube_flags
-from gpupair.service import add_common_flags, add_flag
+from gpupair.command.flags import Range, UsageError, add_kube_flags
+from gpupair.command.service import add_common_flags, add_flag
 
 log = logging.getLogger("gpupair.certs")
 
@@ -306,7 +306,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gpupair.service import setup_logging
+    from gpupair.command.service import setup_logging
 
     setup_logging(args.log_level)
     if args.renew_within_days >= args.days:
@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> int:
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from gpupair.kube import api_client
+    from gpupair.kubeclient.kube import api_client
 
     async with await api_client(args.kubeconfig or None, args.context or None) as api:
         try:

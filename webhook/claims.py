@@ -23,7 +23,7 @@ that of ``spec.metadata``, the metadata its claims get), else the namespace defa
 webhook entry carries, else the cluster default: as for pods. Every object admitted (but
 kube-scheduler's extended-resource claim) is given the intent it was decided under as that
 annotation (a template in ``spec.metadata``), ``none`` and unchanged requests included, so a
-claim pod's intent can be read from its claims (gpupair/claim_intent.py) and the claims a
+claim pod's intent can be read from its claims (gpupair/decide/claim_intent.py) and the claims a
 template yields carry it and come back unchanged: the constraint is already there.
 
 The patch is computed against exactly the object received: unknown fields stay as they are, and
@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpupair import dra
-from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
-from gpupair.wire import KubeWire, explain
+from gpupair.kubewire import dra
+from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
+from gpupair.kubewire.wire import KubeWire, explain
 from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 GROUP, VERSION = dra.API_VERSION.split("/")
@@ -83,8 +83,8 @@ class ClaimPlan:
 
 
 # --- reading (k8s.io/api/resource/v1 types.go: only the fields decided on) ----------------------
-# Not gpupair.dra's models: mutating admission runs before the apiserver validates, so these
-# read an object as sent, leniently (a subrequest is not looked into); gpupair.dra reads stored ones.
+# Not gpupair.kubewire.dra's models: mutating admission runs before the apiserver validates, so these
+# read an object as sent, leniently (a subrequest is not looked into); gpupair.kubewire.dra reads stored ones.
 
 
 class ExactRequest(KubeWire):
@@ -270,7 +270,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
             ops.append({"op": "add", "path": pointer(*base, "constraints"), "value": added})
     # Every object admitted records the intent it was decided under, ``none`` and unchanged
     # requests included: the extender, the verdict and ``status`` read a claim pod's intent from
-    # its claims (gpupair/claim_intent.py), and a template's claims carry what it says, not
+    # its claims (gpupair/decide/claim_intent.py), and a template's claims carry what it says, not
     # whatever the namespace's default is when they are made. kube-scheduler's own claim is the
     # exception: nothing was asked of it.
     if not extended and PLACEMENT_KEY not in annotations:

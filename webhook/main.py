@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from gpupair import limits
-from gpupair.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
+from gpupair.topology import limits
+from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
                            add_tls_flags, add_token_audience)
-from gpupair.service import add_common_flags, add_flag
+from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 
@@ -40,9 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gpupair.intent import Intent
-    from gpupair.service import serve, setup_logging
-    from gpupair.tls import serving_tls
+    from gpupair.decide.intent import Intent
+    from gpupair.command.service import serve, setup_logging
+    from gpupair.command.tls import serving_tls
     from gpupair.webhook.admission import InjectOptions
     from gpupair.webhook.claims import ClaimOptions
     from gpupair.webhook.app import create_app

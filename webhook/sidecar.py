@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpupair import defaults
+from gpupair.kubewire import defaults
 
 CONTAINER_NAME = "gpupair-verify"
 TOKEN_VOLUME = "gpupair-token"

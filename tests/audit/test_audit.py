@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import report
-from gpupair import verdict as verdicts
+from gpupair.topology import report
+from gpupair.decide import verdict as verdicts
 
 from gpupair.audit.manifest import CONTAINER, ROUND_LABEL, RUN_LABEL, PodTemplate
 from gpupair.audit.runner import AuditError, AuditPlan, Auditor
@@ -326,7 +326,7 @@ async def start_command(tmp_path: Path, double, *flags: str) -> asyncio.subproce
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", double.url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "audit", "--kubeconfig", str(kubeconfig),
+        sys.executable, "-m", "gpupair.command.cli", "audit", "--kubeconfig", str(kubeconfig),
         "--namespace", NS, "--output", str(tmp_path / "results.tsv"), "--poll-interval", "0.02",
         "--delete-timeout", "5", "--log-level", "warning", *flags,
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -430,7 +430,7 @@ async def test_command_without_cluster_config_exits_2(tmp_path):
            if not k.startswith("GPUPAIR_") and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     env["HOME"] = str(tmp_path)  # no ~/.kube/config
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "audit", "--output", str(tmp_path / "r.tsv"),
+        sys.executable, "-m", "gpupair.command.cli", "audit", "--output", str(tmp_path / "r.tsv"),
         cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpupair import verdict as verdicts
-from gpupair.layout import Device, NodeLayout
+from gpupair.decide import verdict as verdicts
+from gpupair.topology.layout import Device, NodeLayout
 
 from gpupair.audit.pod_log import UNKNOWN, LogParseError, classify_log, parse_query_csv
 from gpupair.audit.sample import FAIL_TIMEOUT, decide, from_annotations, tsv_header

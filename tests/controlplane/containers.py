@@ -15,7 +15,7 @@ def gpupair_argv(args: list[str]) -> list[str]:
     script = Path(sys.executable).with_name("gpupair")
     if script.exists():
         return [str(script), *args]
-    return [sys.executable, "-c", "from gpupair.cli import main; main()", *args]
+    return [sys.executable, "-c", "from gpupair.command.cli import main; main()", *args]
 
 
 def resolved_env(spec_container: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpupair.report import encode_topology
+from gpupair.topology.report import encode_topology
 from tests.controlplane.api import Api
 from tests.controlplane.kubelet import Kubelets
 from tests.controlplane.workloads import PAUSE_IMAGE, wait_gone

@@ -10,7 +10,7 @@ change hands, as the kubelet's device manager does (the reporter rescans on that
 
 A watcher thread reads the pods every ``poll`` seconds. A pod newly bound to one of the nodes
 is admitted: each container asking the GPU resource is handed devices the way a device plugin
-would pick them (``gpupair.policies``: ``aligned`` is NVIDIA's best-effort policy, ``naive`` the
+would pick them (``gpupair.decide.policies``: ``aligned`` is NVIDIA's best-effort policy, ``naive`` the
 first free ones), the PodResources answer shows them, and the pod's status says Running. A pod
 marked for deletion gives its devices back and is removed (the kubelet's part of a graceful
 delete). Every grant is kept in ``grants``, in order, for the test to judge. Of the pod's
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpupair.layout import NodeLayout
-from gpupair.policies import policy_named
-from gpupair.report import decode_layout
-from gpupair.smi_topo import parse_topo_matrix
+from gpupair.topology.layout import NodeLayout
+from gpupair.decide.policies import policy_named
+from gpupair.topology.report import decode_layout
+from gpupair.topology.smi_topo import parse_topo_matrix
 from tests.controlplane.api import Api, ApiError
 from tests.controlplane.containers import base_env, gpupair_argv, resolved_env
 from tests.controlplane.processes import Process

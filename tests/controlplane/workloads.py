@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpupair.report import FREE_KEY
+from gpupair.topology.report import FREE_KEY
 from tests.controlplane.api import Api
 from tests.controlplane.kubelet import DEVICES_HINT, GPU
 

@@ -1,4 +1,4 @@
-"""gpupair.binding_client: the Binding POST on its own HTTP/1.1 client, against the API double
+"""gpupair.kubeclient.binding_client: the Binding POST on its own HTTP/1.1 client, against the API double
 (plain and over TLS) and, for what a well-behaved apiserver never does, a raw socket server."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import trustme
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpupair import kube
-from gpupair.binding_client import BindingClient, BindingConnectionError
+from gpupair.kubeclient import kube
+from gpupair.kubeclient.binding_client import BindingClient, BindingConnectionError
 from tests.kube_double import KubeDouble, kube_client_for, make_pod, running_kube_double
 
 
@@ -179,7 +179,7 @@ async def test_keep_alive_reuses_one_connection_and_reads_chunked_bodies():
 async def test_a_burst_of_bindings_shares_a_few_connections():
     # kube-scheduler runs every binding cycle of a burst at once: 40 Bindings in flight open
     # BURST_CONNECTIONS connections (TLS handshakes cost both ends), not one each.
-    from gpupair.binding_client import BURST_CONNECTIONS
+    from gpupair.kubeclient.binding_client import BURST_CONNECTIONS
 
     async with RawServer([CREATED] * 40) as server:
         api, client = _client(server.url)

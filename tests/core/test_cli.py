@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpupair import cli
+from gpupair.command import cli
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "prometheus_client", "google.protobuf",
@@ -31,7 +31,7 @@ def heavy(modules: list[str]) -> list[str]:
 
 
 def test_top_level_help_lists_every_command_and_imports_none():
-    text, modules = loaded_after("from gpupair import cli; cli.main(['--help'])")
+    text, modules = loaded_after("from gpupair.command import cli; cli.main(['--help'])")
     for name, (_, help_text) in cli.COMMANDS.items():
         assert name in text and help_text.split(":")[0] in " ".join(text.split())
     assert not [m for m in modules if m in {module for module, _ in cli.COMMANDS.values()}]
@@ -41,16 +41,16 @@ def test_top_level_help_lists_every_command_and_imports_none():
 def test_no_command_or_an_unknown_one_is_a_usage_error_naming_the_choices():
     for argv, says in (([], "arguments are required: COMMAND"), (["--nope"], "arguments are required: COMMAND"),
                        (["nope"], "invalid choice: 'nope' (choose from 'webhook', 'verify'")):
-        result = subprocess.run([sys.executable, "-m", "gpupair.cli", *argv], cwd=REPO, capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "gpupair.command.cli", *argv], cwd=REPO, capture_output=True,
                                 text=True, timeout=60)
         assert result.returncode == 2, argv
         assert result.stderr.startswith("usage: gpupair") and says in result.stderr, result.stderr
 
 
 def test_a_subcommand_help_configures_only_that_command_without_the_server_stack():
-    text, modules = loaded_after("from gpupair import cli; cli.main(['extender', '--help'])")
+    text, modules = loaded_after("from gpupair.command import cli; cli.main(['extender', '--help'])")
     assert "--api-timeout" in text and "GPUPAIR_EXTENDER_API_TIMEOUT" in text
-    assert "gpupair.service" in modules and "gpupair.extender.main" in modules
+    assert "gpupair.command.service" in modules and "gpupair.extender.main" in modules
     assert "gpupair.webhook.main" not in modules
     assert heavy(modules) == []
 

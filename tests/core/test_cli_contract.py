@@ -1,4 +1,4 @@
-"""The command-line contract (docs/cli.md, gpupair.flags), checked by walking every subcommand's
+"""The command-line contract (docs/cli.md, gpupair.command.flags), checked by walking every subcommand's
 parser: a command added or changed later is held to it without anyone remembering to."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import cli, flags
-from gpupair.cli_reference import command_parsers, reference
+from gpupair.command import cli, flags
+from gpupair.command.cli_reference import command_parsers, reference
 
 REPO = Path(__file__).resolve().parents[2]
 # Pairs of flags whose names look alike but that name different things.
@@ -64,7 +64,7 @@ def test_every_flag_reads_an_environment_variable(commands):
     missing = [f"gpupair {name} {action.option_strings[0]}" for name, parser in commands.items()
                for action in options(parser)
                if not hasattr(action, "gpupair_env") and not is_alias(action, parser)]
-    assert missing == [], "add these with gpupair.flags.add_flag (or a flag group)"
+    assert missing == [], "add these with gpupair.command.flags.add_flag (or a flag group)"
 
 
 def test_every_flag_help_names_its_variable(commands):
@@ -131,7 +131,7 @@ def test_each_command_reads_only_its_own_or_shared_variables(commands):
 
 def gpupair(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(flags.ENV_PREFIX) and k != "KUBECONFIG"}
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", *args], cwd=REPO, env={**clean, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", *args], cwd=REPO, env={**clean, **(env or {})},
                           capture_output=True, text=True, timeout=120)
 
 
@@ -200,4 +200,4 @@ def test_renamed_flags_are_accepted(commands):
 
 def test_docs_cli_md_lists_every_flag_and_variable(commands):
     text = (REPO / "docs" / "cli.md").read_text()
-    assert reference(commands) in text, "docs/cli.md is out of date: run `python -m gpupair.cli_reference --write`"
+    assert reference(commands) in text, "docs/cli.md is out of date: run `python -m gpupair.command.cli_reference --write`"

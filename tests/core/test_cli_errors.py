@@ -3,9 +3,9 @@ every subcommand: bad values from flags and from the environment, ranges, output
 paths, kubeconfigs, ports, Ctrl-C and the exit statuses. Each case asserts the exit status, the
 one-line form and no traceback.
 
-The exhaustive walks (every flag of every command) run in-process through ``gpupair.cli.main``,
+The exhaustive walks (every flag of every command) run in-process through ``gpupair.command.cli.main``,
 the real entry point, as they stop at parsing; the cases that need a process (a port in use, a
-signal, a network that never answers) run ``python -m gpupair.cli`` once per command."""
+signal, a network that never answers) run ``python -m gpupair.command.cli`` once per command."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import cli, flags
-from gpupair.cli_reference import command_parsers
+from gpupair.command import cli, flags
+from gpupair.command.cli_reference import command_parsers
 from tests.core.test_cli_contract import REPO, contract_flags, gpupair
 
 SEED_TOPO = str(REPO / "tests" / "fixtures" / "topo" / "seed-5090d.txt")
@@ -52,7 +52,7 @@ def one_error_line(text: str, command: str) -> str:
 
 
 def main_exits(argv: list[str], capsys) -> tuple[int, str]:
-    """gpupair.cli.main in this process: its exit status and stderr (logging set back as it was)."""
+    """gpupair.command.cli.main in this process: its exit status and stderr (logging set back as it was)."""
     import logging
 
     root, ours = logging.getLogger(), logging.getLogger("gpupair")  # simulate quiets its own at info
@@ -211,7 +211,7 @@ def write_kubeconfigs(root: Path) -> dict[str, tuple[Path, str]]:
 
 
 async def test_every_kind_of_bad_kubeconfig_is_one_sentence(tmp_path):
-    from gpupair.kube import KubeConfigError, api_client
+    from gpupair.kubeclient.kube import KubeConfigError, api_client
 
     for name, (path, says) in write_kubeconfigs(tmp_path).items():
         with pytest.raises(KubeConfigError) as error:
@@ -251,7 +251,7 @@ def test_a_bad_input_file_is_one_line_and_exit_2(command, flag, make, says, tmp_
 
 
 def test_a_layout_larger_than_the_stated_bound_is_refused(tmp_path):
-    from gpupair.limits import MAX_GPUS
+    from gpupair.topology.limits import MAX_GPUS
 
     n = MAX_GPUS + 1
     header = "\t" + "\t".join(f"GPU{j}" for j in range(n)) + "\tCPU Affinity\tNUMA Affinity\n"
@@ -373,7 +373,7 @@ def test_an_unreachable_api_server_is_one_line_and_exit_1(command, tmp_path):
 def interrupted(args: list[str], ready: threading.Event | None = None, marker: str = "") -> tuple[int, str, str]:
     """Start ``gpupair ARGS``, wait until it is at work (``ready`` set, or ``marker`` on stderr), Ctrl-C it."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(flags.ENV_PREFIX) and k != "KUBECONFIG"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpupair.cli", *args], cwd=REPO, env=clean, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "gpupair.command.cli", *args], cwd=REPO, env=clean, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: list[str] = []
     try:

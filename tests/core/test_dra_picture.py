@@ -1,4 +1,4 @@
-"""The DRA node picture (gpupair/dra_picture.py) against the reporter's, on recorded-shaped objects."""
+"""The DRA node picture (gpupair/decide/dra_picture.py) against the reporter's, on recorded-shaped objects."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpupair import dra
-from gpupair.decisions import Decider, NodeView
-from gpupair.dra_picture import PictureError, allocation_of, build
-from gpupair.report import decode_annotations, encode_annotations, PodHolding
+from gpupair.kubewire import dra
+from gpupair.decide.decisions import Decider, NodeView
+from gpupair.decide.dra_picture import PictureError, allocation_of, build
+from gpupair.topology.report import decode_annotations, encode_annotations, PodHolding
 from tests.dra_support import (
     DRIVER, allocated_claim, as_list_attributes, busy_claims, node_slice, recorded, recorded_claims,
 )
@@ -206,7 +206,7 @@ def test_unknown_fields_from_a_newer_apiserver_are_ignored():
 
 @pytest.mark.parametrize("intent, passes, score", [("required", False, 0), ("preferred", True, 0), ("none", True, 0)])
 def test_a_dra_node_whose_first_fit_is_not_close_is_judged_by_the_allocators_pick(intent, passes, score):
-    from gpupair.intent import Intent
+    from gpupair.decide.intent import Intent
 
     result = picture([node_slice("n")], busy_claims("n", {0, 1, 2}), node="n")  # free GPU3 | GPU4..7
     decision = Decider().decide(2, NodeView("n", result.report.state, source="dra"), Intent(intent))
@@ -220,7 +220,7 @@ def test_a_dra_node_whose_first_fit_is_not_close_is_judged_by_the_allocators_pic
 
 
 def test_a_dra_node_whose_first_fit_is_close_scores_that_pick():
-    from gpupair import placement
+    from gpupair.decide import placement
 
     state = picture([node_slice("n")], busy_claims("n", {0, 1}), node="n").report.state
     decision = Decider().decide(2, NodeView("n", state, source="dra"))
@@ -229,7 +229,7 @@ def test_a_dra_node_whose_first_fit_is_close_scores_that_pick():
 
 
 def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
-    from gpupair.dra_picture import Demand, claim_demand
+    from gpupair.decide.dra_picture import Demand, claim_demand
 
     classes = frozenset({DRIVER})
     claims = {c["metadata"]["name"].split("-")[0]: dra.parse_claim(c) for c in recorded_claims()}
@@ -246,7 +246,7 @@ def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
 
 
 def test_first_available_takes_the_close_set_where_one_is_free_and_any_set_otherwise():
-    from gpupair.policies import POLICIES
+    from gpupair.decide.policies import POLICIES
 
     layout = seed_layout()
     assert POLICIES["dra-first-available"].pick(layout, frozenset({3, 4, 5}), 2) == (4, 5)

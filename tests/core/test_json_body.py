@@ -1,10 +1,10 @@
-"""gpupair.json_body: what every endpoint accepts as JSON, and the one-line reasons it refuses."""
+"""gpupair.kubewire.json_body: what every endpoint accepts as JSON, and the one-line reasons it refuses."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpupair.json_body import MAX_DEPTH, JSONBodyError, decode
+from gpupair.kubewire.json_body import MAX_DEPTH, JSONBodyError, decode
 
 
 def arrays(depth: int) -> bytes:

@@ -1,4 +1,4 @@
-"""gpupair.kube against the kube-apiserver double, with the real kubernetes-asyncio client."""
+"""gpupair.kubeclient.kube against the kube-apiserver double, with the real kubernetes-asyncio client."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kubernetes_asyncio import watch as k8s_watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import incluster_config
 
-from gpupair import kube
+from gpupair.kubeclient import kube
 from tests.kube_double import kube_client_for, make_node, make_pod, running_kube_double
 
 

@@ -53,7 +53,7 @@ async def run(kubectl: str, env: dict[str, str], *args: str) -> tuple[int, str, 
 
 def test_the_wheel_declares_the_entry_point():
     (point,) = entry_points(group="console_scripts", name="kubectl-gpupair")
-    assert point.value == "gpupair.cli:kubectl_main"
+    assert point.value == "gpupair.command.cli:kubectl_main"
 
 
 async def test_kubectl_lists_and_runs_the_plugin(kubectl, plugin_env):

@@ -1,4 +1,4 @@
-"""gpupair.layout_file: one loader for every layout form gpupair prints or reads, behind
+"""gpupair.topology.layout_file: one loader for every layout form gpupair prints or reads, behind
 reporter --topology-file, simulate --topology-file and verify --topology-file."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import report
-from gpupair.verdict import LINK_KEY
-from gpupair.layout_file import LayoutFileError, parse_layout_text, read_layout
+from gpupair.topology import report
+from gpupair.decide.verdict import LINK_KEY
+from gpupair.topology.layout_file import LayoutFileError, parse_layout_text, read_layout
 from gpupair.reporter.topology_source import FileLayoutSource
 from tests.reporter_support import seed_layout
 
@@ -85,7 +85,7 @@ def test_unreadable_or_binary_files(tmp_path):
 
 def gpupair(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_")}
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from gpupair import links
+from gpupair.topology import links
 
 
 def test_closeness_order_matches_nvidia_smi_legend():

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpupair import verdict
-from gpupair.nics import NICS_KEY, decode_nics
-from gpupair.report import TOPOLOGY_KEY, fingerprint
-from gpupair.smi_topo import parse_topo_matrix
+from gpupair.decide import verdict
+from gpupair.topology.nics import NICS_KEY, decode_nics
+from gpupair.topology.report import TOPOLOGY_KEY, fingerprint
+from gpupair.topology.smi_topo import parse_topo_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "fixtures" / "topo"
@@ -42,14 +42,14 @@ def test_unknown_nics_add_nothing_and_a_node_without_nics_says_so():
 
 def test_the_reporter_dry_run_publishes_a_topo_files_nics_and_verify_shows_them():
     path = TOPO / "deepep-13-dgx-a100.txt"
-    run = subprocess.run([sys.executable, "-m", "gpupair.cli", "reporter", "--once", "--dry-run",
+    run = subprocess.run([sys.executable, "-m", "gpupair.command.cli", "reporter", "--once", "--dry-run",
                           "--topology-file", str(path), "--allocated="], capture_output=True, text=True,
                          cwd=REPO, timeout=60)
     assert run.returncode == 0, run.stderr
     annotations = json.loads(run.stdout)
     nics = decode_nics(annotations[NICS_KEY], fingerprint(annotations[TOPOLOGY_KEY]), 8)
     assert [n.name for n in nics.nics][:2] == ["mlx5_0", "mlx5_1"] and nics.nearest(4) == ("mlx5_4", "PXB")
-    verify = subprocess.run([sys.executable, "-m", "gpupair.cli", "verify", "--dry-run", "--topology-file",
+    verify = subprocess.run([sys.executable, "-m", "gpupair.command.cli", "verify", "--dry-run", "--topology-file",
                              str(path), "--devices", "GPU0+GPU1"], capture_output=True, text=True, cwd=REPO,
                             timeout=60)
     assert verify.returncode == 0, verify.stderr

@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.decisions import Decider, NodeView, Unreported
-from gpupair import placement
-from gpupair.layout import Device, NodeLayout, NodeState
+from gpupair.decide.decisions import Decider, NodeView, Unreported
+from gpupair.decide import placement
+from gpupair.topology.layout import Device, NodeLayout, NodeState
 from gpupair.simulator.shapes import seed_layout
 
 SEED = seed_layout()
@@ -105,7 +105,7 @@ def test_scores_stay_within_0_to_10(free, k):
 def test_numa_groups_are_inferred_from_sys_links_when_the_box_reports_none():
     from pathlib import Path
 
-    from gpupair.smi_topo import parse_topo_matrix
+    from gpupair.topology.smi_topo import parse_topo_matrix
 
     text = (Path(__file__).parents[1] / "fixtures" / "topo" / "vllm-11122-8gpu-pix-pxb.txt").read_text()
     layout = parse_topo_matrix(text).to_layout()  # NUMA Affinity N/A on every GPU

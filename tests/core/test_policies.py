@@ -8,8 +8,8 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.layout import Device, NodeLayout
-from gpupair.policies import POLICIES, AlignedPolicy, NaivePolicy
+from gpupair.topology.layout import Device, NodeLayout
+from gpupair.decide.policies import POLICIES, AlignedPolicy, NaivePolicy
 from gpupair.simulator.shapes import seed_layout
 
 aligned = AlignedPolicy()

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair import report
-from gpupair.layout import normalize_pci, sysfs_pci
+from gpupair.topology import report
+from gpupair.topology.layout import normalize_pci, sysfs_pci
 from gpupair.simulator.shapes import seed_layout
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=timezone.utc)

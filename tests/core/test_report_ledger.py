@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpupair import report
-from gpupair.report import PodHolding
+from gpupair.topology import report
+from gpupair.topology.report import PodHolding
 from gpupair.simulator.shapes import seed_layout
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=timezone.utc)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpupair.reservations import Hold, Reservation, Reservations
-from gpupair.report import Ledger
+from gpupair.decide.reservations import Hold, Reservation, Reservations
+from gpupair.topology.report import Ledger
 
 ALL = frozenset(range(8))
 

@@ -14,11 +14,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gpupair.decisions import Decider, NodeView
-from gpupair.reservations import Reservation, Reservations
-from gpupair.layout import NodeState
-from gpupair.policies import POLICIES
-from gpupair.report import Ledger
+from gpupair.decide.decisions import Decider, NodeView
+from gpupair.decide.reservations import Reservation, Reservations
+from gpupair.topology.layout import NodeState
+from gpupair.decide.policies import POLICIES
+from gpupair.topology.report import Ledger
 from gpupair.simulator.shapes import seed_layout
 
 LAYOUT = seed_layout()

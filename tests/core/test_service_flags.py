@@ -1,4 +1,4 @@
-"""gpupair.service.add_flag: GPUPAIR_* environment defaults, and bad values as usage errors."""
+"""gpupair.command.service.add_flag: GPUPAIR_* environment defaults, and bad values as usage errors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from gpupair.flags import PORT, bad_value
-from gpupair.service import add_flag
+from gpupair.command.flags import PORT, bad_value
+from gpupair.command.service import add_flag
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,7 +78,7 @@ async def test_probes_are_logged_at_debug_and_other_requests_at_info(caplog):
     from aiohttp import web
     from prometheus_client import CollectorRegistry
 
-    from gpupair.service import add_health_routes, app_runner
+    from gpupair.command.service import add_health_routes, app_runner
 
     app = web.Application()
     add_health_routes(app, CollectorRegistry())

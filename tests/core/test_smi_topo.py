@@ -1,4 +1,4 @@
-"""Tests for gpupair.smi_topo against real `nvidia-smi topo -m` outputs (tests/fixtures/topo).
+"""Tests for gpupair.topology.smi_topo against real `nvidia-smi topo -m` outputs (tests/fixtures/topo).
 
 Expected values below were read off each fixture by eye, not produced by the parser.
 """
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupair.layout import NodeLayout
-from gpupair.smi_topo import SmiTopology, TopoParseError, parse_topo_matrix
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.smi_topo import SmiTopology, TopoParseError, parse_topo_matrix
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "topo"
 ALL_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.txt"))

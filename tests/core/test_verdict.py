@@ -1,7 +1,7 @@
 import pytest
 
-from gpupair import verdict
-from gpupair.intent import Intent
+from gpupair.decide import verdict
+from gpupair.decide.intent import Intent
 from gpupair.simulator.shapes import seed_layout
 
 

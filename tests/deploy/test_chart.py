@@ -459,9 +459,9 @@ def test_global_settings_and_the_image_reach_every_container():
 def test_the_schemas_bounds_are_the_commands():
     """What the schema accepts is what the containers' commands accept (no value that passes
     `helm install` and then stops a pod at start)."""
-    from gpupair.cli_reference import command_parsers
-    from gpupair.flags import LOG_LEVELS
-    from gpupair.intent import Intent
+    from gpupair.command.cli_reference import command_parsers
+    from gpupair.command.flags import LOG_LEVELS
+    from gpupair.decide.intent import Intent
 
     props = json.loads((CHART / "values.schema.json").read_text())["properties"]
     assert props["logLevel"]["enum"] == list(LOG_LEVELS)

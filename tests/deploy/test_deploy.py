@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
 
-from gpupair.intent import PLACEMENT_KEY, Intent
+from gpupair.decide.intent import PLACEMENT_KEY, Intent
 
 from tests.deploy_manifests import (
     DEPLOY,
@@ -469,8 +469,8 @@ def test_env_matches_the_commands_flags():
     """Every GPUPAIR_* variable set for a `gpupair SUBCOMMAND` container is the current name of a
     flag of that subcommand (docs/cli.md): no setting is silently ignored, and none relies on a
     deprecated name."""
-    from gpupair import cli
-    from gpupair.cli_reference import command_parsers
+    from gpupair.command import cli
+    from gpupair.command.cli_reference import command_parsers
 
     current = {name: {a.gpupair_env.env for a in parser._actions if hasattr(a, "gpupair_env")}
                for name, parser in command_parsers().items()}

@@ -10,7 +10,7 @@ import celpy
 import kubernetes_validate
 import pytest
 
-from gpupair.intent import Intent
+from gpupair.decide.intent import Intent
 from tests.deploy.test_deploy import CRD_GROUPS, K8S_VERSION, api_group, rules_of
 from tests.deploy_manifests import (
     DEPLOY,
@@ -128,7 +128,7 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
 
 
 def test_the_components_variables_are_current_flag_variables(with_dra):
-    from gpupair.cli_reference import command_parsers
+    from gpupair.command.cli_reference import command_parsers
 
     current = {name: {a.gpupair_env.env for a in parser._actions if hasattr(a, "gpupair_env")}
                for name, parser in command_parsers().items()}

@@ -16,7 +16,9 @@ import celpy
 import pytest
 import yaml
 
-from gpupair import leases, verdict
+from gpupair.decide import verdict
+
+from gpupair.kubewire import leases
 from tests.deploy_manifests import DEPLOY, OVERLAYS, find, needs_kubectl, render
 from gpupair.webhook.admission import REPORTER_KEYS
 from tests.real_k8s import REAL_K8S
@@ -184,7 +186,7 @@ def test_other_users_are_not_this_policys_business(objs):
 
 
 def lease(node_name: str = "gpu-1", *, previous: dict | None = None, uid: str = "n-1") -> dict:
-    """The Lease the reporter sends (gpupair.leases builds it), as admission sees it."""
+    """The Lease the reporter sends (gpupair.kubewire.leases builds it), as admission sees it."""
     body = leases.lease_body(node_name, "gpupair-system", 120, 1_764_543_321_123_456_789,
                              previous=previous, node_uid=uid)
     body["metadata"].setdefault("resourceVersion", "77")

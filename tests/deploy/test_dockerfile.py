@@ -286,7 +286,7 @@ def test_matcher_follows_docker_rules():
 
 
 def test_context_is_what_the_wheel_needs(context):
-    assert {"pyproject.toml", "README.md", "gpupair/cli.py", "webhook/certs.py",
+    assert {"pyproject.toml", "README.md", "gpupair/command/cli.py", "webhook/certs.py",
             "reporter/podresources/api.proto"} <= context
     for path in context:
         top = path.split("/")[0]
@@ -355,17 +355,17 @@ def test_the_wheel_builds_from_the_context_and_imports(tmp_path, built):
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
         z.extractall(tmp_path / "site")
-    assert "gpupair = gpupair.cli:main" in entry_points
-    assert "kubectl-gpupair = gpupair.cli:kubectl_main" in entry_points
+    assert "gpupair = gpupair.command.cli:main" in entry_points
+    assert "kubectl-gpupair = gpupair.command.cli:kubectl_main" in entry_points
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
-    assert {"gpupair/cli.py", "gpupair/webhook/certs.py", "gpupair/reporter/podresources/api.proto"} <= names
+    assert {"gpupair/command/cli.py", "gpupair/webhook/certs.py", "gpupair/reporter/podresources/api.proto"} <= names
     assert not [n for n in names if n.startswith(("tests/", "deploy/"))]
     # Everything installs under gpupair/: no top-level "status" or "audit" to collide with another package's.
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"gpupair"}, tops
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import gpupair, importlib; from gpupair import cli;"
+        "import gpupair, importlib; from gpupair.command import cli;"
         "assert gpupair.__file__.startswith(sys.argv[1]), gpupair.__file__;"
         "mods = [importlib.import_module(m) for m, _ in cli.COMMANDS.values()];"
         "stray = [m.__file__ for m in mods if not m.__file__.startswith(sys.argv[1])];"

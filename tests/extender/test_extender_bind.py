@@ -206,7 +206,7 @@ async def test_prioritize_reuses_its_filters_decisions_only_while_nothing_change
 async def test_behind_a_proxy_the_binding_goes_through_it(tmp_path, monkeypatch):
     """HTTP_PROXY names a proxy for the API server: the Binding takes the API client's session,
     which sends it there, not the extender's own Binding connections (which speak no proxy)."""
-    from gpupair import kube
+    from gpupair.kubeclient import kube
 
     async with running_kube_double() as proxy:  # a plain-HTTP proxy gets absolute-form requests
         proxy.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations({0, 1, 4}, node="a")))

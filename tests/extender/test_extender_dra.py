@@ -9,10 +9,10 @@ import json
 import jsonpatch
 import pytest
 
-from gpupair import kube
-from gpupair.intent import PLACEMENT_KEY, Intent
+from gpupair.kubeclient import kube
+from gpupair.decide.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claims import ClaimOptions, plan_claim
-from gpupair.report import TOPOLOGY_KEY
+from gpupair.topology.report import TOPOLOGY_KEY
 from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice, recorded
 from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
 from tests.kube_double import KubeDouble, kube_client_for, make_node, running_kube_double
@@ -303,7 +303,7 @@ async def place_claim_pods(double, k, pods: list[tuple[str, int, bool]], choose)
 
 
 def watched(dra, pod) -> bool:
-    from gpupair.pod_request import PodRequestError
+    from gpupair.decide.pod_request import PodRequestError
 
     try:
         return dra.pod_demand(pod) is not None

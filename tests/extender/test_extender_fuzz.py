@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpupair.decisions import Decider, NodeView, Unreported
+from gpupair.decide.decisions import Decider, NodeView, Unreported
 from gpupair.extender.evaluation import Offer
 from gpupair.extender.filter import filter_verdicts
 from gpupair.extender.prioritize import scores_json
 from gpupair.extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult
-from gpupair.reservations import Reservation
-from gpupair.report import FREE_KEY, TOPOLOGY_KEY, ReportError, decode_annotations
+from gpupair.decide.reservations import Reservation
+from gpupair.topology.report import FREE_KEY, TOPOLOGY_KEY, ReportError, decode_annotations
 from tests.extender_support import NOW, make_extender, node_object, report_annotations, serving
 
 CACHED = ["n0", "n1", "n2", "n3", "n4", "n5"]

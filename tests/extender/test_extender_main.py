@@ -40,7 +40,7 @@ def kubeconfig(path: Path, server: str) -> Path:
 async def start(*args: str) -> asyncio.subprocess.Process:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "extender", *args, cwd=ROOT, env=env,
+        sys.executable, "-m", "gpupair.command.cli", "extender", *args, cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
 
 
@@ -83,7 +83,7 @@ async def test_serves_after_the_first_list_and_exits_cleanly_on_sigterm(tmp_path
 
 
 async def test_https_with_a_given_certificate_reloaded_when_it_changes(tmp_path):
-    """gpupair.tls serves the extender as it serves the webhook: a rotated pair is picked up
+    """gpupair.command.tls serves the extender as it serves the webhook: a rotated pair is picked up
     by the next connection, without a restart."""
     first, second = trustme.CA(), trustme.CA()
 
@@ -120,7 +120,7 @@ async def test_https_with_a_given_certificate_reloaded_when_it_changes(tmp_path)
 
 async def test_half_a_tls_pair_is_a_usage_error(tmp_path):
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "extender", "--tls-cert-file", str(tmp_path / "tls.pem"), cwd=ROOT,
+        sys.executable, "-m", "gpupair.command.cli", "extender", "--tls-cert-file", str(tmp_path / "tls.pem"), cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 2
@@ -131,7 +131,7 @@ async def test_no_kubernetes_configuration_is_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "extender", "--port", str(free_port()), cwd=ROOT, env=env,
+        sys.executable, "-m", "gpupair.command.cli", "extender", "--port", str(free_port()), cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 2  # an input problem, as in every command (docs/cli.md)

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from gpupair.intent import PLACEMENT_KEY
-from gpupair.report import PodHolding, encode_annotations
+from gpupair.decide.intent import PLACEMENT_KEY
+from gpupair.topology.report import PodHolding, encode_annotations
 from tests.extender_support import NOW, args_body, make_extender, node_object, serving
 from tests.layouts import seed_layout
 from tests.real_k8s import load

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gpupair.decisions import NodeView, Unreported
+from gpupair.decide.decisions import NodeView, Unreported
 from gpupair.extender.protocol import ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, parse_args, parse_binding
-from gpupair.report import FREE_KEY, TOPOLOGY_KEY
+from gpupair.topology.report import FREE_KEY, TOPOLOGY_KEY
 from tests.extender_support import (
     NOW,
     args_body,

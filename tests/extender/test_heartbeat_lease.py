@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpupair.extender.heartbeats import Heartbeats
-from gpupair import leases
+from gpupair.kubewire import leases
 from gpupair.reporter.allocations import PodResourcesClient
 from gpupair.reporter.heartbeat import KubeLeases, LeaseKeeper, Renewal
 from gpupair.reporter.loop import ReporterLoop

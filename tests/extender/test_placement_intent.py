@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from gpupair.decisions import Decider, NodeView
-from gpupair.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_intent
-from gpupair.layout import NodeState
+from gpupair.decide.decisions import Decider, NodeView
+from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_intent
+from gpupair.topology.layout import NodeState
 from tests.extender_support import (
     args_body,
     make_extender,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import nics
-from gpupair.smi_topo import parse_topo_matrix
+from gpupair.topology import nics
+from gpupair.topology.smi_topo import parse_topo_matrix
 from gpupair.reporter.nic_discovery import discover_nics
 from tests.sysfs_tree import build
 

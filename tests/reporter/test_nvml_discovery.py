@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupair.smi_topo import parse_topo_matrix
+from gpupair.topology.smi_topo import parse_topo_matrix
 from gpupair.reporter import nvml_discovery
 from gpupair.reporter.nvml_discovery import NvmlUnavailable, discover
 from tests.nvml_fake import RECORDINGS, FakeNvml, load_recording, real, topo_text, write_sysfs

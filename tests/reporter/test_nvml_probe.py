@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import report
+from gpupair.topology import report
 from gpupair.reporter.nvml_discovery import discover
 from tests.nvml_fake import RECORDINGS, FakeNvml, load_recording, real, topo_text, write_sysfs
 

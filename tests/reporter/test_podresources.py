@@ -7,7 +7,7 @@ import os
 import grpc
 import pytest
 
-from gpupair.layout import Device, NodeLayout
+from gpupair.topology.layout import Device, NodeLayout
 from gpupair.reporter.allocations import (
     PodDevices,
     PodNotFoundError,

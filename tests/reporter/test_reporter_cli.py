@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gpupair import report
+from gpupair.topology import report
 from tests.kube_double import make_node, running_kube_double
 from tests.reporter_support import NODE, SEED_UUIDS, seed_layout
 
@@ -24,7 +24,7 @@ SEED_TOPO = "tests/fixtures/topo/seed-5090d.txt"
 
 def gpupair(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpupair.cli", "reporter", *args],
+        [sys.executable, "-m", "gpupair.command.cli", "reporter", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -79,7 +79,7 @@ def test_bad_input_is_a_clear_usage_error(args, message):
 
 
 def parse(*args: str):
-    from gpupair.cli import build_parser
+    from gpupair.command.cli import build_parser
 
     return build_parser("reporter").parse_args(["reporter", *args])
 
@@ -147,7 +147,7 @@ async def test_service_publishes_serves_metrics_and_stops_on_sigterm(tmp_path):
     async with running_kube_double() as double:
         double.store.create("nodes", make_node(NODE))
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gpupair.cli", "reporter",
+            sys.executable, "-m", "gpupair.command.cli", "reporter",
             "--topology-file", SEED_TOPO, "--allocated", "0,4",
             "--kubeconfig", str(kubeconfig(tmp_path / "kubeconfig", double.url)),
             "--host", "127.0.0.1", "--port", str(port), "--checkpoint-file", "",

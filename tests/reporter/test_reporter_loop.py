@@ -11,8 +11,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupair.decisions import Decider, NodeView
-from gpupair.report import FREE_KEY, decode_annotations, decode_layout
+from gpupair.decide.decisions import Decider, NodeView
+from gpupair.topology.report import FREE_KEY, decode_annotations, decode_layout
 from gpupair.reporter.allocations import PodResourcesClient
 from gpupair.reporter.app import build_app
 from gpupair.reporter.checkpoint_watch import CheckpointWatch

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from gpupair.report import FREE_KEY, TOPOLOGY_KEY, decode_annotations, encode_free, encode_topology
+from gpupair.topology.report import FREE_KEY, TOPOLOGY_KEY, decode_annotations, encode_free, encode_topology
 from gpupair.reporter.main import node_writer
 from gpupair.reporter.publisher import Outcome, Publisher
 from gpupair.reporter.scan import Allocations, compute

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import report
+from gpupair.topology import report
 from gpupair.reporter.scan import Allocations, StaticAllocations, UnknownDevicesError, compute, parse_id_list
-from gpupair.layout_file import parse_layout_text
+from gpupair.topology.layout_file import parse_layout_text
 from tests.reporter_support import SEED_UUIDS, seed_layout
 
 TOPO = Path(__file__).parents[1] / "fixtures" / "topo"

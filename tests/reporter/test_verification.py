@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gpupair import verdict
-from gpupair.layout import NodeLayout
+from gpupair.decide import verdict
+from gpupair.topology.layout import NodeLayout
 from gpupair.reporter.allocations import PodResourcesClient
 from gpupair.reporter.identity import NODE_NAME_CLAIM, POD_NAME_CLAIM, POD_UID_CLAIM
 from gpupair.reporter.verification import FAIL_REASON, VerifyService
@@ -364,7 +364,7 @@ async def start_sidecar(world: World, token: str, tmp_path: Path, **env: str) ->
         **env,
     }
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "verify", cwd=str(REPO), env=environment,
+        sys.executable, "-m", "gpupair.command.cli", "verify", cwd=str(REPO), env=environment,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
 

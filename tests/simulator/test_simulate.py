@@ -13,7 +13,7 @@ from gpupair.simulator.shapes import seed_layout
 
 def simulate(*args, cwd):
     return subprocess.run(
-        [sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", *args],
+        [sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", *args],
         capture_output=True, text=True, cwd=cwd, timeout=120,
     )
 
@@ -84,7 +84,7 @@ def test_bad_topology_file_is_a_clear_error(tmp_path):
 def test_simulated_extender_reserves_the_pair_it_promised_until_a_report_shows_it_taken():
     import random
 
-    from gpupair.policies import POLICIES
+    from gpupair.decide.policies import POLICIES
     from gpupair.simulator.cluster import Cluster
     from gpupair.simulator.kube_scoring import PROFILES, PodRequest
     from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler

@@ -22,7 +22,7 @@ RECORDED_FREE = ({3, 4}, {2, 3, 4, 5}, {0, 1}, {4, 5, 6, 7})
 
 
 def simulate(*args):
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", *args],
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
@@ -199,10 +199,10 @@ def test_preemption_dry_run_on_dra_runs_the_allocator_on_what_the_victims_free()
 
 
 def test_the_forms_allocators_pick_what_the_extenders_claim_policies_predict():
-    # The extender decides a claim pod with gpupair.policies' policy for its claim (dra-first-fit,
+    # The extender decides a claim pod with gpupair.decide.policies' policy for its claim (dra-first-fit,
     # dra-first-fit-numa, dra-first-available); the simulated allocator must pick the same sets,
     # a request above a NUMA node being unconstrained (the webhook leaves it as written).
-    from gpupair.policies import POLICIES
+    from gpupair.decide.policies import POLICIES
 
     layout = seed_layout()
     for mask in range(256):

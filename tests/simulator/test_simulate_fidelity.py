@@ -82,7 +82,7 @@ def test_ties_go_by_node_order_without_an_extender_and_at_random_with_gpupair():
 
 def test_replay_scenario_from_the_command_line():
     done = subprocess.run(
-        [sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", "--scenario", "replay",
+        [sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", "--scenario", "replay",
          "--state", "simulator/recorded/default-scheduler-cpu-requests.json", "--scheduler-profile", "default"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
@@ -95,7 +95,7 @@ def test_replay_of_a_bad_state_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "state.json"
     bad.write_text('{"nodes": [], "pods": [{"gpus": 2}]}')
     done = subprocess.run(
-        [sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", "--scenario", "replay", "--state", str(bad)],
+        [sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", "--scenario", "replay", "--state", str(bad)],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert done.returncode == 2

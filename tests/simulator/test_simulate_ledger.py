@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupair.policies import POLICIES
+from gpupair.decide.policies import POLICIES
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.fleet import FleetScenario, run_fleet
@@ -114,7 +114,7 @@ def test_fleet_with_pinned_pods_and_a_deviating_plugin():
 
 
 def simulate(*args):
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", *args],
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

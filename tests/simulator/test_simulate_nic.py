@@ -20,7 +20,7 @@ SEED = SeedScenario(runs=1, rounds=6, pods_per_round=3, nics=NICS, nic_share=1.0
 
 
 def simulate(*args):
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", *args],
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupair.intent import Intent
+from gpupair.decide.intent import Intent
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.fleet import FleetScenario, arrivals, run_fleet
@@ -151,7 +151,7 @@ def test_bad_intent_mixes_are_refused_clearly(text, message):
 
 
 def simulate(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", "simulate", "--no-progress", *args],
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress", *args],
                           capture_output=True, text=True, cwd=cwd, timeout=120)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpupair import report as codec
+from gpupair.topology import report as codec
 from gpupair.status import freshness
 from gpupair.status.build import Listing, Options, build
 from gpupair.status.main import CLEAR, _show, paused_gc
@@ -46,7 +46,7 @@ async def status(double, tmp_path: Path, *flags: str) -> tuple[int, str, str]:
     kubeconfig = double.write_kubeconfig(tmp_path / "kubeconfig")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(kubeconfig), "--now", rfc3339(NOW),
+        sys.executable, "-m", "gpupair.command.cli", "status", "--kubeconfig", str(kubeconfig), "--now", rfc3339(NOW),
         *flags, cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
@@ -106,7 +106,7 @@ async def test_one_list_call_per_kind_and_no_per_node_request(fleet, tmp_path):
 
 
 async def test_a_renewed_lease_keeps_a_node_with_an_old_report_fresh(fleet, tmp_path):
-    from gpupair.leases import lease_body
+    from gpupair.kubewire.leases import lease_body
 
     renewed = lease_body("gpu-d", "gpupair-system", 120, int((NOW - timedelta(seconds=3)).timestamp() * 1e9))
     fleet.store.create("leases", renewed, "gpupair-system")
@@ -164,7 +164,7 @@ async def test_nodes_not_listable_is_an_error(fleet, tmp_path):
 async def test_no_cluster_configuration_is_an_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(tmp_path / "nope"), cwd=REPO, env=env,
+        sys.executable, "-m", "gpupair.command.cli", "status", "--kubeconfig", str(tmp_path / "nope"), cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert proc.returncode == 2 and out == b""
@@ -185,7 +185,7 @@ async def test_watch_redraws_until_sigterm(fleet, tmp_path):
     kubeconfig = fleet.write_kubeconfig(tmp_path / "kubeconfig")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_") and k != "KUBECONFIG"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "status", "--kubeconfig", str(kubeconfig), "--now", rfc3339(NOW),
+        sys.executable, "-m", "gpupair.command.cli", "status", "--kubeconfig", str(kubeconfig), "--now", rfc3339(NOW),
         "-o", "json", "--watch", "--interval", "0.1", cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     first = StatusView.model_validate_json(await asyncio.wait_for(proc.stdout.readline(), 30))
@@ -351,8 +351,8 @@ async def test_dra_nodes_show_the_same_map_marked_dra(tmp_path):
 
 
 async def test_wide_shows_each_numa_nodes_nics(tmp_path):
-    from gpupair import nics
-    from gpupair.report import TOPOLOGY_KEY, encode_annotations, fingerprint
+    from gpupair.topology import nics
+    from gpupair.topology.report import TOPOLOGY_KEY, encode_annotations, fingerprint
     from tests.layouts import seed_layout
 
     lopsided = nics.NicLayout(nics=(nics.Nic("mlx5_bond_0"),),  # no numaNode: placed by its nearest GPU
@@ -390,7 +390,7 @@ def admitted_claim(name: str, intent, count: int = 2, keep_annotation: bool = Tr
     """A claim as the claim webhook stores it in a namespace defaulting to ``intent``, not allocated."""
     import jsonpatch
 
-    from gpupair.intent import PLACEMENT_KEY, Intent
+    from gpupair.decide.intent import PLACEMENT_KEY, Intent
     from gpupair.webhook.claims import ClaimOptions, plan_claim
     from tests.webhook.claim_shapes import plain_claim
 
@@ -404,7 +404,7 @@ def admitted_claim(name: str, intent, count: int = 2, keep_annotation: bool = Tr
 
 
 def test_pending_claim_pods_count_their_claims_gpus_and_ask_their_claims_placement():
-    from gpupair.intent import PLACEMENT_KEY, Intent
+    from gpupair.decide.intent import PLACEMENT_KEY, Intent
 
     claims = [admitted_claim("pref-gpus", Intent.PREFERRED), admitted_claim("none-gpus", Intent.NONE),
               admitted_claim("shape-gpus", Intent.PREFERRED, count=4, keep_annotation=False),
@@ -423,7 +423,7 @@ def test_pending_claim_pods_count_their_claims_gpus_and_ask_their_claims_placeme
 
 
 async def test_status_shows_a_pending_claim_pods_placement(tmp_path):
-    from gpupair.intent import Intent
+    from gpupair.decide.intent import Intent
 
     store = Store()
     store.create("resourceclaims", admitted_claim("pref-gpus", Intent.PREFERRED), NS)

@@ -11,25 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from gpupair import verdict
-from gpupair.report import TOPOLOGY_KEY, encode_topology
+from gpupair.decide import verdict
+from gpupair.topology.report import TOPOLOGY_KEY, encode_topology
 from tests.layouts import seed_layout
 from gpupair.verifier.main import SignalWait, reporter_url
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "kubernetes", "prometheus_client", "google.protobuf",
-         "yaml", "cryptography", "gpupair.verdict", "gpupair.report", "reporter", "webhook")
+         "yaml", "cryptography", "gpupair.decide.verdict", "gpupair.topology.report", "reporter", "webhook")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpupair.cli", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
 
 
 def test_the_sidecar_path_imports_only_the_standard_library():
     # Parse the sidecar's command line exactly as `gpupair verify` does, then list what is loaded.
     probe = (
-        "import sys, json; from gpupair import cli; "
+        "import sys, json; from gpupair.command import cli; "
         "args = cli.build_parser('verify').parse_args(['verify', '--host-ip', '10.0.0.1']); "
         "import verifier.main; print(json.dumps(sorted(sys.modules)))"
     )
@@ -41,12 +41,13 @@ def test_the_sidecar_path_imports_only_the_standard_library():
     assert "urllib.request" in loaded and "gpupair.verifier.main" in loaded
     ours = [m for m in loaded if m.split(".")[0] == "gpupair"]
     # the flag and log helpers every command shares, themselves on the standard library
-    assert sorted(ours) == ["gpupair", "gpupair.cli", "gpupair.defaults", "gpupair.flags", "gpupair.service",
-                            "gpupair.verifier", "gpupair.verifier.main"]
+    assert sorted(ours) == ["gpupair", "gpupair.command", "gpupair.command.cli", "gpupair.command.flags",
+                            "gpupair.command.service", "gpupair.command.version", "gpupair.kubewire",
+                            "gpupair.kubewire.defaults", "gpupair.verifier", "gpupair.verifier.main"]
 
 
 def test_main_dispatch_loads_only_the_chosen_command():
-    probe = ("import sys\nfrom gpupair import cli\n"
+    probe = ("import sys\nfrom gpupair.command import cli\n"
              "try: rc = cli.main(['verify', '--dry-run'])\n"
              "except SystemExit as exit_: rc = exit_.code\n"
              "print(rc, 'gpupair.webhook.main' in sys.modules, 'aiohttp' in sys.modules)")
@@ -111,7 +112,7 @@ def test_dry_run_bad_input_is_a_clear_error(topology_file, args, message):
 
 
 def test_without_a_host_ip_the_sidecar_says_what_is_missing():
-    result = subprocess.run([sys.executable, "-m", "gpupair.cli", "verify"], cwd=REPO, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "gpupair.command.cli", "verify"], cwd=REPO, capture_output=True, text=True,
                             timeout=60, env={"PYTHONPATH": str(REPO)})
     assert result.returncode == 2 and "HOST_IP" in result.stderr
 

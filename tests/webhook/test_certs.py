@@ -22,7 +22,7 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpupair.kube import api_client
+from gpupair.kubeclient.kube import api_client
 from gpupair.webhook import certs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -401,7 +401,7 @@ async def command(double: ApiDouble, tmp_path: Path, *extra: str) -> tuple[int, 
            "GPUPAIR_CERTS_NAMESPACE": NS, "GPUPAIR_CERTS_SERVICE": SERVICE, "GPUPAIR_CERTS_SECRET": SECRET,
            "GPUPAIR_CERTS_WEBHOOK_CONFIG": CONFIG, "GPUPAIR_CERTS_DAYS": "90"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "certs", *extra, cwd=REPO, env=env,
+        sys.executable, "-m", "gpupair.command.cli", "certs", *extra, cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     return proc.returncode, [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
@@ -427,7 +427,7 @@ async def test_the_command_fails_clearly_without_the_webhook_configuration(doubl
 
 async def test_the_command_refuses_nonsense_flags(double, tmp_path):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpupair.cli", "certs", "--days", "10", "--renew-within-days", "30",
+        sys.executable, "-m", "gpupair.command.cli", "certs", "--days", "10", "--renew-within-days", "30",
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await proc.communicate()
     assert proc.returncode != 0 and b"--renew-within-days" in err

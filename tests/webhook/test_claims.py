@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.intent import PLACEMENT_KEY, Intent, IntentError
+from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError
 from tests.webhook.claim_shapes import (
     apply,
     as_created,

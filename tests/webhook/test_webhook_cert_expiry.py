@@ -58,7 +58,7 @@ def test_gpupair_webhook_serves_its_certificate_expiry(tmp_path):
     expected = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes()).not_valid_after_utc.timestamp()
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpupair.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "gpupair.command.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
          "--tls-cert", str(cert_path), "--tls-key", str(key_path), "--verifier-image", "registry.example/v:1"],
         cwd=REPO, env={"PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

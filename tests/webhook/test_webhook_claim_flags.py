@@ -10,7 +10,7 @@ from gpupair.webhook import main
 
 def parse(*args: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    parser.gpupair_command = "webhook"  # as gpupair.cli names it
+    parser.gpupair_command = "webhook"  # as gpupair.command.cli names it
     main.configure(parser)
     return parser.parse_args(list(args))
 

@@ -32,7 +32,7 @@ from gpupair.webhook import sidecar
 from gpupair.webhook.admission import VERIFY_KEY, InjectOptions
 from gpupair.webhook.app import create_app
 from gpupair.webhook.sidecar import SidecarOptions
-from gpupair.tls import ReloadingTLS
+from gpupair.command.tls import ReloadingTLS
 from tests.real_k8s import REAL_K8S
 
 FIXTURE = REAL_K8S / "admission-pod-create-p1-05-job-generatename.json"
@@ -364,7 +364,7 @@ def test_gpupair_webhook_command_serves_mutate_and_drains_on_sigterm(ca, tmp_pat
     port = free_port()
     repo = Path(__file__).resolve().parents[2]
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpupair.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "gpupair.command.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
          "--tls-cert", str(cert_path), "--tls-key", str(key_path), "--verifier-image", "registry.example/v:1"],
         cwd=repo, env={"PYTHONPATH": str(repo), "GPUPAIR_SCHEDULER_NAME": "gpupair-scheduler"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -399,7 +399,7 @@ def test_gpupair_webhook_command_serves_mutate_and_drains_on_sigterm(ca, tmp_pat
 def test_gpupair_webhook_command_refuses_missing_certificates(tmp_path):
     repo = Path(__file__).resolve().parents[2]
     result = subprocess.run(
-        [sys.executable, "-m", "gpupair.cli", "webhook", "--tls-cert-file", str(tmp_path / "no.crt"),
+        [sys.executable, "-m", "gpupair.command.cli", "webhook", "--tls-cert-file", str(tmp_path / "no.crt"),
          "--tls-private-key-file", str(tmp_path / "no.key")],
         cwd=repo, env={"PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from gpupair import flags
+from gpupair.command import flags
 
 if TYPE_CHECKING:
     import ssl
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 
-# The flag helpers live in gpupair.flags (the command-line contract); re-exported for the commands.
+# The flag helpers live in gpupair.command.flags (the command-line contract); re-exported for the commands.
 add_flag = flags.add_flag
 add_common_flags = flags.add_log_level
 
@@ -167,7 +167,7 @@ async def serve(
 
     from aiohttp import web
 
-    from gpupair.cli import version
+    from gpupair.command.version import version
 
     runner = app_runner(app, shutdown_timeout)
     await runner.setup()

@@ -23,8 +23,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpupair import links
-from gpupair.layout import NO_NUMA, Device, NodeLayout
+from gpupair.topology import links
+from gpupair.topology.layout import NO_NUMA, Device, NodeLayout
 
 # nvidia-smi underlines the header row on a terminal; CSI sequences in general are dropped.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -43,7 +43,7 @@ _INTEGER = re.compile(r"^\d+$")
 
 
 if TYPE_CHECKING:
-    from gpupair.nics import NicLayout
+    from gpupair.topology.nics import NicLayout
 
 
 class TopoParseError(ValueError):
@@ -87,7 +87,7 @@ class SmiTopology:
     def to_nic_layout(self) -> "NicLayout":
         """The NICs this matrix shows, named by the NIC legend where it has one (NIC0 -> mlx5_0),
         with each GPU's link to each; topo -m prints no PCI ids or NUMA nodes for NICs."""
-        from gpupair.nics import Nic, NicLayout
+        from gpupair.topology.nics import Nic, NicLayout
 
         return NicLayout(
             nics=tuple(Nic(self.nic_legend.get(column, column)) for column in self.nics),

@@ -3,7 +3,7 @@
 The HTTP verbs call these, and so does ``gpupair simulate``: the simulation runs the very logic
 the extender serves. Inputs are what the extender knows about each node (its decoded report, or
 why it has none, and the devices reserved for pods bound but not yet seen in a report) and the
-pod's placement intent (gpupair/intent.py):
+pod's placement intent (gpupair/decide/intent.py):
 
 - ``required``: a node passes only with a close set free (placement.fit); best fit scores;
 - ``preferred``: a node with a close set passes as under ``required``, scored at least 1; one
@@ -20,14 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from gpupair import links, placement
-from gpupair.intent import Intent
-from gpupair.layout import NodeState
-from gpupair.nic_ask import NicAsk
-from gpupair.nics import NICS_KEY, NicLayout
-from gpupair.policies import POLICIES, Policy
+from gpupair.decide import placement
 
-from gpupair.verdict import format_set
+from gpupair.topology import links
+from gpupair.decide.intent import Intent
+from gpupair.topology.layout import NodeState
+from gpupair.decide.nic_ask import NicAsk
+from gpupair.topology.nics import NICS_KEY, NicLayout
+from gpupair.decide.policies import POLICIES, Policy
+
+from gpupair.decide.verdict import format_set
 
 DRA = "dra"  # NodeReport.source of a node whose GPUs a DRA driver publishes
 
@@ -92,7 +94,7 @@ class Decider:
     policy: Policy = POLICIES["aligned"]  # the device plugin's, on device-plugin nodes
     unreported: Unreported = Unreported.FAIL
     dra_policy: Policy = POLICIES["dra-first-fit"]  # the allocator's, on DRA nodes
-    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/nic_ask.py)
+    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/decide/nic_ask.py)
 
     def policy_for(self, node: NodeView) -> Policy:
         return self.dra_policy if node.source == DRA else self.policy

@@ -6,7 +6,7 @@
   meant for one command never reaches another: ``GPUPAIR_TIMEOUT`` used to be 180 s for audit
   and 10 s for verify.
 - **One flag name per concept.** The shared concepts are declared once, as flag groups
-  (``add_kube_flags``, ``add_tls_flags``, ...), with their defaults from gpupair.defaults.
+  (``add_kube_flags``, ``add_tls_flags``, ...), with their defaults from gpupair.kubewire.defaults.
 - **Old names keep working.** A renamed flag (``--resource``, ``--tls-cert``, ...) and the
   unprefixed variables of the commands that existed before this contract are read as deprecated
   aliases; using one logs a warning that names the new spelling.
@@ -17,7 +17,7 @@
 - **One error format, three exit statuses.** A usage error (``UsageError``: a value or combination
   the command cannot work with) prints one line, ``gpupair CMD: error: ...``, and exits 2; so does
   a bad input file (``InputError``). A runtime failure (``Failure``: the API server
-  unreachable, a port in use) is one line and exit 1. Ctrl-C is one line and exit 130. gpupair.cli
+  unreachable, a port in use) is one line and exit 1. Ctrl-C is one line and exit 130. gpupair.command.cli
   does the printing.
 
 tests/core/test_cli_contract.py walks every subcommand's parser and fails where a command breaks one
@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupair import defaults
+from gpupair.kubewire import defaults
 
 ENV_PREFIX = "GPUPAIR_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -170,7 +170,7 @@ def _checked(raw: str, source: str, convert: Any, choices: Any) -> Any:
 
 
 def bad_value(args: argparse.Namespace) -> BadValue | None:
-    """The first flag default that is a bad variable's value (checked by gpupair.cli after parsing)."""
+    """The first flag default that is a bad variable's value (checked by gpupair.command.cli after parsing)."""
     return next((value for value in vars(args).values() if isinstance(value, BadValue)), None)
 
 
@@ -191,7 +191,7 @@ class _Deprecations:
 
 
 def command_of(parser: argparse.ArgumentParser) -> str | None:
-    """The subcommand this parser configures (gpupair.cli names it), or None for a bare parser."""
+    """The subcommand this parser configures (gpupair.command.cli names it), or None for a bare parser."""
     return getattr(parser, "gpupair_command", None)
 
 
@@ -234,7 +234,7 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str
 
     ``short`` is a one-letter spelling sharing the flag's help entry (``-o, --output``).
     ``bounds`` is the range a number must fall in. The variable's value goes through the flag's
-    own converter and choices here; a bad one becomes a ``BadValue`` default that gpupair.cli
+    own converter and choices here; a bad one becomes a ``BadValue`` default that gpupair.command.cli
     reports by the variable's name, unless the flag itself is given."""
     command = command_of(parser)
     env = env_name(flag, command)
@@ -304,7 +304,7 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
 
 def add_kube_flags(parser: argparse.ArgumentParser) -> None:
     """--kubeconfig and --context, for every command that talks to the API server; the search
-    order is gpupair.kube.api_client's."""
+    order is gpupair.kubeclient.kube.api_client's."""
     add_flag(parser, "--kubeconfig", "",
              "kubeconfig file; empty: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config")
     add_flag(parser, "--context", "", "kubeconfig context; empty: the kubeconfig's current context")
@@ -317,7 +317,7 @@ def add_resource_name(parser: argparse.ArgumentParser, *, deprecated: tuple[str,
 
 def add_tls_flags(parser: argparse.ArgumentParser, cert: str = "", key: str = "", *,
                   deprecated_cert: tuple[str, ...] = (), deprecated_key: tuple[str, ...] = ()) -> None:
-    """The serving certificate, as Kubernetes' own binaries name it; gpupair.tls reloads it."""
+    """The serving certificate, as Kubernetes' own binaries name it; gpupair.command.tls reloads it."""
     add_flag(parser, "--tls-cert-file", cert, "serving certificate (PEM, chain first); reloaded when it changes",
              deprecated=deprecated_cert)
     add_flag(parser, "--tls-private-key-file", key, "private key of --tls-cert-file (PEM); reloaded with it",
@@ -335,7 +335,7 @@ def add_token_audience(parser: argparse.ArgumentParser, help: str) -> None:
 
 def add_lease_namespace(parser: argparse.ArgumentParser, help: str, *, deprecated: tuple[str, ...] = ()) -> None:
     """Where the reporters' node Leases live: the reporter renews its own there, the extender watches them."""
-    from gpupair import leases  # standard library only
+    from gpupair.kubewire import leases  # standard library only
 
     add_flag(parser, "--lease-namespace", leases.own_namespace(),
              f"namespace of the reporters' node Leases (default: this pod's); {help}", deprecated=deprecated)
@@ -343,7 +343,7 @@ def add_lease_namespace(parser: argparse.ArgumentParser, help: str, *, deprecate
 
 def add_default_placement(parser: argparse.ArgumentParser) -> None:
     """The cluster default placement intent; the extender and the webhook must agree on it."""
-    from gpupair.intent import Intent  # standard library only
+    from gpupair.decide.intent import Intent  # standard library only
 
     add_flag(parser, "--default-placement", Intent.REQUIRED.value,
              "placement intent of pods with no gpupair.io/placement annotation (and, at the webhook, "
@@ -352,14 +352,14 @@ def add_default_placement(parser: argparse.ArgumentParser) -> None:
 
 def add_topology_file(parser: argparse.ArgumentParser, help: str, *, deprecated: tuple[str, ...] = (),
                       old_env: tuple[str, ...] | None = None) -> None:
-    """A node's layout from a file, in any format gpupair.layout_file reads."""
+    """A node's layout from a file, in any format gpupair.topology.layout_file reads."""
     add_flag(parser, "--topology-file", "", help, deprecated=deprecated, old_env=old_env)
 
 
 def add_dra_driver(parser: argparse.ArgumentParser, help: str, *, on: bool = True) -> None:
     """The DRA driver whose devices are GPUs (resource.k8s.io/v1 ResourceSlices). ``on=False``:
     off unless set, for services whose RBAC for DRA comes with deploy/components/dra."""
-    from gpupair.defaults import DRA_DRIVER
+    from gpupair.kubewire.defaults import DRA_DRIVER
 
     add_flag(parser, "--dra-driver", DRA_DRIVER if on else "",
              f"DRA driver that publishes the GPUs as devices (e.g. {DRA_DRIVER}); {help}")

@@ -25,7 +25,7 @@ from functools import lru_cache
 from itertools import combinations
 from typing import Protocol
 
-from gpupair.layout import NodeLayout
+from gpupair.topology.layout import NodeLayout
 
 
 class Policy(Protocol):

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from gpupair.flags import UsageError
+from gpupair.command.flags import UsageError
 
 
 def check_output(value: str, flag: str, suffixes: tuple[str, ...]) -> Path:

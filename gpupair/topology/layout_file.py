@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpupair import report
-from gpupair.layout import NodeLayout
-from gpupair.smi_topo import TopoParseError, parse_topo_matrix
+from gpupair.topology import report
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.smi_topo import TopoParseError, parse_topo_matrix
 
 MAX_FILE_BYTES = 1024 * 1024
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from gpupair import limits, links
+from gpupair.topology import limits, links
 
 NO_NUMA = -1  # NVML and sysfs both say -1 when a device has no NUMA affinity
 
@@ -43,7 +43,7 @@ class NodeLayout:
 
     def __post_init__(self) -> None:
         n = len(self.devices)
-        if n > limits.MAX_GPUS:  # the placement search grows combinatorially past it (gpupair.limits)
+        if n > limits.MAX_GPUS:  # the placement search grows combinatorially past it (gpupair.topology.limits)
             raise ValueError(f"{n} GPUs on one node; gpupair handles at most {limits.MAX_GPUS}")
         if self.walk is not None and sorted(self.walk) != list(range(n)):
             raise ValueError(f"walk order must list each of the {n} devices once")

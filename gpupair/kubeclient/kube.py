@@ -21,9 +21,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from yarl import URL
 
-from gpupair.binding_client import binding, binding_path
-from gpupair.flags import InputError
-from gpupair.leases import micro_time
+from gpupair.kubeclient.binding_client import binding, binding_path
+from gpupair.command.flags import InputError
+from gpupair.kubewire.leases import micro_time
 
 MERGE_PATCH = "application/merge-patch+json"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
@@ -174,7 +174,7 @@ async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid
 
     Sent on the client's own session (its pool, TLS, proxy and credentials, the token through
     the client's refresh hook), without the generated client's per-call parameter and model
-    handling. The extender binds on gpupair.binding_client instead, leaner still; this is the
+    handling. The extender binds on gpupair.kubeclient.binding_client instead, leaner still; this is the
     path for a proxy, and for every other caller. The apiserver answers a Status, which the generated
     client would read as a V1Binding and fail on its required ``target``, so the response is
     read here. Errors raise ApiException as every other call does."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from gpupair import defaults
+from gpupair.kubewire import defaults
 
 DEFAULT_RESOURCE = defaults.RESOURCE_NAME
 

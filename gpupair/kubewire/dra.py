@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from gpupair.wire import KubeWire, explain
+from gpupair.kubewire.wire import KubeWire, explain
 
 API_VERSION = "resource.k8s.io/v1"
 NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"  # KEP-6072's standard name

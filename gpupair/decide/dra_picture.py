@@ -33,11 +33,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gpupair import dra
-from gpupair.claim_intent import numa_constrained
-from gpupair.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
-from gpupair.nics import Nic, NicLayout
-from gpupair.report import Ledger, NodeReport, encode_topology, fingerprint
+from gpupair.kubewire import dra
+from gpupair.decide.claim_intent import numa_constrained
+from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
+from gpupair.topology.nics import Nic, NicLayout
+from gpupair.topology.report import Ledger, NodeReport, encode_topology, fingerprint
 
 SAME_ROOT, SAME_NUMA, CROSS_NUMA = "PHB", "NODE", "SYS"
 GPU_TYPES = ("gpu",)  # the NVIDIA driver's ``type`` attribute; devices without one count as GPUs
@@ -280,7 +280,7 @@ class Demand:
     """What a claim asks of GPU DeviceClasses, and how the allocator will pick for it."""
 
     gpus: int
-    policy: str  # a gpupair.policies name: dra-first-fit, dra-first-fit-numa or dra-first-available
+    policy: str  # a gpupair.decide.policies name: dra-first-fit, dra-first-fit-numa or dra-first-available
 
 
 def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Demand:

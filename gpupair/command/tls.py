@@ -16,7 +16,7 @@ import os
 import ssl
 import threading
 
-from gpupair.flags import Failure, InputError
+from gpupair.command.flags import Failure, InputError
 
 log = logging.getLogger("gpupair.tls")
 MAX_PEM_BYTES = 1024 * 1024  # a chain is kilobytes; a larger file is not one

@@ -169,7 +169,7 @@ class BindingClient:
 
     async def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
                    annotations: Mapping[str, str] | None = None) -> None:
-        """Create the Binding (see gpupair.kube.bind_pod); an API error raises ApiException as
+        """Create the Binding (see gpupair.kubeclient.kube.bind_pod); an API error raises ApiException as
         the generated client does, a broken connection BindingConnectionError."""
         body = orjson.dumps(binding(namespace, name, node, uid, annotations))
         request = await self._request(self._prefix + binding_path(namespace, name), body)

@@ -22,6 +22,8 @@ import logging
 import re
 import sys
 
+from gpupair.command.version import version
+
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("gpupair.webhook.main", "mutating admission webhook: add the GPU verifier sidecar to multi-GPU pods"),
@@ -53,16 +55,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("gpupair")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
 PROG = "gpupair"
 KUBECTL_PROG = "kubectl gpupair"
 
@@ -79,7 +71,7 @@ def build_parser(only: str | None = None, *, names_only: bool = False, prog: str
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)  # a Parser too
-        command.gpupair_command = name  # gpupair.flags names the command's variables after it
+        command.gpupair_command = name  # gpupair.command.flags names the command's variables after it
         if names_only or (only is not None and name != only):
             continue
         module = importlib.import_module(module_name)
@@ -102,8 +94,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     command: argparse.ArgumentParser = args._parser
     if unknown:  # said by the command's parser: `gpupair CMD: error: ...`, not `gpupair: error: ...`
         command.error(f"unrecognized arguments: {' '.join(unknown)}")
-    from gpupair.flags import Failure, UsageError, bad_value, warn_deprecated
-    from gpupair.service import setup_logging
+    from gpupair.command.flags import Failure, UsageError, bad_value, warn_deprecated
+    from gpupair.command.service import setup_logging
 
     if (bad := bad_value(args)) is not None:
         command.error(f"{bad.source}: {bad.why}")
@@ -134,7 +126,7 @@ def kubectl_main() -> int:
 def describe(error: BaseException) -> str:
     """One line for an exception that reached the top: what failed and where, without its chain."""
     if type(error).__name__ == "ApiException" or isinstance(error, TimeoutError):
-        from gpupair.kube import describe_error
+        from gpupair.kubeclient.kube import describe_error
 
         return describe_error(error)
     if isinstance(error, OSError) and error.strerror and getattr(error, "filename", None):

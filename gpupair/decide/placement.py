@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupair import links
-from gpupair.layout import NodeLayout, NodeState
+from gpupair.topology import links
+from gpupair.topology.layout import NodeLayout, NodeState
 
 MAX_SCORE = 10  # kube-scheduler's extender priorities run 0..10 (MaxExtenderPriority)
 

@@ -29,10 +29,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpupair import limits, links
-from gpupair.layout import Device, NodeLayout, NodeState
-from gpupair.nics import NICS_KEY, NicLayout, NicsError, decode_nics
-from gpupair.wire import explain
+from gpupair.topology import limits, links
+from gpupair.topology.layout import Device, NodeLayout, NodeState
+from gpupair.topology.nics import NICS_KEY, NicLayout, NicsError, decode_nics
+from gpupair.kubewire.wire import explain
 
 PREFIX = "gpupair.io/"
 TOPOLOGY_KEY = PREFIX + "topology"

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupair import links
-from gpupair.intent import Intent
-from gpupair.layout import NodeLayout
-from gpupair.nics import NicLayout
-from gpupair.placement import numa_label
-from gpupair.report import PREFIX
+from gpupair.topology import links
+from gpupair.decide.intent import Intent
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.nics import NicLayout
+from gpupair.decide.placement import numa_label
+from gpupair.topology.report import PREFIX
 
 GRANTED_KEY = PREFIX + "granted"
 PCI_KEY = PREFIX + "pci"

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpupair import links
-from gpupair.wire import explain
+from gpupair.topology import links
+from gpupair.kubewire.wire import explain
 
 NICS_KEY = "gpupair.io/nics"
 FORMAT_VERSION = 1

@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any
 
 # Pod annotation, and namespace label for its default. Spelt out rather than built from
-# gpupair.report.PREFIX: the command line imports this module, and report pulls in pydantic.
+# gpupair.topology.report.PREFIX: the command line imports this module, and report pulls in pydantic.
 PLACEMENT_KEY = "gpupair.io/placement"
 
 

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from gpupair.decisions import Decider, NodeDecision, NodeView
-from gpupair.reservations import NO_HOLD, Hold
-from gpupair.intent import Intent
-from gpupair.layout import NodeState
+from gpupair.decide.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.reservations import NO_HOLD, Hold
+from gpupair.decide.intent import Intent
+from gpupair.topology.layout import NodeState
 
 KEPT, TRIMMED, DROPPED, UNKNOWN = "kept", "trimmed", "dropped", "unknown"
 MAX_TRIM = 16  # GPU-holding victims on one node beyond which subsets are not searched

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from cachetools import TTLCache
 
-from gpupair.report import Ledger
+from gpupair.topology.report import Ledger
 
 log = logging.getLogger("gpupair.reservations")
 

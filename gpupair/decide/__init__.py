@@ -1,0 +1,4 @@
+"""The decisions, pure functions of a layout and a request: placement, the allocation policies,
+per-node decisions, preemption, reservations, placement intent, pod and claim requests, NIC asks,
+the verdict and the DRA picture. It may import gpupair.topology and gpupair.kubewire; nothing that
+does I/O, so the extender, the simulator and the tests run the same code."""
