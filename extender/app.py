@@ -66,6 +66,9 @@ from gpupair.kubeclient import kube
 log = logging.getLogger("gpupair.extender")
 
 MAX_CLAIMS_READ = 4  # claims one request reads ahead of the claim watch, at most
+# How long filter waits for the pod watch to read the pod it is asked about. Behind by more than
+# this, the watch is broken rather than slow: decide on what it has read, and say so.
+POD_WATCH_WAIT = 2.0
 
 JSON = "application/json"
 VERBS = ("filter", "prioritize", "bind", "preempt")  # POST /VERB, as the scheduler config names them
@@ -87,6 +90,7 @@ class Extender:
     heartbeats: Heartbeats | None = None
     dra: DraNodes | None = None
     settled: bool = True  # main: False until the first lists are frozen for the collector (extender/main.py)
+    pod_watch_wait: float = POD_WATCH_WAIT
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
@@ -119,6 +123,7 @@ def assemble(
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES,
     nic_level: str = DEFAULT_LEVEL,
     dra_nic_drivers: frozenset[str] = frozenset(),
+    pod_watch_wait: float = POD_WATCH_WAIT,
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
@@ -126,7 +131,8 @@ def assemble(
     runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
     whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
     for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/nic_ask.py). ``dra_nic_drivers``:
-    RDMA DRA drivers whose devices are the NICs, where no reporter publishes them."""
+    RDMA DRA drivers whose devices are the NICs, where no reporter publishes them.
+    ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
@@ -155,7 +161,8 @@ def assemble(
     requests = PodRequests(resource, claims=dra.pod_demand if dra is not None else None)
     pods = PodWatch(reservations, requests) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
-    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra)
+    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
+                    pod_watch_wait=pod_watch_wait)
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpServer:
@@ -266,10 +273,31 @@ class _Handlers:
         self._metric(self.m.requests, verb, outcome).inc()
         self._metric(self.m.latency, verb).observe(time.perf_counter() - started)
 
+    async def _caught_up(self, pod: Any) -> None:
+        """Wait until the pod watch has read ``pod`` as kube-scheduler saw it, so that every pod
+        created or bound before it (a pod pinned by spec.nodeName just before a burst) holds its
+        GPUs here too (extender/watch_progress.py)."""
+        watch = self.x.pod_watch
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        if watch is None or not isinstance(meta, dict):
+            return
+        version = meta.get("resourceVersion")
+        if not watch.progress.behind(version):
+            return
+        if await watch.progress.reached(version, self.x.pod_watch_wait):
+            self._metric(self.m.pod_watch_waits, "caught_up").inc()
+            return
+        self._metric(self.m.pod_watch_waits, "timed_out").inc()
+        log.warning("the pod watch is behind the pod being scheduled; deciding on what it has read", extra={
+            "pod": _pod_name(pod), "pod_version": version, "watch_version": watch.progress.revision,
+            "waited_s": self.x.pod_watch_wait})
+
     async def filter(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
             args, gpus, intent = await self._args(self._body(request))
+            if gpus > 0:
+                await self._caught_up(args.Pod)
             answer = filter_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             log.warning("bad filter request", extra={"error": str(exc)})

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpupair.extender.watch_progress import WatchProgress
 from gpupair.kubeclient import kube
 
 log = logging.getLogger("gpupair.extender.watch")
@@ -54,6 +55,7 @@ class ListWatch:
         backoff_max: float = 30.0,
         on_restart: Callable[[str], None] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        progress: WatchProgress | None = None,
     ):
         self.resource = resource
         self._list_func = list_func
@@ -63,6 +65,7 @@ class ListWatch:
         self._backoff = (backoff_base, backoff_max)
         self._on_restart = on_restart or (lambda reason: None)
         self._sleep = sleep
+        self._progress = progress  # told every version read, for requests that wait on it
         self.resource_version: str | None = None
         self.lists = 0  # completed lists, for tests and logs
 
@@ -110,6 +113,8 @@ class ListWatch:
         version = meta.get("resourceVersion")
         if not version:
             raise ValueError(f"{self.resource} list carries no resourceVersion")
+        if self._progress is not None:
+            self._progress.advance(version)
         return version
 
     async def _call(self, **kwargs: Any) -> bytes:
@@ -164,6 +169,8 @@ class ListWatch:
             return
         if version:
             self.resource_version = version
+            if self._progress is not None:
+                self._progress.advance(version)
 
 
 def _check(status: int, body: bytes) -> None:

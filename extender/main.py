@@ -158,7 +158,8 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         watches.extend(await _dra_watches(api, extender.dra, restarts))
     if extender.pod_watch is not None:
         watches.append(ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch,
-                                 on_restart=lambda why: restarts.labels("pods", why).inc()))
+                                 on_restart=lambda why: restarts.labels("pods", why).inc(),
+                                 progress=extender.pod_watch.progress))
     tasks = [asyncio.create_task(w.run(), name=f"watch-{w.resource}") for w in watches]
     if extender.node_cache is not None:
         extender.settled = False  # before serving: /readyz waits for the freeze

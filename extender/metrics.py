@@ -30,6 +30,12 @@ class ExtenderMetrics:
         self.watch_restarts = Counter(
             "gpupair_extender_watch_restarts", "List/watch restarts by resource and reason "
             "(gone: relisted after 410; error: backed off)", ["resource", "reason"], registry=r)
+        self.pod_watch_waits = Counter(
+            "gpupair_extender_pod_watch_waits", "Filter requests whose pod the pod watch had not read "
+            "yet, by how the wait ended (caught_up; timed_out: decided without the newest pods)",
+            ["outcome"], registry=r)
+        for outcome in ("caught_up", "timed_out"):
+            self.pod_watch_waits.labels(outcome)
         self.report_age = Gauge(
             "gpupair_extender_report_age_seconds", "Age of node reports in the node cache, since the "
             "newest of the report's reportedAt and the node's Lease renewal",

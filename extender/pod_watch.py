@@ -7,6 +7,8 @@
   the pods plus the ledgers; pods the ledgers already list cost nothing.
 - A pod deleted, or finished (Succeeded/Failed: its devices are free again), ends its hold.
 - Unbound GPU pods' requests go to ``PodRequests``: bind's body names a pod, not its request.
+- ``progress`` says how far the watch has read, so that filter can wait until it has read the
+  pod being scheduled (extender/watch_progress.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 from typing import Any
 
 from gpupair.extender.pod_requests import PodRequests
+from gpupair.extender.watch_progress import WatchProgress
 from gpupair.decide.reservations import Reservations
 from gpupair.decide.pod_request import PodRequestError
 
@@ -28,6 +31,7 @@ class PodWatch:
         self.reservations = reservations
         self.requests = requests
         self.listed = False
+        self.progress = WatchProgress()  # advanced by the ListWatch that feeds this handler
 
     # ---- WatchHandler
 

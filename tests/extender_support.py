@@ -29,6 +29,15 @@ def recorded(name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / name).read_text())
 
 
+def recorded_for_double(name: str) -> dict[str, Any]:
+    """The recorded ExtenderArgs less its Pod's resourceVersion, for an extender whose pod watch
+    reads the kube double: the version is the recording cluster's, and filter would wait for the
+    double to reach it."""
+    body = recorded(name)
+    body["Pod"]["metadata"].pop("resourceVersion", None)
+    return body
+
+
 def recorded_bytes(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
@@ -53,10 +62,15 @@ def node_object(name: str, annotations: dict[str, str] | None = None) -> dict[st
 
 
 def pod_object(gpus: int, *, name: str = "gpu2", uid: str = "5fd8153a-1b23-448d-8a4b-c930ac341648",
-               namespace: str = "gpupair-test") -> dict[str, Any]:
-    """The recorded pod, asking ``gpus`` (no GPU resource at all for 0)."""
+               namespace: str = "gpupair-test", resource_version: str | None = None) -> dict[str, Any]:
+    """The recorded pod, asking ``gpus`` (no GPU resource at all for 0). Its recorded
+    resourceVersion belongs to another cluster: filter would wait for the kube double's pod watch
+    to read that far, so the pod carries ``resource_version`` or none."""
     pod = copy.deepcopy(recorded("cache-true-filter-01-gpu2.json")["Pod"])
     pod["metadata"].update(name=name, uid=uid, namespace=namespace)
+    pod["metadata"].pop("resourceVersion", None)
+    if resource_version is not None:
+        pod["metadata"]["resourceVersion"] = resource_version
     resources = pod["spec"]["containers"][0]["resources"]
     if gpus:
         resources["limits"]["nvidia.com/gpu"] = str(gpus)
@@ -161,7 +175,8 @@ async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
                           on_restart=lambda why: restarts.labels("nodes", why).inc())
         pods = ListWatch("pods", core.list_pod_for_all_namespaces, extender.pod_watch, timeout_seconds=30,
                          backoff_base=0.01, backoff_max=0.05,
-                         on_restart=lambda why: restarts.labels("pods", why).inc())
+                         on_restart=lambda why: restarts.labels("pods", why).inc(),
+                         progress=extender.pod_watch.progress)
         watches = [nodes, pods]
         leases = None
         if extender.heartbeats is not None:  # heartbeats=True: the reporters' Leases in gpupair-system

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.extender_support import (
+    recorded_for_double,
     args_body,
     eventually,
     kube_extender,
@@ -43,7 +44,7 @@ async def test_recorded_bind_creates_the_binding_and_reserves_the_plan():
         create_pod(double)
         async with kube_extender(double) as k:
             await ready(k)
-            await k.client.post("filter", recorded("cache-true-filter-01-gpu2.json"))
+            await k.client.post("filter", recorded_for_double("cache-true-filter-01-gpu2.json"))
             status, answer = await k.client.post("bind", recorded("bind-cache-true-01-gpu2.json"))
             held = k.extender.reservations.get(UID)
     assert (status, answer) == (200, {"Error": ""})

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import trustme
 
-from tests.extender_support import eventually, recorded, report_annotations
+from tests.extender_support import eventually, recorded_for_double, report_annotations
 from tests.kube_double import make_node, running_kube_double
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ async def test_serves_after_the_first_list_and_exits_cleanly_on_sigterm(tmp_path
         try:
             async with aiohttp.ClientSession() as session:
                 await eventually(lambda: answers_ok(session, f"{base}/readyz"), timeout=30, what="extender ready")
-                async with session.post(f"{base}/filter", json=recorded("cache-true-filter-01-gpu2.json")) as response:
+                async with session.post(f"{base}/filter", json=recorded_for_double("cache-true-filter-01-gpu2.json")) as response:
                     answer = await response.json()
         finally:
             code, log = await stop(process)

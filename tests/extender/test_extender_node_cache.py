@@ -4,6 +4,7 @@ server): readiness, watch updates decoded once per change, bookmarks, 410 relist
 from __future__ import annotations
 
 from tests.extender_support import (
+    recorded_for_double,
     args_body,
     eventually,
     kube_extender,
@@ -24,7 +25,7 @@ def seed_nodes(double, **free_by_node) -> None:
 
 
 def names_body(names: list[str], gpus: int = 2) -> dict:
-    body = recorded("cache-true-filter-01-gpu2.json")
+    body = recorded_for_double("cache-true-filter-01-gpu2.json")
     return {**args_body(pod_object(gpus), names=names), "Pod": body["Pod"] if gpus == 2 else pod_object(gpus)}
 
 
@@ -37,7 +38,7 @@ async def test_first_list_makes_ready_and_filter_reads_the_cache():
             await eventually(lambda: k.extender.node_cache.ready and k.extender.pod_watch.listed, what="first lists")
             ready, _ = await k.client.get("/readyz")
             # The recorded body, as kube-scheduler sent it, offers gpu-node-a and gpu-node-b.
-            status, body = await k.client.post("filter", recorded("cache-true-filter-01-gpu2.json"))
+            status, body = await k.client.post("filter", recorded_for_double("cache-true-filter-01-gpu2.json"))
             _, more = await k.client.post("filter", names_body(["gpu-node-c", "ghost", "gpu-node-b"]))
     assert ready == 200 and status == 200
     assert body == {

@@ -122,3 +122,64 @@ async def test_nodes_mode_requests_end_holds_their_reports_list():
     assert extender.metrics.registry.get_sample_value(
         "gpupair_extender_reservation_outcomes_total", {"outcome": "deviated"}) == 1
     assert extender.metrics.registry.get_sample_value("gpupair_extender_plan_follow_ratio") == 0.0
+
+
+async def pod_watch_lagging(k, double, seconds: float) -> None:
+    """The pod watch's stream open, then each pod event delayed by ``seconds`` (a stream opened
+    later would replay the history at once)."""
+    await synced(k)
+    await eventually(lambda: any(w.selector.resource == "pods" for w in double.store.watchers), what="pod watch")
+    double.watch_delay["pods"] = seconds
+
+
+def _waits(k, outcome: str) -> float:
+    return k.extender.metrics.registry.get_sample_value("gpupair_extender_pod_watch_waits_total", {"outcome": outcome})
+
+
+async def test_filter_waits_until_the_pod_watch_has_read_the_pod_it_is_asked_about():
+    """kube-scheduler's informer can be ahead of the extender's pod watch: a pod pinned to the
+    node just before the scheduled one is counted by the scheduler and, unless filter waits for
+    the watch to read the scheduled pod's resourceVersion, not held here (a pair promised twice)."""
+    async with running_kube_double() as double:
+        double.store.create("nodes", node_a())
+        async with kube_extender(double) as k:
+            await pod_watch_lagging(k, double, 0.3)
+            double.store.create("pods", make_pod("pinned", "infra", gpus=1, node_name="gpu-node-a"), "infra")
+            pod = double.store.create("pods", make_pod("next", "ml", gpus=2), "ml")
+            unseen = k.extender.reservations.hold("gpu-node-a")
+            _, answer = await k.client.post("filter", args_body(pod, names=["gpu-node-a"]))
+            held = k.extender.reservations.hold("gpu-node-a")
+            waits = _waits(k, "caught_up"), _waits(k, "timed_out")
+    assert not unseen, "the double's watch delay did not put the pod watch behind"
+    assert held == Hold(count=1)
+    # GPU0+1 was the one same-NUMA pair; the pinned pod may have taken either.
+    assert answer["NodeNames"] == [] and "1 GPU reserved" in answer["FailedNodes"]["gpu-node-a"], answer
+    assert waits == (1.0, 0.0)
+
+
+async def test_a_pod_watch_too_far_behind_is_not_waited_for_beyond_the_limit():
+    async with running_kube_double() as double:
+        double.store.create("nodes", node_a())
+        async with kube_extender(double, pod_watch_wait=0.05) as k:
+            await pod_watch_lagging(k, double, 1.0)
+            double.store.create("pods", make_pod("pinned", "infra", gpus=1, node_name="gpu-node-a"), "infra")
+            pod = double.store.create("pods", make_pod("next", "ml", gpus=2), "ml")
+            status, answer = await k.client.post("filter", args_body(pod, names=["gpu-node-a"]))
+            waits = _waits(k, "caught_up"), _waits(k, "timed_out")
+    # Decided on what the watch had read: the pinned pod was not in it yet.
+    assert status == 200 and answer["NodeNames"] == ["gpu-node-a"] and answer["Error"] == "", answer
+    assert waits == (0.0, 1.0)
+
+
+async def test_a_pod_without_a_comparable_resource_version_is_decided_at_once():
+    async with running_kube_double() as double:
+        double.store.create("nodes", node_a())
+        async with kube_extender(double) as k:
+            await synced(k)
+            for version in ("", "abc", "-3", None):
+                pod = pod_object(2, uid=f"v-{version}")
+                if version is not None:
+                    pod["metadata"]["resourceVersion"] = version
+                status, answer = await k.client.post("filter", args_body(pod, names=["gpu-node-a"]))
+                assert status == 200 and answer["NodeNames"] == ["gpu-node-a"], (version, answer)
+            assert _waits(k, "caught_up") == _waits(k, "timed_out") == 0.0

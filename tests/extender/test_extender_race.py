@@ -17,9 +17,7 @@ def setup(double) -> None:
     double.store.create("nodes", make_node("gpu-node-a", annotations=report_annotations(ONE_PAIR, node="a")))
     double.store.create("nodes", make_node("gpu-node-b", annotations=report_annotations({0, 4}, node="b")))
     for name, uid in (("pod-a", A_UID), ("pod-b", B_UID)):
-        pod = pod_object(2, name=name, uid=uid)
-        pod["metadata"].pop("resourceVersion")
-        double.store.create("pods", pod, "gpupair-test")
+        double.store.create("pods", pod_object(2, name=name, uid=uid), "gpupair-test")
 
 
 def pod(name: str, uid: str) -> dict:
