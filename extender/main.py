@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.command.flags import (
     DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace,
-    add_resource_name, add_tls_flags,
+    add_resource_name, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
 
@@ -23,7 +23,7 @@ log = logging.getLogger("gpupair.extender")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--host", "0.0.0.0", "address to listen on")
+    add_flag(parser, "--host", "0.0.0.0", "address to listen on", type=listen_address)
     add_flag(parser, "--port", 8888, "port to listen on", bounds=PORT)
     add_kube_flags(parser)
     add_resource_name(parser, deprecated=("--resource",))

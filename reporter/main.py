@@ -71,7 +71,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--checkpoint-file", DEFAULT_CHECKPOINT,
              "kubelet device checkpoint; a change triggers a rescan at once ('' to disable)")
     add_flag(parser, "--checkpoint-poll", 0.5, "seconds between checks of the checkpoint file", bounds=flags.DURATION)
-    add_flag(parser, "--host", "0.0.0.0", "address for /healthz, /readyz, /metrics and /v1/verify")
+    add_flag(parser, "--host", "0.0.0.0", "address for /healthz, /readyz, /metrics and /v1/verify",
+             type=flags.listen_address)
     add_flag(parser, "--port", defaults.REPORTER_PORT, "port for the same (the webhook's and verifier's --reporter-port)", bounds=flags.PORT)
     flags.add_token_audience(parser, "audience a verifier's service-account token must carry "
                                      "(the webhook's --token-audience)")

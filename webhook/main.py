@@ -7,13 +7,13 @@ import argparse
 
 from gpupair.topology import limits
 from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
-                           add_tls_flags, add_token_audience)
+                           add_tls_flags, add_token_audience, listen_address)
 from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--host", "0.0.0.0", "address to listen on")
+    add_flag(parser, "--host", "0.0.0.0", "address to listen on", type=listen_address)
     add_flag(parser, "--port", 8443, "HTTPS port for /mutate, /healthz, /readyz, /metrics", bounds=PORT)
     add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key",
                   deprecated_cert=("--tls-cert",), deprecated_key=("--tls-key",))

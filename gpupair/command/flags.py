@@ -31,6 +31,7 @@ import ipaddress
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,7 +126,24 @@ def ip_address(text: str) -> str:
     return str(ipaddress.ip_address(text.strip().strip("[]"))) if text.strip() else ""
 
 
-_KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address"}
+# RFC 1123 host names, as a listen address may be one ("localhost"); 253 characters at most.
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def listen_address(text: str) -> str:
+    """An address to listen on: an IP address or a host name (resolved when the server binds)."""
+    text = text.strip()
+    try:
+        return ip_address(text) if text else ""
+    except ValueError:
+        pass
+    if len(text) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in text.rstrip(".").split(".")):
+        raise ValueError(text)
+    return text
+
+
+_KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address",
+               listen_address: "an IP address or a host name"}
 
 
 class BadValue:

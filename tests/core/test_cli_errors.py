@@ -128,6 +128,23 @@ def test_a_reporter_address_that_is_not_an_ip_is_one_line_and_exit_2(capsys, mon
     assert flags.ip_address("[fd00::1]") == "fd00::1" and flags.ip_address("10.0.0.7") == "10.0.0.7"
 
 
+def test_a_listen_address_that_is_neither_an_ip_nor_a_host_name_is_one_line_and_exit_2(capsys, monkeypatch):
+    for key in [k for k in os.environ if k.startswith(flags.ENV_PREFIX)]:
+        monkeypatch.delenv(key)
+    for command in ("extender", "webhook", "reporter"):
+        for bad in ("not a host", "a..b", "-edge", "x" * 64, "10.0.0.300:80"):
+            code, err = main_exits([command, f"--host={bad}"], capsys)
+            assert code == 2 and one_error_line(err, command) == \
+                f"--host: expected an IP address or a host name, got {bad!r}", (command, bad, err)
+        env = f"GPUPAIR_{command.upper()}_HOST"
+        monkeypatch.setenv(env, "bad host")
+        code, err = main_exits([command], capsys)
+        monkeypatch.delenv(env)
+        assert code == 2 and one_error_line(err, command) == f"{env}: expected an IP address or a host name, got 'bad host'"
+    assert [flags.listen_address(a) for a in ("0.0.0.0", "[::]", "localhost", "gpupair.svc.")] == \
+        ["0.0.0.0", "::", "localhost", "gpupair.svc."]
+
+
 def test_a_misspelt_boolean_variable_and_a_deprecated_variable_are_checked_the_same(commands, capsys, monkeypatch):
     for name, parser in commands.items():
         for flag, action in contract_flags(parser).items():
