@@ -19,7 +19,7 @@ import asyncio
 
 def revision(resource_version: object) -> int | None:
     """The integer behind a resourceVersion, or None where it is none."""
-    if not isinstance(resource_version, str) or not resource_version.isdigit():
+    if not isinstance(resource_version, str) or not (resource_version.isascii() and resource_version.isdigit()):
         return None
     return int(resource_version)
 

@@ -9,7 +9,7 @@ from gpupair.extender.watch_progress import WatchProgress, revision
 
 def test_revision_reads_only_decimal_integers():
     assert revision("293") == 293
-    assert [revision(v) for v in ("", "12a", "-1", "1.5", None, 7)] == [None] * 6
+    assert [revision(v) for v in ("", "12a", "-1", "1.5", "²", "١٢", None, 7)] == [None] * 8
 
 
 def test_advance_only_moves_forward():
