@@ -62,15 +62,13 @@ def node_object(name: str, annotations: dict[str, str] | None = None) -> dict[st
 
 
 def pod_object(gpus: int, *, name: str = "gpu2", uid: str = "5fd8153a-1b23-448d-8a4b-c930ac341648",
-               namespace: str = "gpupair-test", resource_version: str | None = None) -> dict[str, Any]:
-    """The recorded pod, asking ``gpus`` (no GPU resource at all for 0). Its recorded
-    resourceVersion belongs to another cluster: filter would wait for the kube double's pod watch
-    to read that far, so the pod carries ``resource_version`` or none."""
+               namespace: str = "gpupair-test") -> dict[str, Any]:
+    """The recorded pod, asking ``gpus`` (no GPU resource at all for 0), less its resourceVersion:
+    that is the recording cluster's, and filter would wait for a kube double's pod watch to read
+    that far."""
     pod = copy.deepcopy(recorded("cache-true-filter-01-gpu2.json")["Pod"])
     pod["metadata"].update(name=name, uid=uid, namespace=namespace)
     pod["metadata"].pop("resourceVersion", None)
-    if resource_version is not None:
-        pod["metadata"]["resourceVersion"] = resource_version
     resources = pod["spec"]["containers"][0]["resources"]
     if gpus:
         resources["limits"]["nvidia.com/gpu"] = str(gpus)
