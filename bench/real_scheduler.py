@@ -3,7 +3,9 @@
 On a real etcd + kube-apiserver + kube-scheduler (tests/controlplane, binaries from
 GPUPAIR_K8S_BIN), 32 seed-like 8-GPU nodes whose reports sit in their annotations (no kubelet,
 no reporter: nothing changes them during a run) and N pods asking 1 or 2 GPUs, created before
-kube-scheduler starts. Three configurations, run interleaved (alone, floor, gpupair, alone, ...):
+kube-scheduler starts. Three configurations, run interleaved, the order rotating each round
+(alone, floor, gpupair; floor, gpupair, alone; ...): the control plane slows as a session goes on
+(etcd's history grows with every round of pods), and a fixed order put gpupair last every round.
 
 - ``alone``: kube-scheduler, no extender;
 - ``floor``: kube-scheduler with the same extender entry pointed at bench/floor_extender.py, the
@@ -27,7 +29,7 @@ a bucket), and the CPU seconds per bound pod of each process, so the machine's n
 ``managedResources`` (the every-pod entry of docs/dra.md), so every pod pays its round trips.
 
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py
-    GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --cpu-pods --runs 2
+    GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --cpu-pods --runs 3
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --profile /tmp/extender.svg  # py-spy
 """
 
@@ -352,10 +354,10 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
           f"gpupair/alone {mean['gpupair'] / a:.2f}x")
     for c in ("floor", "gpupair"):
         per_run = [(r.span - a) * 1000 / max(r.bound, 1) for r in runs if r.config == c]
-        print(f"added per bound pod over kube-scheduler alone, {c}: {statistics.mean(per_run):.2f} ms "
-              f"(per run: {', '.join(f'{v:.2f}' for v in per_run)})")
+        print(f"added per bound pod over kube-scheduler alone, {c}: {statistics.mean(per_run):.2f} ms"
+              f"{_standard_error(runs, (c, 'alone'))} (per run: {', '.join(f'{v:.2f}' for v in per_run)})")
     over = (mean["gpupair"] - mean["floor"]) * 1000 / max(statistics.mean(bound["gpupair"]), 1)
-    print(f"gpupair over the floor: {over:.2f} ms per bound pod")
+    print(f"gpupair over the floor: {over:.2f} ms per bound pod{_standard_error(runs, ('gpupair', 'floor'))}")
     with_, alone = [r for r in runs if r.config == "gpupair"], [r for r in runs if r.config == "alone"]
     for q in ("p50", "p99"):
         ours = [getattr(r, f"bind_{q}") for r in with_ if getattr(r, f"bind_{q}") is not None]
@@ -372,6 +374,18 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
                   f"that): {statistics.mean(ours) / statistics.mean(served):.2f}x")
 
 
+def _standard_error(runs: list[Run], pair: tuple[str, str]) -> str:
+    """`` ± x`` for the difference of two configurations' mean span per bound pod, in ms (the
+    runs' own spread; empty below two runs each)."""
+    spread = []
+    for config in pair:
+        per_pod = [r.span * 1000 / max(r.bound, 1) for r in runs if r.config == config]
+        if len(per_pod) < 2:
+            return ""
+        spread.append(statistics.variance(per_pod) / len(per_pod))
+    return f" ± {sum(spread) ** 0.5:.2f}"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.2f} ms"
 
@@ -380,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--pods", type=int, default=200)
-    parser.add_argument("--runs", type=int, default=2, help="runs per configuration, interleaved (default 2)")
+    # One run's span moves by a millisecond per pod from the next on two shared cores: the mean of
+    # two cannot tell 0.3 ms apart, so six by default (each configuration twice in each place of
+    # the rotating order), and the report prints the standard error.
+    parser.add_argument("--runs", type=int, default=6, help="runs per configuration, interleaved (default 6)")
     parser.add_argument("--cpu-pods", action="store_true", help="CPU-only pods; the extender without managedResources")
     parser.add_argument("--expect", type=int, default=None, help="binds to wait for (default: until two quiet seconds)")
     parser.add_argument("--profile", default="", help="record the extender with py-spy into this file (gpupair runs)")
@@ -392,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench.start()
         for i in range(args.runs):
-            for config in CONFIGS:
+            for config in CONFIGS[i % len(CONFIGS):] + CONFIGS[:i % len(CONFIGS)]:
                 runs.append(bench.run(config, seed=i + 1))
                 print(f"  {config} run {i + 1}: {runs[-1].bound} bound in {runs[-1].span:.3f} s", file=sys.stderr)
     finally:
