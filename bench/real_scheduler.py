@@ -154,7 +154,7 @@ def counts(text: str, name: str, label: str) -> dict[str, float]:
     """A counter's samples summed by the value of ``label``, from a Prometheus text page."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        found = re.match(rf'{name}{{.*[{{,]{label}="([^"]+)"', line)
+        found = re.match(rf'{name}{{(?:.*,)?{label}="([^"]+)"', line)
         if found:
             out[found.group(1)] = out.get(found.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
     return out
@@ -281,6 +281,10 @@ class Bench:
             total, earlier = counts(after, "gpupair_extender_requests_total", "verb"), \
                 counts(before_ext, "gpupair_extender_requests_total", "verb")
             requests = {verb: n - earlier.get(verb, 0.0) for verb, n in total.items()}
+            waits, waited = counts(after, "gpupair_extender_pod_watch_waits_total", "outcome"), \
+                counts(before_ext, "gpupair_extender_pod_watch_waits_total", "outcome")
+            requests.update({f"pod-watch wait ({outcome})": n - waited.get(outcome, 0.0)
+                             for outcome, n in waits.items()})
         elif config == "floor":
             buckets = []
         else:
@@ -341,9 +345,12 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
           "Bindings, kube-scheduler's alone, the extender's otherwise)")
     for i, run in enumerate(runs, 1):
         if run.requests:  # kube-scheduler retries a pod no node fits: more calls than pods bound
+            verbs = sorted(verb for verb in run.requests if not verb.startswith("pod-watch"))
+            waits = ", ".join(f"{int(n)} {name}" for name, n in sorted(run.requests.items())
+                              if name.startswith("pod-watch"))
             print(f"run {i}: the extender answered " + ", ".join(
-                f"{run.requests[verb] / max(run.bound, 1):.2f} {verb}" for verb in sorted(run.requests))
-                + " per bound pod")
+                f"{run.requests[verb] / max(run.bound, 1):.2f} {verb}" for verb in verbs)
+                + " per bound pod" + (f"; filter's {waits}" if waits else ""))
     spans = {c: [r.span for r in runs if r.config == c] for c in CONFIGS}
     bound = {c: [r.bound for r in runs if r.config == c] for c in CONFIGS}
     if not all(spans.values()):
