@@ -148,7 +148,8 @@ def assemble(
     if node_cache:
         # A report flows one way: the cache decodes it, then tells its listeners in order.
         cache = NodeCache(decoder, clock, dra)
-        tables = DecisionTables(decider, cache.items, cache.get, alive)
+        tables = DecisionTables(decider, cache.items, cache.get, alive, reservations.by_node)
+        reservations.subscribe(tables.hold_changed)
         cache.subscribe(HoldsByReport(reservations))
         cache.subscribe(tables)
         if beats is not None:

@@ -1,10 +1,15 @@
-"""Every cached node's decision, per GPU count and intent, kept current as reports change and age.
+"""Every cached node's decision, per GPU count and intent, kept current as reports, holds and
+time change them.
 
 In NodeNames mode a request names up to thousands of nodes, and even a memoised decision per
 node costs a few microseconds of Python. So for each (GPU count, placement intent) asked, the
-decisions with nothing reserved are kept in a table (sets and dicts), updated when a node's
-report changes and when a report turns stale; a request then answers with set lookups and
-reworks only the few nodes holding reservations. Every value in a table is ``Decider.decide``'s own answer.
+decisions are kept in a table (sets and dicts) and a request answers with set lookups, in C. A
+node is decided again when its report changes, when the report turns stale, and when what it
+owes (``Reservations``: a bind's plan, a pod bound, a hold ended) changes; the last only when a
+table is next read, since a burst changes holds many times between two requests. In a burst
+every node holds something until its report comes, and deciding every held node per request
+was most of what filter and prioritize cost on the real scheduler (bench/real_scheduler.py).
+Every value in a table is ``Decider.decide``'s own answer for the node's current hold.
 """
 
 from __future__ import annotations
@@ -12,13 +17,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 
 from gpupair.decide.decisions import Decider, NodeDecision
 from gpupair.extender.node_reports import ReportEntry
-from gpupair.decide.reservations import NO_HOLD
+from gpupair.decide.reservations import NO_HOLD, Hold
 from gpupair.decide.intent import Intent
 
 MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct ones
@@ -27,7 +32,7 @@ MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct
 class Table:
     """Decisions for one GPU count and intent: who passes, who fails and why, and scores."""
 
-    __slots__ = ("gpus", "intent", "passing", "failed", "unresolvable", "score_json")
+    __slots__ = ("gpus", "intent", "passing", "failed", "unresolvable", "score_json", "holds_changed")
 
     def __init__(self, gpus: int, intent: Intent = Intent.REQUIRED):
         self.gpus = gpus
@@ -37,6 +42,7 @@ class Table:
         self.unresolvable: dict[str, str] = {}
         # The node's HostPriority as JSON, so thousands join into a HostPriorityList cheaply.
         self.score_json: dict[str, str] = {}
+        self.holds_changed: set[str] = set()  # nodes whose hold changed since they were decided here
 
     def set(self, name: str, decision: NodeDecision) -> None:
         self.drop(name)
@@ -60,15 +66,19 @@ def host_priority_json(name: str, score: int) -> str:
 
 
 class DecisionTables:
-    """``alive(name)``: the node's last Lease renewal (epoch seconds) or None; see heartbeats.py."""
+    """``alive(name)``: the node's last Lease renewal (epoch seconds) or None; see heartbeats.py.
+    ``holds()``: every node that owes something now (``Reservations.by_node``); whoever changes
+    them calls ``hold_changed``."""
 
     def __init__(self, decider: Decider, entries: Callable[[], list[tuple[str, ReportEntry]]],
                  lookup: Callable[[str], ReportEntry | None],
-                 alive: Callable[[str], float | None] = lambda name: None):
+                 alive: Callable[[str], float | None] = lambda name: None,
+                 holds: Callable[[], Mapping[str, Hold]] = dict):
         self._decider = decider
         self._entries = entries  # every (name, entry) cached now
         self._lookup = lookup
         self._alive = alive
+        self._holds = holds
         self._tables: OrderedDict[tuple[int, Intent], Table] = OrderedDict()
         # When to look at a node's staleness next: at most one live heap record per node (the
         # one _next_check names); a renewal moves no record, the check finds the later time.
@@ -76,7 +86,6 @@ class DecisionTables:
         self._next_check: dict[str, float] = {}
         self._stale: set[str] = set()  # nodes the tables hold as stale
         self._order = itertools.count()
-        self.version = 0  # bumped by every change of a node's decisions (report, staleness, gone)
 
     def node_changed(self, name: str, entry: ReportEntry, now: float) -> None:
         # Expiring here too keeps the queue to reports not yet stale even when no request
@@ -100,8 +109,12 @@ class DecisionTables:
         elif stale_at is not None:
             self._schedule(name, stale_at)  # earlier than the check queued (a Lease gone)? move it
 
+    def hold_changed(self, name: str) -> None:
+        """What ``name`` owes changed: decided again where a table is next read."""
+        for table in self._tables.values():
+            table.holds_changed.add(name)
+
     def node_gone(self, name: str) -> None:
-        self.version += 1
         for table in self._tables.values():
             table.drop(name)
         self._stale.discard(name)
@@ -109,25 +122,35 @@ class DecisionTables:
 
     def table(self, gpus: int, now: float, intent: Intent = Intent.REQUIRED) -> Table:
         self._expire(now)
+        holds = self._holds()  # reading them first ends expired holds, which calls hold_changed
         key = (gpus, intent)
         table = self._tables.get(key)
         if table is None:
             table = Table(gpus, intent)
             alive = self._alive
             for name, entry in self._entries():
-                table.set(name, entry.decide(self._decider, name, gpus, NO_HOLD, now, alive(name), intent))
+                table.set(name, entry.decide(self._decider, name, gpus, holds.get(name, NO_HOLD), now, alive(name),
+                                             intent))
             self._tables[key] = table
             if len(self._tables) > MAX_TABLES:
                 self._tables.popitem(last=False)
-        else:
-            self._tables.move_to_end(key)
+            return table
+        self._tables.move_to_end(key)
+        if table.holds_changed:
+            for name in table.holds_changed:
+                entry = self._lookup(name)
+                if entry is not None:  # a node not cached has no row to change
+                    table.set(name, entry.decide(self._decider, name, gpus, holds.get(name, NO_HOLD), now,
+                                                 self._alive(name), intent))
+            table.holds_changed.clear()
         return table
 
     def _decide(self, name: str, entry: ReportEntry, now: float) -> None:
-        self.version += 1
         alive = self._alive(name)
+        hold = self._holds().get(name, NO_HOLD)
         for table in self._tables.values():
-            table.set(name, entry.decide(self._decider, name, table.gpus, NO_HOLD, now, alive, table.intent))
+            table.set(name, entry.decide(self._decider, name, table.gpus, hold, now, alive, table.intent))
+            table.holds_changed.discard(name)
         stale_at = entry.stale_at_with(alive)
         if stale_at is not None and now > stale_at:
             self._stale.add(name)

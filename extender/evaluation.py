@@ -23,7 +23,7 @@ from gpupair.decide.decisions import Decider, NodeDecision
 from gpupair.decide.dra_picture import claim_names
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.decide.reservations import NO_HOLD, Hold, Reservations
+from gpupair.decide.reservations import NO_HOLD, Reservations
 from gpupair.decide.claim_intent import dra_pod_intent, strictest
 from gpupair.decide.intent import Intent
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
@@ -36,7 +36,6 @@ log = logging.getLogger("gpupair.extender")
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
 UNSYNCED_PROBLEM = "the extender's node cache has not finished its first list"
-FRESH_LIMIT = 65536  # fresh decisions kept at most; a report change empties them anyway
 # How long bind's refusal of an allocation that broke the pod's intent keeps the pod off that
 # node: the allocator, asked again, would most likely take the same devices.
 DENIED_TTL = 600.0
@@ -82,11 +81,6 @@ class Evaluator:
         self.last_seen: LRUCache = LRUCache(self.seen_limit)
         self._pod_deciders: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> its Decider, for bind
         self._variants: dict[tuple, Decider] = {}
-        # Table mode: decisions taken afresh (nodes holding reservations), each kept while its
-        # node's holds and every report stay the same, so a pod's prioritize reuses what its
-        # filter decided, and a bind re-decides only the node it touched.
-        self._fresh: dict[tuple[str, int, Intent], tuple[Hold, NodeDecision]] = {}
-        self._fresh_state = -1  # DecisionTables.version they were taken at
         self._denied: TTLCache = TTLCache(maxsize=100_000, ttl=DENIED_TTL)  # pod uid -> {node: why}
 
     # ---- one request
@@ -189,33 +183,9 @@ class Evaluator:
         if offer.owned or offer.denied:
             return [self._decide_for_pod(offer, decider, name, gpus, holds.get(name, NO_HOLD), now, intent)
                     for name in names]
-        if not offer.cached:
-            return [(entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now,
-                                                       alive(name), intent)
-                    for name in names]
-        # The tables were brought up to ``now`` by the verb (DecisionTables.table): their version
-        # says whether any report, Lease or staleness changed since. A node's holds are checked by
-        # identity: Reservations.by_node() makes a new Hold only for a node a change touched, so
-        # a bind on one node leaves every other held node's decision standing. In a burst every
-        # node holds something until its report comes, and deciding them all afresh after each
-        # bind was most of a filter's work on the real scheduler (bench/real_scheduler.py).
-        assert self.tables is not None
-        fresh = self._fresh
-        if self.tables.version != self._fresh_state or len(fresh) > FRESH_LIMIT:
-            fresh.clear()
-            self._fresh_state = self.tables.version
-        out = []
-        for name in names:
-            key = (name, gpus, intent)
-            hold = holds.get(name, NO_HOLD)
-            found = fresh.get(key)
-            if found is not None and found[0] is hold:
-                decision = found[1]
-            else:
-                decision = (entry_of(name) or unknown).decide(decider, name, gpus, hold, now, alive(name), intent)
-                fresh[key] = (hold, decision)
-            out.append(decision)
-        return out
+        return [(entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now,
+                                                   alive(name), intent)
+                for name in names]
 
     def _decide_for_pod(self, offer: Offer, decider: Decider, name: str, gpus: int, hold: Any, now: float,
                         intent: Intent) -> NodeDecision:
@@ -279,14 +249,12 @@ class Evaluator:
         notes = annotations if isinstance(annotations, dict) else {}
         return self.dra.entry(name, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY)) or self.decoder.decode(annotations)
 
-    def held(self, offer: Offer) -> set[str]:
-        """Offered names whose table entry does not apply: they hold reservations, or the pod's
-        own claims hold devices there, or bind refused the pod there."""
-        reserved = self.reservations.by_node()
-        held = set(reserved).intersection(offer.names) if reserved else set()
-        if offer.owned or offer.denied:
-            held.update({*offer.owned, *offer.denied}.intersection(offer.names))
-        return held
+    def own_cases(self, offer: Offer) -> set[str]:
+        """Offered names whose table entry does not apply to this pod: its own claims hold
+        devices there, or bind refused it there (the tables count every hold already)."""
+        if not (offer.owned or offer.denied):
+            return set()
+        return {*offer.owned, *offer.denied}.intersection(offer.names)
 
     def _release_taken(self, entries: Mapping[str, ReportEntry]) -> None:
         """Nodes mode has no node watch: a request's reports also end the holds they list."""

@@ -69,20 +69,21 @@ def _table_verdicts(evaluator: Evaluator, gpus: int, offer: Offer, intent: Inten
     # filter() with a bound __contains__ runs the loop in C; it also computes each fresh
     # name's hash once, for every later lookup of this request.
     passed = list(filter(passing.__contains__, names))
-    held = evaluator.held(offer)
-    if len(passed) == len(names) and not held:
+    own = evaluator.own_cases(offer)
+    if len(passed) == len(names) and not own:
         return FilterOutcome(passed)
-    out = FilterOutcome(list(filterfalse(held.__contains__, passed)) if held else passed)
-    redo = held
+    out = FilterOutcome(list(filterfalse(own.__contains__, passed)) if own else passed)
+    redo = own
     if len(passed) < len(names):
         others = set(filterfalse(passing.__contains__, names))
-        others -= held
+        others -= own
         for found, decided in ((out.failed, table.failed), (out.unresolvable, table.unresolvable)):
             common = decided.keys() & others
             found.update(zip(common, map(decided.__getitem__, common)))
             others -= common
         redo = redo | others  # names the cache does not know
-    # Nodes holding reservations, and unknown names, are decided afresh.
+    # Nodes where the pod's own claims hold devices or bind refused it, and unknown names, are
+    # decided for this pod.
     order = list(redo)
     for name, decision in zip(order, evaluator.decisions(gpus, offer, order, intent)):
         out.add(name, decision)

@@ -105,6 +105,13 @@ class Reservations:
         self._version = 0  # every change; readers key what they derive from the holds on it
         self._dirty: set[str] = set()
         self._by_node: dict[str, Hold] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(node)`` whenever what ``node`` owes may have changed (expiries
+        included, found when any reader looks). It is called mid-change: it must only take note
+        and read the holds later (``by_node``)."""
+        self._listeners.append(listener)
 
     # ---- the extender's own binds
 
@@ -112,6 +119,9 @@ class Reservations:
         """Hold the plan until a report lists its pod; False, holding nothing, where the node's
         latest ledger lists the pod already (a DRA node's claim watch can show the allocation
         before the bind that plans it: a hold then would wait for a report that never comes)."""
+        # TTLCache's own store drops expired plans unannounced: end them here first, so each
+        # gets its outcome and its node's hold is asked afresh.
+        self._expire()
         ledger = self._ledgers.get(reservation.node)
         if ledger is not None and ledger.lists(reservation.namespace, reservation.name, reservation.uid):
             got = ledger.devices_of(reservation.namespace, reservation.name) or frozenset()
@@ -313,6 +323,8 @@ class Reservations:
     def _changed(self, node: str) -> None:
         self._version += 1
         self._dirty.add(node)
+        for listener in self._listeners:
+            listener(node)
 
     def _bind(self, pod: BoundPod) -> None:
         self._unbind(pod.uid)

@@ -265,6 +265,8 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("tick"), st.integers(1, 200)),
     st.tuples(st.just("reserve"), st.sampled_from(CACHED), free_sets),
     st.tuples(st.just("release"), st.sampled_from(CACHED)),
+    st.tuples(st.just("bound"), st.sampled_from(CACHED), st.sampled_from(CACHED), st.integers(1, 4)),
+    st.tuples(st.just("gone"), st.sampled_from(CACHED)),
 ), max_size=25)
 
 
@@ -272,7 +274,9 @@ operations = st.lists(st.one_of(
 @given(ops=operations, fail=st.booleans(), shuffled=st.permutations(CACHED + ["ghost"]), cut=st.integers(0, 7))
 def test_decision_tables_agree_with_deciding_afresh(ops, fail, shuffled, cut):
     now = [NOW.timestamp()]
+    # One clock for reports and holds, so ticks also end holds by their TTL (120 s).
     extender = make_extender(node_cache=True, clock=lambda: now[0], stale_after=300.0,
+                             reservation_timer=lambda: now[0],
                              unreported=Unreported.FAIL if fail else Unreported.PASS)
     cache, evaluator = extender.node_cache, extender.evaluator
     cache.replace([])
@@ -292,8 +296,12 @@ def test_decision_tables_agree_with_deciding_afresh(ops, fail, shuffled, cut):
             now[0] += op[1]
         elif op[0] == "reserve":
             extender.reservations.reserve(Reservation(f"uid-{op[1]}", op[1], op[2]))
-        else:
+        elif op[0] == "release":
             extender.reservations.release(f"uid-{op[1]}")
+        elif op[0] == "bound":  # the pod watch: a pod bound by anyone, held by count or by its plan
+            extender.reservations.pod_bound(f"uid-{op[1]}", op[2], "default", op[1], op[3])
+        else:
+            extender.reservations.pod_gone(f"uid-{op[1]}", "deleted")
         for names in (CACHED + ["ghost"], shuffled[:cut]):  # every node, and some in any order
             tabled = Offer(names, cache.get, evaluator.uncached, cached=True)
             fresh = Offer(names, cache.get, evaluator.uncached, cached=False)
@@ -355,27 +363,25 @@ def test_filter_result_json_is_the_models_json(names, nodes, failed, unresolvabl
         assert list(ours["Nodes"]) == list(theirs["Nodes"])
 
 
-def test_a_hold_on_one_node_leaves_the_other_held_nodes_decisions_standing():
-    # A burst on the real scheduler: every node holds plans until its report comes. A bind on
-    # one node must re-decide that node only, and never serve it from before the bind.
+def test_a_hold_on_one_node_is_counted_in_the_tables_and_decides_that_node_again_only():
+    # A burst on the real scheduler: every node holds plans until its report comes. Filter and
+    # prioritize answer from the tables, so a bind's hold must show there at the next request,
+    # and only the node it touched is decided again.
     extender = make_extender(node_cache=True)
-    cache, evaluator = extender.node_cache, extender.evaluator
-    cache.replace([{"metadata": {"name": n, "annotations": report_annotations(set(range(8)), node=n)}}
+    cache, evaluator, tables = extender.node_cache, extender.evaluator, extender.evaluator.tables
+    cache.replace([{"metadata": {"name": n, "annotations": report_annotations({0, 1, 2, 3}, node=n)}}
                    for n in ("n0", "n1")])
-    for n in ("n0", "n1"):
-        extender.reservations.reserve(Reservation(f"uid-{n}", n, frozenset({0, 1})))
+    offer = Offer(["n0", "n1"], cache.get, evaluator.uncached, cached=True)
+    assert filter_verdicts(evaluator, 4, offer).passed == ["n0", "n1"]  # the table for 4 exists
     looked_up: list[str] = []
-
-    def entry_of(name):  # the report a decision taken afresh starts from
-        looked_up.append(name)
-        return cache.get(name)
-
-    offer = Offer(["n0", "n1"], entry_of, evaluator.uncached, cached=True)
-    evaluator.tables.table(2, evaluator.clock(), evaluator.default_intent)
-    before = evaluator.decisions(2, offer)
-    assert evaluator.decisions(2, offer) == before and looked_up == ["n0", "n1"]  # prioritize after filter
-    extender.reservations.reserve(Reservation("uid-more", "n0", frozenset({2, 3})))
-    after = evaluator.decisions(2, offer)
-    assert looked_up == ["n0", "n1", "n0"]  # n1 untouched: its decision stands
-    assert after[1] == before[1]
-    assert after[0].plan is not None and not {0, 1, 2, 3} & set(after[0].plan)  # n0 decided after the bind
+    lookup = tables._lookup
+    tables._lookup = lambda name: looked_up.append(name) or lookup(name)
+    extender.reservations.reserve(Reservation("uid-a", "n0", frozenset({0, 1})))
+    extender.reservations.reserve(Reservation("uid-b", "n0", frozenset({0, 1})))  # n0 changes twice
+    verdicts = filter_verdicts(evaluator, 4, offer)
+    assert verdicts.passed == ["n1"] and "reserved for pods just bound here" in verdicts.failed["n0"]
+    assert looked_up == ["n0"]  # once, at the request; n1's decision stands
+    assert filter_verdicts(evaluator, 4, offer).passed == ["n1"] and looked_up == ["n0"]  # nothing changed since
+    extender.reservations.release("uid-a")
+    extender.reservations.release("uid-b")
+    assert filter_verdicts(evaluator, 4, offer).passed == ["n0", "n1"] and looked_up == ["n0", "n0"]
