@@ -102,7 +102,6 @@ class Reservations:
         # by_node() is asked on every filter and prioritize. After a change only the nodes it
         # touched are asked afresh: a bind changes one node, and rebuilding every node that owes
         # something cost more than the filter it preceded (bench/request_path.py).
-        self._version = 0  # every change; readers key what they derive from the holds on it
         self._dirty: set[str] = set()
         self._by_node: dict[str, Hold] = {}
         self._listeners: list[Callable[[str], None]] = []
@@ -254,12 +253,6 @@ class Reservations:
             self._by_node = holds
         return self._by_node
 
-    @property
-    def version(self) -> int:
-        """Changes so far, expiries included: equal versions mean equal holds."""
-        self._expire()
-        return self._version
-
     def on_node(self, node: str, exclude: str | None = None) -> frozenset[int]:
         """Devices planned on ``node`` (less those of pod ``exclude``)."""
         return self.hold(node, exclude).devices
@@ -321,7 +314,6 @@ class Reservations:
                 del self._plans_by_node[node]
 
     def _changed(self, node: str) -> None:
-        self._version += 1
         self._dirty.add(node)
         for listener in self._listeners:
             listener(node)
