@@ -69,14 +69,16 @@ class AlignedPolicy:
         if k == 1:
             # The plugin's partitions are singletons scoring 0: the first one stays best.
             return (ordered[0],)
-        weights = layout.pair_weights
-        return _best_set(tuple(tuple(weights[a][b] for b in ordered) for a in ordered), k, ordered)
+        # The whole matrix is the cache key: hashing it costs far less than cutting out the free
+        # devices' rows on every call, which only a miss needs.
+        return _best_set(layout.pair_weights, k, ordered)
 
 
 @lru_cache(maxsize=65536)
 def _best_set(
-    weights: tuple[tuple[int, ...], ...], k: int, ordered: tuple[int, ...]
+    pair_weights: tuple[tuple[int, ...], ...], k: int, ordered: tuple[int, ...]
 ) -> tuple[int, ...]:
+    weights = tuple(tuple(pair_weights[a][b] for b in ordered) for a in ordered)  # the free devices' own
     n = len(ordered)
     padding = (-n) % k
     total = n + padding  # positions >= n are padding ("nil" devices scoring 0)
