@@ -194,7 +194,7 @@ class DraNodes:
         if report.nics is None and self._nic_slices.get(node):  # measured links first, then inferred ones
             report = replace(report, nics=nics_from_slices(self._nic_slices[node].values(), self.nic_drivers,
                                                            report.layout))
-        return ReportEntry(report)
+        return ReportEntry(report, shared=self._decoder.shared)
 
     def _changed(self, nodes: set[str]) -> None:
         nodes.discard("")

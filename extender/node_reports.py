@@ -6,10 +6,16 @@ must happen once per report change, not once per request. A ``ReportEntry`` hold
 report (or why there is none) and memoises ``Decider.decide`` per (GPUs asked, devices
 reserved, stale or not, placement intent). Entries do not depend on the node's name, so
 Nodes-mode requests that repeat a node's annotations reuse them through ``ReportDecoder``'s LRU.
+
+Decisions on a fresh report are shared further (``SharedDecisions``): by every report of the
+same hardware with the same devices free, whichever node it comes from. In a fleet of identical
+nodes a bind's hold on one node is, most of the time, a hold another node was decided under
+already; in a burst each bind made a node be decided afresh, most of what a filter then cost.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -26,15 +32,39 @@ from gpupair.topology.report import (
 )
 
 MEMO_LIMIT = 64  # decisions kept per report; reservations make the key space open-ended
+SHARED_LIMIT = 65536  # decisions kept across reports, and hardware shapes known
+
+
+class SharedDecisions:
+    """Decisions keyed by what a decision reads of a fresh report: the layout less the devices'
+    identity (UUIDs and PCI addresses name devices in no decision or reason), the free devices,
+    who picks (reporter or DRA) and the NICs. Each such shape gets a number once, when its
+    report is decoded, so a lookup hashes a small tuple, not a link matrix."""
+
+    def __init__(self, limit: int = SHARED_LIMIT):
+        self.limit = limit
+        self.decisions: dict[tuple, NodeDecision] = {}
+        self._shapes: LRUCache = LRUCache(limit)
+        self._numbers = itertools.count()  # never reused: a forgotten shape's decisions stay its own
+
+    def shape(self, report: NodeReport) -> int:
+        layout = report.state.layout
+        key = (tuple((d.numa_node, d.pcie_root) for d in layout.devices), layout.links, layout.p2p, layout.walk,
+               report.source, report.nics, report.state.free)
+        number = self._shapes.get(key)
+        if number is None:
+            number = self._shapes[key] = next(self._numbers)
+        return number
 
 
 class ReportEntry:
     """One node report (or the reason it is unusable) and the decisions taken on it."""
 
-    __slots__ = ("report", "problem", "kind", "stale_at", "stale_after", "stale_problem", "_memo")
+    __slots__ = ("report", "problem", "kind", "stale_at", "stale_after", "stale_problem", "_memo", "_shared",
+                 "_shape")
 
     def __init__(self, report: NodeReport | None, problem: str = "", kind: str = "ok",
-                 stale_after: float | None = None):
+                 stale_after: float | None = None, shared: SharedDecisions | None = None):
         self.report = report
         self.problem = problem
         self.kind = kind  # ok | missing | invalid
@@ -48,6 +78,9 @@ class ReportEntry:
                 "is the gpupair reporter running on this node?"
             )
         self._memo: dict[tuple, NodeDecision] = {}
+        # No report, or a stale one: the reason names this node's problem, so decided here alone.
+        self._shared = shared if report is not None else None
+        self._shape = shared.shape(report) if shared is not None and report is not None else -1
 
     def stale_at_with(self, alive: float | None) -> float | None:
         """When the report turns stale given the node's last Lease renewal (epoch seconds, None
@@ -84,8 +117,14 @@ class ReportEntry:
         if hold.devices and self.report is not None:
             # Planned devices the report already shows taken change nothing: one memo key.
             hold = Hold(hold.devices & self.report.state.free, hold.count)
-        key = (gpus, hold, stale, intent, decider.dra_policy.name, decider.nic)  # per-pod decider variants
-        decision = self._memo.get(key)
+        shared = None if stale else self._shared
+        if shared is not None:
+            memo, limit = shared.decisions, shared.limit
+            key: tuple = (self._shape, gpus, hold, intent, decider.policy.name, decider.dra_policy.name, decider.nic)
+        else:
+            memo, limit = self._memo, MEMO_LIMIT
+            key = (gpus, hold, stale, intent, decider.dra_policy.name, decider.nic)  # per-pod decider variants
+        decision = memo.get(key)
         if decision is None:
             decision = decider.decide(gpus, self.view(name, hold, stale, alive), intent)
             if hold and not decision.passes and decision.reason and self.report is not None and not stale:
@@ -93,9 +132,9 @@ class ReportEntry:
                 decision = replace(decision, reason=(
                     f"{decision.reason} ({taken} GPU{'s' if taken > 1 else ''} reserved "
                     "for pods just bound here)"))
-            if len(self._memo) >= MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[key] = decision
+            if len(memo) >= limit:
+                memo.clear()
+            memo[key] = decision
         return decision
 
 
@@ -118,6 +157,7 @@ class ReportDecoder:
         self.stale_after = stale_after
         self._entries: LRUCache = LRUCache(maxsize)
         self._layouts: LRUCache = LRUCache(maxsize)
+        self.shared = SharedDecisions()  # for DRA nodes' entries too (extender/dra_nodes.py)
 
     def decode(self, annotations: Mapping[str, str] | None) -> ReportEntry:
         annotations = annotations if isinstance(annotations, Mapping) else {}
@@ -149,7 +189,7 @@ class ReportDecoder:
             report = decode_annotations(raw, layout=layout)
         except ReportError as exc:
             return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind)
-        return ReportEntry(report, stale_after=self.stale_after)
+        return ReportEntry(report, stale_after=self.stale_after, shared=self.shared)
 
     def layout_of(self, topology: str) -> NodeLayout | None:
         """The decoded topology annotation, or None when it does not decode."""
