@@ -321,8 +321,12 @@ class Reservations:
     def _bind(self, pod: BoundPod) -> None:
         self._unbind(pod.uid)
         self._pods[pod.uid] = pod
-        self._changed(pod.node)
         self._bound.setdefault(pod.node, set()).add(pod.uid)
+        plan = self._plans.get(pod.uid)
+        if plan is None or plan.node != pod.node:
+            self._changed(pod.node)
+        # else the pod's own plan there holds its GPUs already (the watch seeing the extender's
+        # own bind): what the node owes is unchanged, and nobody needs to decide it again.
 
     def _unbind(self, uid: str) -> BoundPod | None:
         pod = self._pods.pop(uid, None)
