@@ -92,8 +92,8 @@ class Reservations:
         self._timer = timer
         self._on_outcome = on_outcome
         self._plans: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl, timer=timer)
-        # node -> UIDs planned there; may name expired UIDs, which readers drop lazily.
-        self._plans_by_node: dict[str, set[str]] = {}
+        # node -> its plans by UID; may hold expired or evicted ones, which readers drop lazily.
+        self._plans_by_node: dict[str, dict[str, Reservation]] = {}
         # Pods bound and not yet listed, oldest first (insertion order is ``since`` order).
         self._pods: dict[str, BoundPod] = {}
         self._bound: dict[str, set[str]] = {}  # node -> UIDs in _pods
@@ -131,9 +131,14 @@ class Reservations:
         if previous is not None and previous.node != reservation.node:
             self._unindex(previous.uid, previous.node)
             self._changed(previous.node)
+        if previous is None and len(self._plans) >= self._plans.maxsize:
+            # Full: TTLCache's store would evict one plan unannounced; evict it here, in the open.
+            uid, evicted = self._plans.popitem()
+            self._unindex(uid, evicted.node)
+            self._changed(evicted.node)
         self._plans[reservation.uid] = reservation
         self._changed(reservation.node)
-        self._plans_by_node.setdefault(reservation.node, set()).add(reservation.uid)
+        self._plans_by_node.setdefault(reservation.node, {})[reservation.uid] = reservation
         return True
 
     def release(self, uid: str) -> Reservation | None:
@@ -292,25 +297,26 @@ class Reservations:
             self._outcome("expired", pod.namespace, pod.name, pod.node)
 
     def _live_plans(self, node: str) -> list[Reservation]:
-        uids = self._plans_by_node.get(node)
-        if not uids:
+        plans = self._plans_by_node.get(node)
+        if not plans:
             return []
         live = []
-        for uid in list(uids):
-            plan = self._plans.get(uid)  # None once the TTL ran out
-            if plan is None or plan.node != node:
-                uids.discard(uid)
-            else:
+        for uid, plan in list(plans.items()):
+            # TTLCache's ``in`` is false once the TTL ran out (or the plan was evicted); it costs
+            # a quarter of its ``get``, and _hold asks it for every plan on the node.
+            if uid in self._plans:
                 live.append(plan)
-        if not uids:
+            else:
+                del plans[uid]
+        if not plans:
             del self._plans_by_node[node]
         return live
 
     def _unindex(self, uid: str, node: str) -> None:
-        uids = self._plans_by_node.get(node)
-        if uids is not None:
-            uids.discard(uid)
-            if not uids:
+        plans = self._plans_by_node.get(node)
+        if plans is not None:
+            plans.pop(uid, None)
+            if not plans:
                 del self._plans_by_node[node]
 
     def _changed(self, node: str) -> None:
@@ -322,8 +328,7 @@ class Reservations:
         self._unbind(pod.uid)
         self._pods[pod.uid] = pod
         self._bound.setdefault(pod.node, set()).add(pod.uid)
-        plan = self._plans.get(pod.uid)
-        if plan is None or plan.node != pod.node:
+        if not (pod.uid in self._plans_by_node.get(pod.node, ()) and pod.uid in self._plans):
             self._changed(pod.node)
         # else the pod's own plan there holds its GPUs already (the watch seeing the extender's
         # own bind): what the node owes is unchanged, and nobody needs to decide it again.

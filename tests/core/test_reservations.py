@@ -127,3 +127,19 @@ def test_node_gone_drops_everything_there():
     res.pod_bound("u2", "n", "ml", "b", 1)
     res.node_gone("n")
     assert not res.by_node() and len(res) == 0
+
+
+def test_a_full_store_evicts_its_oldest_plan_and_the_node_stops_owing_it():
+    res = Reservations(maxsize=2, timer=Timer())
+    changed = []
+    res.subscribe(changed.append)
+    res.reserve(Reservation("u1", "n1", frozenset({0}), "ml", "a"))
+    res.reserve(Reservation("u2", "n2", frozenset({1}), "ml", "b"))
+    assert res.by_node() == {"n1": Hold(frozenset({0})), "n2": Hold(frozenset({1}))}
+    changed.clear()
+    res.reserve(Reservation("u3", "n2", frozenset({2}), "ml", "c"))
+    assert "n1" in changed  # readers of n1's hold are told, not left with the evicted plan
+    assert res.by_node() == {"n2": Hold(frozenset({1, 2}))} and not res.hold("n1")
+    # The evicted pod planned again elsewhere is owed there alone.
+    res.reserve(Reservation("u1", "n2", frozenset({3}), "ml", "a"))
+    assert not res.hold("n1") and res.hold("n2") == Hold(frozenset({2, 3}))
