@@ -186,6 +186,7 @@ class _Handlers:
         self.x = extender
         self.m = extender.metrics
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._last_ask: tuple[tuple[str, str] | None, tuple[int, Intent]] = (None, (0, Intent.REQUIRED))
 
     def _metric(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once: prometheus_client's own lookup takes a
@@ -253,7 +254,11 @@ class _Handlers:
 
     def _ask(self, pod: Any) -> tuple[int, Intent]:
         """The GPUs a request's pod asks for and its placement intent, remembered for bind;
-        ClaimNotSeen for a claim the claim watch has not delivered."""
+        ClaimNotSeen for a claim the claim watch has not delivered. Read once per pod version:
+        prioritize follows filter with the same pod."""
+        key = self.x.evaluator.pod_key(pod)
+        if key is not None and self._last_ask[0] == key:
+            return self._last_ask[1]
         try:
             gpus = self.x.requests.of(pod)
         except ClaimNotSeen:
@@ -262,6 +267,8 @@ class _Handlers:
             raise ProtocolError(f"Pod: {exc}") from None
         intent = self.x.evaluator.intent_of(pod)
         self.x.requests.remember(pod, gpus, intent)
+        if key is not None:
+            self._last_ask = (key, (gpus, intent))
         return gpus, intent
 
     def _no_error_field(self, verb: str, exc: ProtocolError, started: float) -> Response:

@@ -82,6 +82,7 @@ class Evaluator:
         self._pod_deciders: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> its Decider, for bind
         self._variants: dict[tuple, Decider] = {}
         self._denied: TTLCache = TTLCache(maxsize=100_000, ttl=DENIED_TTL)  # pod uid -> {node: why}
+        self._last_decider: tuple[tuple[str, str] | None, Decider] = (None, self.decider)  # by pod_key
 
     # ---- one request
 
@@ -121,9 +122,33 @@ class Evaluator:
             denied[node] = why
             self._denied[uid] = denied
 
+    def pod_key(self, pod: Any) -> tuple[str, str] | None:
+        """(UID, resourceVersion) of a request's pod, under which what is read of it holds: one
+        version is one object on the API server, and kube-scheduler sends the same one to filter
+        and prioritize. None without both, or for a pod with DRA claims (what they ask is read
+        from the claim watch, which may still be catching up)."""
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
+            return None
+        if self.dra is not None and claim_names(pod):
+            return None
+        return uid, version
+
     def decider_for(self, pod: Any) -> Decider:
         """The Decider for this pod: its claims' allocator policy, its NIC ask; remembered by UID
         for bind's plan."""
+        key = self.pod_key(pod)
+        if key is not None and self._last_decider[0] == key:
+            return self._last_decider[1]  # prioritize after filter, the pod unchanged
+        variant = self._decider_for(pod)
+        if key is not None:
+            self._last_decider = (key, variant)
+        return variant
+
+    def _decider_for(self, pod: Any) -> Decider:
         policy, ask = self._claim_policy(pod), self._nic_ask(pod)
         if policy is None and ask is None:
             return self.decider

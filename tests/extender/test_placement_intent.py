@@ -117,6 +117,24 @@ async def test_tables_keep_each_intent_apart():
         assert verdicts["passed"] == expected, intent
 
 
+async def test_a_pod_is_read_once_per_version_and_afresh_when_it_changes(caplog):
+    extender = make_extender(node_cache=True)
+    extender.node_cache.replace(nodes())
+    pod = asking("prefered")
+    pod["metadata"]["resourceVersion"] = "7"
+    fixed = asking("preferred")  # the owner fixes the annotation: a new version of the pod
+    fixed["metadata"]["resourceVersion"] = "8"
+    async with serving(extender) as client:
+        with caplog.at_level(logging.WARNING, logger="gpupair.extender"):
+            for verb in ("filter", "prioritize"):
+                status, _ = await client.post(verb, args_body(pod, names=NAMES))
+                assert status == 200
+        # Filter read it; prioritize got the same version of the pod and read nothing again.
+        assert len([r for r in caplog.records if r.getMessage() == "bad placement intent"]) == 1
+        status, filtered = await client.post("filter", args_body(fixed, names=NAMES))
+    assert status == 200 and filtered["NodeNames"] == ["close", "split", "unreported"]
+
+
 def test_decider_agrees_with_the_verbs_for_one_gpu_pods():
     """A 1-GPU pod has no pair to keep close: every intent passes it where a GPU is free."""
     decider = Decider()
