@@ -315,9 +315,9 @@ class _Handlers:
             log.exception("filter failed")
             self._done("filter", "error", started)
             return _json(ExtenderFilterResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
-        self._metric(self.m.decisions, "filter", "pass").inc(answer.passed)
-        self._metric(self.m.decisions, "filter", "fail").inc(answer.failed)
-        self._metric(self.m.decisions, "filter", "unresolvable").inc(answer.unresolvable)
+        for outcome, count in (("pass", answer.passed), ("fail", answer.failed), ("unresolvable", answer.unresolvable)):
+            if count:  # each inc takes the counter's lock: none for nothing
+                self._metric(self.m.decisions, "filter", outcome).inc(count)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter", extra={"pod": _pod_name(args.Pod), "gpus": gpus, "intent": intent.value,
                                        "passed": answer.passed, "failed": answer.failed,

@@ -44,13 +44,16 @@ access = logging.getLogger("gpupair.access")
 MAX_HEADER_BYTES = 64 * 1024  # names and values of one request; Go's client sends a few hundred bytes
 IDLE_TIMEOUT = 75.0
 MAX_QUEUED = 16  # pipelined requests waiting on one connection before it stops reading
+# The only headers anything here reads; the others are counted against MAX_HEADER_BYTES and
+# dropped undecoded (kube-scheduler sends five per request, three requests per pod).
+READ_HEADERS = {b"content-length": "content-length", b"expect": "expect"}
 
 
 @dataclass(slots=True)
 class Request:
     method: str
     path: str
-    headers: dict[str, str]  # names lower-case; a repeated header keeps its last value
+    headers: dict[str, str]  # those the server reads (READ_HEADERS), names lower-case; the last value wins
     body: bytes = b""
     too_large: str = ""  # why the body was not read, when it was over the limit
 
@@ -212,7 +215,9 @@ class _Connection(asyncio.Protocol):
         self._header_bytes += len(name) + len(value)
         if self._header_bytes > MAX_HEADER_BYTES:
             raise httptools.HttpParserError("headers too large")  # data_received answers 431
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        key = READ_HEADERS.get(name.lower())
+        if key is not None:
+            self._headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         length = self._headers.get("content-length")

@@ -24,6 +24,8 @@ class ExtenderMetrics:
             "gpupair_extender_decisions", "Per-node filter outcomes (pass, fail, unresolvable), "
             "bind outcomes (bound, conflict, failed) and per-node preempt outcomes (kept, trimmed, "
             "dropped, unknown)", ["verb", "outcome"], registry=r)
+        for outcome in ("pass", "fail", "unresolvable"):  # filter counts only what happened
+            self.decisions.labels("filter", outcome)
         self.latency = Histogram(
             "gpupair_extender_request_seconds", "Time to answer an extender request, by verb",
             ["verb"], buckets=LATENCY_BUCKETS, registry=r)
