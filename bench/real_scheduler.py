@@ -79,6 +79,7 @@ class Run:
     # otherwise), uncapped: kube-scheduler's Bind histogram stops at 204.8 ms.
     server_p50: float | None = None
     server_p99: float | None = None
+    seed: int = 0  # the round: its pods, the same for every configuration of the round
 
 
 def node(name: str) -> dict:
@@ -301,7 +302,7 @@ class Bench:
         self.delete_pods()
         span = (max(times) - min(times)) if len(times) > 1 else 0.0
         return Run(config, len(times), span, quantile(buckets, 0.5), quantile(buckets, 0.99), cpu, requests,
-                   quantile(server, 0.5), quantile(server, 0.99))
+                   quantile(server, 0.5), quantile(server, 0.99), seed)
 
     def _scheduler_port(self, scheduler: Process) -> int:
         return int(next(a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")))
@@ -365,6 +366,11 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
               f"{_standard_error(runs, (c, 'alone'))} (per run: {', '.join(f'{v:.2f}' for v in per_run)})")
     over = (mean["gpupair"] - mean["floor"]) * 1000 / max(statistics.mean(bound["gpupair"]), 1)
     print(f"gpupair over the floor: {over:.2f} ms per bound pod{_standard_error(runs, ('gpupair', 'floor'))}")
+    paired = _paired(runs, "gpupair", "floor")
+    if len(paired) > 1:
+        print(f"gpupair over the floor, round by round (the same pods, back to back): median "
+              f"{statistics.median(paired):.2f} ms, mean {statistics.mean(paired):.2f} ms "
+              f"(per round: {', '.join(f'{v:.2f}' for v in paired)})")
     with_, alone = [r for r in runs if r.config == "gpupair"], [r for r in runs if r.config == "alone"]
     for q in ("p50", "p99"):
         ours = [getattr(r, f"bind_{q}") for r in with_ if getattr(r, f"bind_{q}") is not None]
@@ -379,6 +385,17 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
             print(f"bind {q}: gpupair's bind {_ms(statistics.mean(ours))}, the apiserver's own time for "
                   f"kube-scheduler's Bindings {_ms(statistics.mean(served))} (uncapped; its Bind takes at least "
                   f"that): {statistics.mean(ours) / statistics.mean(served):.2f}x")
+
+
+def _paired(runs: list[Run], config: str, base: str) -> list[float]:
+    """Per round, ``config``'s span per bound pod less ``base``'s, in ms: a round's runs share
+    their pods and the control plane's state, which drift from round to round, and one slow run
+    moves one round's difference, where it moves a configuration's mean."""
+    by_seed: dict[int, dict[str, Run]] = {}
+    for run in runs:
+        by_seed.setdefault(run.seed, {})[run.config] = run
+    return [(pair[config].span / max(pair[config].bound, 1) - pair[base].span / max(pair[base].bound, 1)) * 1000
+            for _, pair in sorted(by_seed.items()) if config in pair and base in pair]
 
 
 def _standard_error(runs: list[Run], pair: tuple[str, str]) -> str:
