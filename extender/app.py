@@ -73,6 +73,7 @@ POD_WATCH_WAIT = 2.0
 JSON = "application/json"
 VERBS = ("filter", "prioritize", "bind", "preempt")  # POST /VERB, as the scheduler config names them
 DEFAULT_MAX_BODY = 256 * 1024 * 1024  # Nodes mode sends whole Node objects: 5,000 nodes is tens of MiB
+BOUND = ExtenderBindingResult().model_dump_json().encode()  # bind's answer for every pod bound
 
 
 @dataclass
@@ -378,7 +379,7 @@ class _Handlers:
             return _json(ExtenderBindingResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
         self._metric(self.m.decisions, "bind", outcome.outcome).inc()
         self._done("bind", "ok", started)
-        return _json(ExtenderBindingResult(Error=outcome.error).model_dump_json())
+        return _json(BOUND if not outcome.error else ExtenderBindingResult(Error=outcome.error).model_dump_json())
 
 
 def _pod_name(pod: Any) -> str:
