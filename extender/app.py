@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from gpupair.decide.decisions import Decider
 from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
-from gpupair.extender.filter import FilterAnswer, filter_nodes
+from gpupair.extender.filter import filter_nodes
 from gpupair.extender.heartbeats import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
@@ -301,50 +301,21 @@ class _Handlers:
             "pod": _pod_name(pod), "pod_version": version, "watch_version": watch.progress.revision,
             "waited_s": self.x.pod_watch_wait})
 
-    def _watch_behind(self, pod: Any) -> bool:
-        watch, meta = self.x.pod_watch, pod.get("metadata") if isinstance(pod, dict) else None
-        return watch is not None and isinstance(meta, dict) and watch.progress.behind(meta.get("resourceVersion"))
-
-    # Filter and prioritize answer at once (the server writes the answer from its parser's
-    # callback), unless a claim of the pod must be read from the API first or the pod watch must
-    # catch up with the pod: then a coroutine, which the server runs as a task.
-
-    def filter(self, request: Request) -> Response | Awaitable[Response]:
+    async def filter(self, request: Request) -> Response:
         started = time.perf_counter()
-        try:
-            args = parse_args(self._body(request))
-            gpus, intent = self._ask(args.Pod)
-            if gpus > 0 and self._watch_behind(args.Pod):
-                return self._filter_waiting(request, started)
-            answer = filter_nodes(self.x.evaluator, args, gpus, intent)
-        except ClaimNotSeen:
-            return self._filter_waiting(request, started)
-        except Exception as exc:  # noqa: BLE001 - the scheduler must get the protocol's answer
-            return self._filter_failed(exc, started)
-        return self._filtered(args, gpus, intent, answer, started)
-
-    async def _filter_waiting(self, request: Request, started: float) -> Response:
         try:
             args, gpus, intent = await self._args(self._body(request))
             if gpus > 0:
                 await self._caught_up(args.Pod)
             answer = filter_nodes(self.x.evaluator, args, gpus, intent)
-        except Exception as exc:  # noqa: BLE001
-            return self._filter_failed(exc, started)
-        return self._filtered(args, gpus, intent, answer, started)
-
-    def _filter_failed(self, exc: Exception, started: float) -> Response:
-        """Filter's answer to ``exc``; called from its ``except`` block (the log keeps the trace)."""
-        if isinstance(exc, ProtocolError):
+        except ProtocolError as exc:
             log.warning("bad filter request", extra={"error": str(exc)})
             self._done("filter", "bad_request", started)
             return _json(ExtenderFilterResult(Error=str(exc)).model_dump_json(), 400)
-        log.exception("filter failed")
-        self._done("filter", "error", started)
-        return _json(ExtenderFilterResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
-
-    def _filtered(self, args: ExtenderArgs, gpus: int, intent: Intent, answer: FilterAnswer,
-                  started: float) -> Response:
+        except Exception as exc:  # noqa: BLE001 - the scheduler must get the protocol's answer
+            log.exception("filter failed")
+            self._done("filter", "error", started)
+            return _json(ExtenderFilterResult(Error=f"gpupair extender internal error: {exc!r}").model_dump_json())
         for outcome, count in (("pass", answer.passed), ("fail", answer.failed), ("unresolvable", answer.unresolvable)):
             if count:  # each inc takes the counter's lock: none for nothing
                 self._metric(self.m.decisions, "filter", outcome).inc(count)
@@ -356,38 +327,19 @@ class _Handlers:
         self._done("filter", "ok", started)
         return response
 
-    def prioritize(self, request: Request) -> Response | Awaitable[Response]:
+    async def prioritize(self, request: Request) -> Response:
         started = time.perf_counter()
-        args: ExtenderArgs | None = None
-        try:
-            args = parse_args(self._body(request))
-            gpus, intent = self._ask(args.Pod)
-            body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
-        except ClaimNotSeen:
-            return self._prioritize_waiting(request, started)
-        except Exception as exc:  # noqa: BLE001
-            return self._prioritize_failed(exc, args, started)
-        return self._prioritized(args, body, started)
-
-    async def _prioritize_waiting(self, request: Request, started: float) -> Response:
         args: ExtenderArgs | None = None
         try:
             args, gpus, intent = await self._args(self._body(request))
             body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
-        except Exception as exc:  # noqa: BLE001
-            return self._prioritize_failed(exc, args, started)
-        return self._prioritized(args, body, started)
-
-    def _prioritize_failed(self, exc: Exception, args: ExtenderArgs | None, started: float) -> Response:
-        """Prioritize's answer to ``exc``; called from its ``except`` block."""
-        if isinstance(exc, ProtocolError):
+        except ProtocolError as exc:
             return self._no_error_field("prioritize", exc, started)
-        log.exception("prioritize failed")
-        self._done("prioritize", "error", started)
-        names = args.node_names() if args is not None else []
-        return _json(json.dumps([{"Host": name, "Score": 0} for name in names]))
-
-    def _prioritized(self, args: ExtenderArgs, body: str, started: float) -> Response:
+        except Exception:  # noqa: BLE001
+            log.exception("prioritize failed")
+            self._done("prioritize", "error", started)
+            names = args.node_names() if args is not None else []
+            return _json(json.dumps([{"Host": name, "Score": 0} for name in names]))
         self._metric(self.m.decisions, "prioritize", "scored").inc(len(args.node_names()))
         response = _json(body)
         self._done("prioritize", "ok", started)

@@ -20,11 +20,9 @@ parser aiohttp and uvicorn use:
 - ``close`` stops listening, lets the requests in flight finish (a bind is an API write) up to
   a timeout, and closes the rest.
 
-A handler is ``(Request) -> Response | Awaitable[Response]`` and never raises by contract (the
-extender's handlers answer every failure in the protocol's shape); one that does is logged and
-answered 500, the connection kept. A Response returned at once is written at once, from the
-parser's callback, as the floor does: no task, and no turn of the loop behind whatever else is
-ready (kube-scheduler waits for filter and prioritize). An awaitable runs as a task.
+A handler is ``async (Request) -> Response`` and never raises by contract (the extender's
+handlers answer every failure in the protocol's shape); one that does is logged and answered
+500, the connection kept.
 """
 
 from __future__ import annotations
@@ -68,7 +66,7 @@ class Response:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-Handler = Callable[[Request], "Response | Awaitable[Response]"]
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 class _Date:
@@ -286,33 +284,21 @@ class _Connection(asyncio.Protocol):
                 self.transport.resume_reading()
                 self.paused = False
             routed = self.server.route(request)
-            answer: Response | Awaitable[Response]
             if isinstance(routed, Response):
-                answer = routed
-            else:
-                try:
-                    answer = routed(request)
-                except Exception:  # noqa: BLE001 - the handler's contract is to answer; log, never crash
-                    answer = self._raised(request)
-            if isinstance(answer, Response):
-                self._finish(request, answer, keep_alive)
+                self._finish(request, routed, keep_alive)
                 continue
             self.busy = True
-            asyncio.get_running_loop().create_task(self._run(answer, request, keep_alive))
+            asyncio.get_running_loop().create_task(self._run(routed, request, keep_alive))
 
-    async def _run(self, pending: Awaitable[Response], request: Request, keep_alive: bool) -> None:
+    async def _run(self, handler: Handler, request: Request, keep_alive: bool) -> None:
         try:
-            response = await pending
+            response = await handler(request)
         except Exception:  # noqa: BLE001 - the handler's contract is to answer; log, never crash
-            response = self._raised(request)
+            log.exception("handler raised", extra={"method": request.method, "path": request.path})
+            response = Response(500, b"internal error", "text/plain")
         self.busy = False
         self._finish(request, response, keep_alive)
         self._next()
-
-    @staticmethod
-    def _raised(request: Request) -> Response:
-        log.exception("handler raised", extra={"method": request.method, "path": request.path})
-        return Response(500, b"internal error", "text/plain")
 
     def _finish(self, request: Request, response: Response, keep_alive: bool) -> None:
         keep_alive = keep_alive and not self.closing
