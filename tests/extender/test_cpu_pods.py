@@ -46,3 +46,4 @@ async def test_binding_a_cpu_pod_logs_nothing_at_info_and_a_gpu_pod_its_plan(cap
     assert web[1] == train[1] == {"Error": ""}
     bound = [r for r in caplog.records if r.getMessage() == "bound"]
     assert [r.pod for r in bound] == ["gpupair-test/train"] and bound[0].plan == "GPU0+GPU1"
+    assert 0 < bound[0].seconds < 5  # how long this bind took, the Binding in it
