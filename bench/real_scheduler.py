@@ -23,7 +23,10 @@ percentiles (alone: kube-scheduler's own Bind extension point,
 ``scheduler_framework_extension_point_duration_seconds{extension_point="Bind"}``; gpupair: the
 extender's bind handler, ``gpupair_extender_request_seconds{verb="bind"}``, as kube-scheduler
 does not time an extender's bind in that metric), both read from histograms, interpolated within
-a bucket), and the CPU seconds per bound pod of each process, so the machine's noise shows.
+a bucket; and the same per pod from the logs, without buckets or cap: kube-scheduler runs with
+``--vmodule=default_binder=3``, so DefaultBinder logs the start of each Binding, timed to its
+"Successfully bound" line, and the extender's ``bound`` line carries its bind's seconds), and the
+CPU seconds per bound pod of each process, so the machine's noise shows.
 
 ``--cpu-pods``: the pods ask CPU only, and the extender is registered without
 ``managedResources`` (the every-pod entry of docs/dra.md), so every pod pays its round trips.
@@ -36,6 +39,7 @@ a bucket), and the CPU seconds per bound pod of each process, so the machine's n
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import shutil
@@ -61,6 +65,11 @@ from tests.layouts import seed_layout  # noqa: E402
 NAMESPACE = "bench"
 RESOURCE = "nvidia.com/gpu"
 BOUND = re.compile(r'^I(\d{4}) (\d\d:\d\d:\d\d\.\d{6}).*"Successfully bound pod to node"')
+# DefaultBinder's line as it starts a Binding, at verbosity 3: turned on for its file alone, so
+# the scheduler logs one more line per pod and each bind's own time can be read, uncapped.
+BINDER_VERBOSITY = "--vmodule=default_binder=3"
+ATTEMPT = re.compile(r'^I\d{4} (\d\d:\d\d:\d\d\.\d{6}).*"Attempting to bind pod to node".*? pod="([^"]+)"')
+BOUND_POD = re.compile(r'^I\d{4} (\d\d:\d\d:\d\d\.\d{6}).*"Successfully bound pod to node".*? pod="([^"]+)"')
 CLIENT = {"qps": 5000, "burst": 5000}
 CPU_PROCESSES = ("extender", "kube-scheduler", "kube-apiserver", "etcd")
 CONFIGS = ("alone", "floor", "gpupair")
@@ -79,6 +88,9 @@ class Run:
     # otherwise), uncapped: kube-scheduler's Bind histogram stops at 204.8 ms.
     server_p50: float | None = None
     server_p99: float | None = None
+    # Each bind's own time, per pod from the logs (kube-scheduler's DefaultBinder alone, the
+    # extender's ``bound`` lines with gpupair): the same figure as the histograms, without buckets.
+    binds: list[float] = field(default_factory=list)
     seed: int = 0  # the round: its pods, the same for every configuration of the round
 
 
@@ -161,6 +173,43 @@ def counts(text: str, name: str, label: str) -> dict[str, float]:
     return out
 
 
+def _clock(stamp: str) -> float:
+    clock = datetime.strptime(stamp, "%H:%M:%S.%f")
+    return clock.hour * 3600 + clock.minute * 60 + clock.second + clock.microsecond / 1e6
+
+
+def scheduler_binds(log: str) -> list[float]:
+    """Seconds from DefaultBinder's "Attempting to bind" to "Successfully bound", per pod, from
+    kube-scheduler's klog lines (the Bind extension point, as its histogram times it)."""
+    started: dict[str, float] = {}
+    out = []
+    for line in log.splitlines():
+        if found := ATTEMPT.match(line):
+            started[found.group(2)] = _clock(found.group(1))
+        elif (found := BOUND_POD.match(line)) and found.group(2) in started:
+            out.append(_clock(found.group(1)) - started.pop(found.group(2)))
+    return out
+
+
+def extender_binds(log: str) -> list[float]:
+    """The ``seconds`` of each ``bound`` line in the extender's JSON log."""
+    out = []
+    for line in log.splitlines():
+        if '"msg": "bound"' in line:
+            try:
+                out.append(float(json.loads(line)["seconds"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-quantile of exact values, linear between the two nearest."""
+    if len(values) < 2:
+        return values[0] if values else None
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
 def minus(after: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[tuple[float, float]]:
     earlier = dict(before)
     return [(bound, count - earlier.get(bound, 0.0)) for bound, count in after]
@@ -217,7 +266,7 @@ class Bench:
             api.delete(api.path("v1", "Pod", item["metadata"]["name"], NAMESPACE), grace=0)
         api.wait_for(lambda: not api.list("v1", "Pod", NAMESPACE), 60, "pods deleted")
 
-    def extender(self, config: str) -> tuple[Process, int]:
+    def extender(self, config: str, seed: int) -> tuple[Process, int]:
         """gpupair's extender, or the floor (bench/floor_extender.py), serving on a free port."""
         port = free_port()
         python = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
@@ -230,7 +279,7 @@ class Bench:
             argv = [python, *sampler, "-m", "gpupair.command.cli", "extender", "--kubeconfig", kubeconfig,
                     "--host", "127.0.0.1", "--port", str(port)]
             ready = f"http://127.0.0.1:{port}/readyz"
-        process = Process(config, argv, self.plane.directory / f"{config}.log")
+        process = Process(config, argv, self.plane.directory / f"{config}-{seed}.log")
         if config == "floor":
             wait_until(lambda: _connects(port), 60, "floor extender listening", process)
         else:
@@ -248,7 +297,7 @@ class Bench:
         profiler = None
         config_doc: dict = {"clientConnection": dict(CLIENT), "profiles": [{"schedulerName": "default-scheduler"}]}
         if config in ("gpupair", "floor"):
-            procs["extender"], port = self.extender(config)
+            procs["extender"], port = self.extender(config, seed)
             config_doc["extenders"] = [extender_entry(port, self.args.cpu_pods)]
             if self.args.profile and config == "gpupair":
                 spy = REPO / ".venv/bin/py-spy"
@@ -265,7 +314,7 @@ class Bench:
             if self.args.cpu_profile and config == "gpupair":
                 procs["extender"].popen.send_signal(signal.SIGUSR1)  # the sampler starts afresh here
         before_api = self.plane.admin.request("GET", "/metrics")
-        scheduler = self.plane.scheduler(config_doc, name=f"kube-scheduler-{config}-{seed}")
+        scheduler = self.plane.scheduler(config_doc, name=f"kube-scheduler-{config}-{seed}", flags=[BINDER_VERBOSITY])
         cpu0["kube-scheduler"] = 0.0
         expected = self.args.expect
         self.plane.admin.wait_for(lambda: self._settled(scheduler, expected), 120, "binds settled", interval=0.25)
@@ -292,6 +341,8 @@ class Bench:
             page = self.scrape(f"https://127.0.0.1:{self._scheduler_port(scheduler)}/metrics", self.context)
             buckets = histogram(page, "scheduler_framework_extension_point_duration_seconds",
                                 'extension_point="Bind"')
+        binds = (extender_binds(procs["extender"].log.read_text(errors="replace")) if config == "gpupair"
+                 else scheduler_binds(scheduler.log.read_text(errors="replace")) if config == "alone" else [])
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             profiler.wait(60)
@@ -302,7 +353,7 @@ class Bench:
         self.delete_pods()
         span = (max(times) - min(times)) if len(times) > 1 else 0.0
         return Run(config, len(times), span, quantile(buckets, 0.5), quantile(buckets, 0.99), cpu, requests,
-                   quantile(server, 0.5), quantile(server, 0.99), seed)
+                   quantile(server, 0.5), quantile(server, 0.99), seed=seed, binds=binds)
 
     def _scheduler_port(self, scheduler: Process) -> int:
         return int(next(a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")))
@@ -336,14 +387,16 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
     print(f"{args.pods} {kind} on {args.nodes} seed-like nodes, created before kube-scheduler starts; "
           f"client qps {CLIENT['qps']}; runs interleaved")
     print(f"{'run':<4} {'config':<8} {'bound':>5} {'first->last':>11} {'bind p50':>9} {'bind p99':>9} "
-          f"{'apiserver p50':>13} {'apiserver p99':>13}  " + "  ".join(f"{'cpu ' + name:>18}" for name in CPU_PROCESSES))
+          f"{'logs p50':>9} {'logs p99':>9} {'apiserver p50':>13} {'apiserver p99':>13}  " + "  ".join(f"{'cpu ' + name:>18}" for name in CPU_PROCESSES))
     for i, run in enumerate(runs, 1):
         cells = "  ".join(f"{run.cpu.get(name, 0.0) * 1000 / max(run.bound, 1):>15.2f} ms" if name in run.cpu
                           else f"{'-':>18}" for name in CPU_PROCESSES)
         print(f"{i:<4} {run.config:<8} {run.bound:>5} {run.span:>9.3f} s {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9} "
-              f"{_ms(run.server_p50):>13} {_ms(run.server_p99):>13}  {cells}")
-    print("(cpu: seconds of CPU per bound pod, over the whole run; apiserver: its own time for the run's "
-          "Bindings, kube-scheduler's alone, the extender's otherwise)")
+              f"{_ms(percentile(run.binds, 0.5)):>9} {_ms(percentile(run.binds, 0.99)):>9} {_ms(run.server_p50):>13} {_ms(run.server_p99):>13}  {cells}")
+    print("(bind: the histograms, kube-scheduler's Bind extension point alone, the extender's bind "
+          "with gpupair; logs: the same per pod from the logs, uncapped; cpu: seconds of CPU per bound pod, "
+          "over the whole run; apiserver: its own time for the run's Bindings, kube-scheduler's alone, the "
+          "extender's otherwise)")
     for i, run in enumerate(runs, 1):
         if run.requests:  # kube-scheduler retries a pod no node fits: more calls than pods bound
             verbs = sorted(verb for verb in run.requests if not verb.startswith("pod-watch"))
@@ -385,6 +438,13 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
             print(f"bind {q}: gpupair's bind {_ms(statistics.mean(ours))}, the apiserver's own time for "
                   f"kube-scheduler's Bindings {_ms(statistics.mean(served))} (uncapped; its Bind takes at least "
                   f"that): {statistics.mean(ours) / statistics.mean(served):.2f}x")
+        q_value = 0.5 if q == "p50" else 0.99
+        ours = [v for r in with_ if (v := percentile(r.binds, q_value)) is not None]
+        theirs = [v for r in alone if (v := percentile(r.binds, q_value)) is not None]
+        if ours and theirs:
+            print(f"bind {q}, per pod from the logs (no buckets, no cap): gpupair's bind "
+                  f"{_ms(statistics.mean(ours))}, kube-scheduler's own Bind {_ms(statistics.mean(theirs))}: "
+                  f"{statistics.mean(ours) / statistics.mean(theirs):.2f}x")
 
 
 def _paired(runs: list[Run], config: str, base: str) -> list[float]:
@@ -435,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             for config in CONFIGS[i % len(CONFIGS):] + CONFIGS[:i % len(CONFIGS)]:
                 runs.append(bench.run(config, seed=i + 1))
-                print(f"  {config} run {i + 1}: {runs[-1].bound} bound in {runs[-1].span:.3f} s", file=sys.stderr)
+                print(f"  {config} run {i + 1}: {runs[-1].bound} bound in {runs[-1].span:.3f} s"
+                      + (f", {len(runs[-1].binds)} binds timed in the logs" if config != "floor" else ""),
+                      file=sys.stderr)
     finally:
         bench.plane.stop()
         stop_all()

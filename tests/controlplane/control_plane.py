@@ -15,6 +15,7 @@ import shutil
 import ssl
 import tempfile
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,9 +163,9 @@ class ControlPlane:
         wait_until(lambda: _healthy(f"https://{LOOPBACK}:{port}/healthz", context), START_TIMEOUT, what, process,
                    interval=0.1)
 
-    def scheduler(self, config: dict[str, Any], name: str = "kube-scheduler") -> Process:
-        """kube-scheduler with ``config`` (a KubeSchedulerConfiguration); the harness sets its
-        client connection and turns leader election off (one instance)."""
+    def scheduler(self, config: dict[str, Any], name: str = "kube-scheduler", flags: Sequence[str] = ()) -> Process:
+        """kube-scheduler with ``config`` (a KubeSchedulerConfiguration) and any further ``flags``;
+        the harness sets its client connection and turns leader election off (one instance)."""
         config = dict(config)
         config.setdefault("apiVersion", "kubescheduler.config.k8s.io/v1")
         config.setdefault("kind", "KubeSchedulerConfiguration")
@@ -180,7 +181,7 @@ class ControlPlane:
             f"--authentication-kubeconfig={self.scheduler_kubeconfig}",
             f"--authorization-kubeconfig={self.scheduler_kubeconfig}",
             f"--cert-dir={self.directory / (name + '-certs')}",
-            "--v=2",
+            "--v=2", *flags,
         ])
         self._wait_serving(process, port, "kube-scheduler /healthz")
         return process
