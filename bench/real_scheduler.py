@@ -91,6 +91,8 @@ class Run:
     # Each bind's own time, per pod from the logs (kube-scheduler's DefaultBinder alone, the
     # extender's ``bound`` lines with gpupair): the same figure as the histograms, without buckets.
     binds: list[float] = field(default_factory=list)
+    algorithm: float | None = None  # kube-scheduler's scheduling algorithm, mean per attempt (ALGORITHM)
+    handled: float | None = None  # the extender's filter and prioritize handlers, their means added (gpupair)
     seed: int = 0  # the round: its pods, the same for every configuration of the round
 
 
@@ -161,6 +163,29 @@ def histogram(text: str, name: str, label: str) -> list[tuple[float, float]]:
 
 # apiserver_request_duration_seconds for POST pods/binding (labels in the order Go prints them).
 BINDINGS = ("apiserver_request_duration_seconds", 'resource="pods",scope="resource",subresource="binding",verb="POST"')
+
+
+def sum_count(text: str, name: str, label: str = "") -> tuple[float, float]:
+    """A histogram's _sum and _count, from a Prometheus text page."""
+    total = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for part in total:
+            if line.startswith(f"{name}_{part}") and label in line:
+                total[part] += float(line.rsplit(" ", 1)[1])
+    return total["sum"], total["count"]
+
+
+def mean(after: str, name: str, label: str = "", before: str = "") -> float | None:
+    """A histogram's mean over what ``after`` counted beyond ``before``: exact, where a quantile
+    is read from buckets."""
+    (total, n), (total0, n0) = sum_count(after, name, label), sum_count(before, name, label)
+    return (total - total0) / (n - n0) if n > n0 else None
+
+
+# kube-scheduler's time to pick a node for a pod: its filter and score plugins and, where one is
+# registered, the extender's filter and prioritize calls. The scheduling cycle runs one pod at a
+# time, so this is the part of the time added per pod that an extender adds in series.
+ALGORITHM = "scheduler_scheduling_algorithm_duration_seconds"
 
 
 def counts(text: str, name: str, label: str) -> dict[str, float]:
@@ -294,6 +319,7 @@ class Bench:
         self.create_pods(seed)
         procs: dict[str, Process] = {}
         requests: dict[str, float] = {}
+        handled = None
         profiler = None
         config_doc: dict = {"clientConnection": dict(CLIENT), "profiles": [{"schedulerName": "default-scheduler"}]}
         if config in ("gpupair", "floor"):
@@ -328,6 +354,7 @@ class Bench:
             after = self.scrape(f"http://127.0.0.1:{port}/metrics")
             name, label = "gpupair_extender_request_seconds", 'verb="bind"'
             buckets = minus(histogram(after, name, label), histogram(before_ext, name, label))
+            handled = sum(mean(after, name, f'verb="{verb}"', before_ext) or 0.0 for verb in ("filter", "prioritize"))
             total, earlier = counts(after, "gpupair_extender_requests_total", "verb"), \
                 counts(before_ext, "gpupair_extender_requests_total", "verb")
             requests = {verb: n - earlier.get(verb, 0.0) for verb, n in total.items()}
@@ -337,8 +364,9 @@ class Bench:
                              for outcome, n in waits.items()})
         elif config == "floor":
             buckets = []
-        else:
-            page = self.scrape(f"https://127.0.0.1:{self._scheduler_port(scheduler)}/metrics", self.context)
+        page = self.scrape(f"https://127.0.0.1:{self._scheduler_port(scheduler)}/metrics", self.context)
+        algorithm = mean(page, ALGORITHM)
+        if config == "alone":
             buckets = histogram(page, "scheduler_framework_extension_point_duration_seconds",
                                 'extension_point="Bind"')
         binds = (extender_binds(procs["extender"].log.read_text(errors="replace")) if config == "gpupair"
@@ -353,7 +381,7 @@ class Bench:
         self.delete_pods()
         span = (max(times) - min(times)) if len(times) > 1 else 0.0
         return Run(config, len(times), span, quantile(buckets, 0.5), quantile(buckets, 0.99), cpu, requests,
-                   quantile(server, 0.5), quantile(server, 0.99), seed=seed, binds=binds)
+                   quantile(server, 0.5), quantile(server, 0.99), seed=seed, binds=binds, algorithm=algorithm, handled=handled)
 
     def _scheduler_port(self, scheduler: Process) -> int:
         return int(next(a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")))
@@ -386,14 +414,15 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
     kind = "CPU-only pods, extender without managedResources" if args.cpu_pods else "GPU pods (1 or 2 GPUs)"
     print(f"{args.pods} {kind} on {args.nodes} seed-like nodes, created before kube-scheduler starts; "
           f"client qps {CLIENT['qps']}; runs interleaved")
-    print(f"{'run':<4} {'config':<8} {'bound':>5} {'first->last':>11} {'bind p50':>9} {'bind p99':>9} "
+    print(f"{'run':<4} {'config':<8} {'bound':>5} {'first->last':>11} {'algorithm':>9} {'bind p50':>9} {'bind p99':>9} "
           f"{'logs p50':>9} {'logs p99':>9} {'apiserver p50':>13} {'apiserver p99':>13}  " + "  ".join(f"{'cpu ' + name:>18}" for name in CPU_PROCESSES))
     for i, run in enumerate(runs, 1):
         cells = "  ".join(f"{run.cpu.get(name, 0.0) * 1000 / max(run.bound, 1):>15.2f} ms" if name in run.cpu
                           else f"{'-':>18}" for name in CPU_PROCESSES)
-        print(f"{i:<4} {run.config:<8} {run.bound:>5} {run.span:>9.3f} s {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9} "
+        print(f"{i:<4} {run.config:<8} {run.bound:>5} {run.span:>9.3f} s {_ms(run.algorithm):>9} {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9} "
               f"{_ms(percentile(run.binds, 0.5)):>9} {_ms(percentile(run.binds, 0.99)):>9} {_ms(run.server_p50):>13} {_ms(run.server_p99):>13}  {cells}")
-    print("(bind: the histograms, kube-scheduler's Bind extension point alone, the extender's bind "
+    print("(algorithm: kube-scheduler's scheduling algorithm, mean per attempt, the extender's filter and "
+          "prioritize calls in it; bind: the histograms, kube-scheduler's Bind extension point alone, the extender's bind "
           "with gpupair; logs: the same per pod from the logs, uncapped; cpu: seconds of CPU per bound pod, "
           "over the whole run; apiserver: its own time for the run's Bindings, kube-scheduler's alone, the "
           "extender's otherwise)")
@@ -425,6 +454,14 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
               f"{statistics.median(paired):.2f} ms, mean {statistics.mean(paired):.2f} ms "
               f"(per round: {', '.join(f'{v:.2f}' for v in paired)})")
     with_, alone = [r for r in runs if r.config == "gpupair"], [r for r in runs if r.config == "alone"]
+    algorithm = {c: [r.algorithm for r in runs if r.config == c and r.algorithm is not None] for c in CONFIGS}
+    if all(algorithm.values()):
+        cycle = {c: statistics.mean(v) for c, v in algorithm.items()}
+        handled = [r.handled for r in with_ if r.handled is not None]
+        print(f"scheduling algorithm per attempt, mean (one pod at a time; an extender's filter and prioritize "
+              f"calls in it): alone {_ms(cycle['alone'])}, floor {_ms(cycle['floor'])}, gpupair {_ms(cycle['gpupair'])}; "
+              f"gpupair over the floor {_ms(cycle['gpupair'] - cycle['floor'])}"
+              + (f", its filter and prioritize handlers {_ms(statistics.mean(handled))}" if handled else ""))
     for q in ("p50", "p99"):
         ours = [getattr(r, f"bind_{q}") for r in with_ if getattr(r, f"bind_{q}") is not None]
         theirs = [getattr(r, f"bind_{q}") for r in alone if getattr(r, f"bind_{q}") is not None]
