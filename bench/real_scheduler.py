@@ -26,7 +26,9 @@ does not time an extender's bind in that metric), both read from histograms, int
 a bucket; and the same per pod from the logs, without buckets or cap: kube-scheduler runs with
 ``--vmodule=default_binder=3``, so DefaultBinder logs the start of each Binding, timed to its
 "Successfully bound" line, and the extender's ``bound`` line carries its bind's seconds), and the
-CPU seconds per bound pod of each process, so the machine's noise shows.
+CPU seconds per bound pod of each process, so the machine's noise shows; and kube-scheduler's
+scheduling algorithm per attempt (``scheduler_scheduling_algorithm_duration_seconds``, its mean),
+where an extender's filter and prioritize calls sit, beside gpupair's own handler times for them.
 
 ``--cpu-pods``: the pods ask CPU only, and the extender is registered without
 ``managedResources`` (the every-pod entry of docs/dra.md), so every pod pays its round trips.
