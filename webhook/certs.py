@@ -258,8 +258,11 @@ async def ensure(api, *, namespace: str, service: str, secret: str, webhook_conf
             log.info("certificate kept", extra={"secret": f"{namespace}/{secret}", "ca_bundle_patched": patched})
             return Outcome(False, "kept", patched)
 
-        ca = make_ca(f"gpupair-webhook-ca ({namespace}/{service})", days, now)
-        serving = make_serving_cert(ca, names, days, now)
+        # One clock reading for both: read twice across a second's edge, the certificate's end
+        # (never past the CA's, whose end is stored to the second) came out a second short.
+        issued_at = _now(now)
+        ca = make_ca(f"gpupair-webhook-ca ({namespace}/{service})", days, issued_at)
+        serving = make_serving_cert(ca, names, days, issued_at)
         new_data = secret_data(ca, serving)
         old_ca = still_valid_ca_pem(data, now) if existing is not None else None
         bundle = ca.cert_pem + (old_ca if old_ca and old_ca != ca.cert_pem else b"")
