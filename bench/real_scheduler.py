@@ -535,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             for config in CONFIGS[i % len(CONFIGS):] + CONFIGS[:i % len(CONFIGS)]:
                 runs.append(bench.run(config, seed=i + 1))
                 print(f"  {config} run {i + 1}: {runs[-1].bound} bound in {runs[-1].span:.3f} s"
-                      + (f", {len(runs[-1].binds)} binds timed in the logs" if config != "floor" else ""),
+                      + (f", {len(runs[-1].binds)} binds timed in the logs" if runs[-1].binds else ""),
                       file=sys.stderr)
     finally:
         bench.plane.stop()
