@@ -73,7 +73,7 @@ class Binder:
         if self.api is None:
             return BindOutcome("gpupair extender has no Kubernetes API access: cannot create the Binding", "failed")
         key = args.PodUID or f"{args.PodNamespace}/{args.PodName}"
-        gpus = self.requests.known(args.PodUID)
+        gpus, filtered_intent = self.requests.asked(args.PodUID)
         if gpus is None:  # filtered by another replica before a restart, and not yet watched
             try:
                 gpus = await self.requests.fetch(self.api, args.PodNamespace, args.PodName, args.PodUID,
@@ -84,8 +84,7 @@ class Binder:
                 return BindOutcome(message, "failed")
 
         # --- check and reserve: no await from here to the reservation
-        intent = (self.requests.intent(args.PodUID) or self.evaluator.claimed_intent(args.PodUID)
-                  or self.evaluator.default_intent)
+        intent = filtered_intent or self.evaluator.claimed_intent(args.PodUID) or self.evaluator.default_intent
         # On a DRA node kube-scheduler has allocated the pod's claims in PreBind already: where
         # the claim watch has shown them, those devices are the pod's set, and nothing is held.
         own = self.evaluator.owned_on(args.PodUID, args.Node) if gpus > 0 else frozenset()

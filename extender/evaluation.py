@@ -261,7 +261,9 @@ class Evaluator:
         """The decision for one node now, counting the holds of other pods only; ``own``: the
         devices the pod's own DRA claims already hold there."""
         hold = self.reservations.hold(node, exclude=exclude_uid)
-        decider = self._pod_deciders.get(exclude_uid, self.decider) if exclude_uid else self.decider
+        decider = self.decider
+        if exclude_uid and self._variants:  # else no pod has a Decider of its own: skip the TTLCache
+            decider = self._pod_deciders.get(exclude_uid, decider)
         entry = self.entry_for(node)
         if own:
             return entry.decide_owning(decider, node, gpus, own, hold, self.clock(), self.alive(node), intent)

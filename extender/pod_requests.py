@@ -73,10 +73,14 @@ class PodRequests:
     # ---- bind
 
     def known(self, uid: str) -> int | None:
+        return self.asked(uid)[0]
+
+    def asked(self, uid: str) -> tuple[int | None, Intent | None]:
+        """``known(uid)`` and ``intent(uid)`` from one read of the cache, for bind."""
         if not uid:
-            return None
+            return None, None
         seen = self._seen(uid)
-        return seen[0] if seen is not None else self._unbound.get(uid)
+        return seen if seen is not None else (self._unbound.get(uid), None)
 
     def _seen(self, uid: str) -> tuple[int, Intent | None] | None:
         # TTLCache's own get asks ``in`` and then reads the key, each checking the TTL: twice
