@@ -222,7 +222,7 @@ def extender_binds(log: str) -> list[float]:
     """The ``seconds`` of each ``bound`` line in the extender's JSON log."""
     out = []
     for line in log.splitlines():
-        if '"msg": "bound"' in line:
+        if '"msg":"bound"' in line:
             try:
                 out.append(float(json.loads(line)["seconds"]))
             except (ValueError, KeyError, TypeError):

@@ -32,15 +32,17 @@ add_common_flags = flags.add_log_level
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message and any ``extra`` fields.
 
-    The extender logs a line per GPU pod it binds, on kube-scheduler's path: the encoder is made
-    once (``json.dumps`` with ``default`` builds one per call) and the time formatted once a
-    second."""
+    The extender logs a line per GPU pod it binds, on kube-scheduler's path: the line is written
+    by orjson (a third of the stdlib encoder's time) and the time formatted once a second."""
 
     _skip = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
     _encoder = json.JSONEncoder(default=str)
 
     def __init__(self) -> None:
         super().__init__()
+        import orjson  # here, not at the top: see the module docstring
+
+        self._dumps, self._option = orjson.dumps, orjson.OPT_NON_STR_KEYS
         self._second, self._stamp = -1, ""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -58,13 +60,18 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return self._encoder.encode(entry)
+        try:
+            return self._dumps(entry, default=str, option=self._option).decode()
+        except TypeError:  # what orjson will not write (an int past 64 bits): the stdlib's encoder will
+            return self._encoder.encode(entry)
 
 
 def setup_logging(level: str = "info") -> None:
     # No line carries the caller's file, line or function: skip looking them up for every
     # record (the logging docs' own optimisation).
     logging._srcfile = None  # type: ignore[attr-defined]
+    # Nor the thread or process (the logging docs' next optimisations): no line carries them.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

@@ -393,7 +393,7 @@ async def test_command_mixed_run_reports_per_node(cluster, tmp_path):
     assert table["gpu-b"][1:4] == ["2", "0", "2"]
     assert table["(unscheduled)"][1:4] == ["1", "0", "0"]
     assert out.rstrip().endswith("6 samples, 1 SYS, 3 PASS (50.0%): 3 failed (1 timed out)")
-    assert '"result": "FAIL_TIMEOUT"' in err and '"result": "FAIL_PARSE"' in err  # why, on stderr
+    assert '"result":"FAIL_TIMEOUT"' in err and '"result":"FAIL_PARSE"' in err  # why, on stderr
     assert audit_pods(cluster) == []
     (tmp_path / "sample-output.txt").write_text(out)
 

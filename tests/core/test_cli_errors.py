@@ -434,11 +434,11 @@ def test_ctrl_c_while_waiting_on_the_network_exits_130(command, tmp_path):
 def test_ctrl_c_stops_a_service_with_130(command, tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
-    code, _, err = interrupted([command, *service_args(command, tmp_path, port)], marker='"msg": "serving"')
+    code, _, err = interrupted([command, *service_args(command, tmp_path, port)], marker='"msg":"serving"')
     assert_interrupted(code, err, command)
     import json
 
-    serving = next(json.loads(line) for line in err.splitlines() if '"msg": "serving"' in line)
+    serving = next(json.loads(line) for line in err.splitlines() if '"msg":"serving"' in line)
     assert serving["version"] == cli.version() and serving["port"] == port  # the version, at start
 
 
