@@ -209,7 +209,26 @@ def _names_args(data: Any) -> ExtenderArgs | None:
 
 
 def parse_binding(body: bytes | str) -> ExtenderBindingArgs:
-    return _parse(ExtenderBindingArgs, body)
+    """Decode a bind body or raise ProtocolError saying what is wrong."""
+    data = _decode(ExtenderBindingArgs, body)
+    args = _binding_args(data)
+    return args if args is not None else _validate(ExtenderBindingArgs, data)
+
+
+_BINDING_KEYS = frozenset(ExtenderBindingArgs.model_fields)
+
+
+def _binding_args(data: Any) -> ExtenderBindingArgs | None:
+    """The bind body as kube-scheduler sends it (the four keys, strings, the pod's name,
+    namespace and node set), checked without pydantic, as ``_names_args`` does for filter.
+    None for any other shape, which the model then validates (and explains)."""
+    if type(data) is not dict or data.keys() != _BINDING_KEYS:
+        return None
+    name, namespace, uid, node = data["PodName"], data["PodNamespace"], data["PodUID"], data["Node"]
+    strings = type(name) is str and type(namespace) is str and type(uid) is str and type(node) is str
+    if not (strings and name and namespace and node):
+        return None
+    return ExtenderBindingArgs.model_construct(PodName=name, PodNamespace=namespace, PodUID=uid, Node=node)
 
 
 # --- the preempt verb (ExtenderPreemptionArgs -> ExtenderPreemptionResult) ----------------------

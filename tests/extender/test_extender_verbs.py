@@ -4,11 +4,15 @@ with reports from the reporter's encoder, unreported nodes under both settings, 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from gpupair.decide.decisions import NodeView, Unreported
-from gpupair.extender.protocol import ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, parse_args, parse_binding
+from gpupair.extender import protocol
+from gpupair.extender.protocol import (
+    ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, ProtocolError, parse_args, parse_binding,
+)
 from gpupair.topology.report import FREE_KEY, TOPOLOGY_KEY
 from tests.extender_support import (
     NOW,
@@ -208,6 +212,34 @@ async def test_malformed_bind_bodies_get_400_with_the_error(body):
     async with serving(make_extender()) as client:
         status, answer = await client.post("bind", body)
     assert status == 400 and answer["Error"] and set(answer) == {"Error"}
+
+
+BIND_SHAPES = [
+    {"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n"},  # kube-scheduler's shape
+    {"PodName": "p", "PodNamespace": "ns", "PodUID": "", "Node": "n"},
+    {"PodName": "p", "PodNamespace": "ns", "Node": "n"},
+    {"PodName": "p", "PodNamespace": "ns", "PodUID": None, "Node": "n"},
+    {"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n", "Extra": 1},
+    {"podName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n"},
+    {"PodName": "", "PodNamespace": "ns", "PodUID": "u", "Node": "n"},
+    {"PodName": "p", "PodNamespace": "", "PodUID": "u", "Node": "n"},
+    {"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": ""},
+    {"PodName": "p", "PodNamespace": "ns", "PodUID": 7, "Node": "n"},
+    {"PodName": ["p"], "PodNamespace": "ns", "PodUID": "u", "Node": "n"},
+]
+
+
+@pytest.mark.parametrize("shape", BIND_SHAPES)
+def test_bind_bodies_read_as_the_model_reads_them(shape):
+    """parse_binding takes kube-scheduler's exact shape without pydantic: whatever the body, it
+    answers what the model (Go's key folding included) answers, a refusal included."""
+    try:
+        expected = protocol._validate(ExtenderBindingArgs, shape)
+    except ProtocolError as exc:
+        with pytest.raises(ProtocolError, match=re.escape(str(exc))):
+            parse_binding(json.dumps(shape).encode())
+        return
+    assert parse_binding(json.dumps(shape).encode()).model_dump() == expected.model_dump()
 
 
 async def test_error_messages_say_where():
