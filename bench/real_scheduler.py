@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -313,9 +314,21 @@ class Bench:
             wait_until(lambda: urllib.request.urlopen(ready, timeout=2).status == 200, 60, "extender /readyz", process)
         return process, port
 
-    def scrape(self, url: str, context: ssl.SSLContext | None = None) -> str:
-        with urllib.request.urlopen(url, context=context, timeout=10) as response:
-            return response.read().decode()
+    def scrape(self, url: str, context: ssl.SSLContext | None = None, tries: int = 6) -> str:
+        """GET ``url``'s text. kube-scheduler asks the apiserver whether the caller may read its
+        /metrics (a SubjectAccessReview); one that fails under the burst's load answers 403, so a
+        refusal is tried again after a pause (a denial is cached for 10 s) before a run is lost."""
+        for attempt in range(1, tries + 1):
+            try:
+                with urllib.request.urlopen(url, context=context, timeout=10) as response:
+                    return response.read().decode()
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (403, 500, 503) or attempt == tries:
+                    raise
+                why = exc.read().decode(errors="replace")[:300]
+                print(f"  {url}: HTTP {exc.code} ({why.strip()}); trying again", file=sys.stderr)
+                time.sleep(min(2.0 * attempt, 6.0))
+        raise AssertionError("unreachable")
 
     def run(self, config: str, seed: int) -> Run:
         self.create_pods(seed)
