@@ -10,7 +10,9 @@ another) is pointed at four servers, each in its own process, interleaved in one
   answer): what is left is the kernel's loopback and this client. The physical floor.
 - ``python floor``: the same server as an asyncio Protocol on the extender's event loop: the
   least an HTTP server in CPython costs.
-- ``gpupair stubbed``: the real extender app (aiohttp, the wire checks, metrics, logs, the
+- ``aiohttp floor``: an aiohttp handler that reads the body and answers the same fixed JSON:
+  the least an aiohttp handler costs (the extender served on aiohttp before extender/http_server.py).
+- ``gpupair stubbed``: the real extender app (its HTTP server, the wire checks, metrics, logs, the
   Binding through its Binding client) with the decisions stubbed out: every node passes, every
   score is 0, every bind reserves a fixed pair.
 - ``gpupair``: the real extender, the node cache holding reported nodes.
