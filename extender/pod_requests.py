@@ -52,12 +52,6 @@ class PodRequests:
             if self._seen(uid) != seen:
                 self._filtered[uid] = seen
 
-    def intent(self, uid: str) -> Intent | None:
-        """The placement intent the pod's filter was decided under; None if not filtered here
-        (bind then uses the cluster default)."""
-        seen = self._seen(uid) if uid else None
-        return seen[1] if seen is not None else None
-
     # ---- the pod watch
 
     def unbound(self, uid: str, gpus: int) -> None:
@@ -76,7 +70,8 @@ class PodRequests:
         return self.asked(uid)[0]
 
     def asked(self, uid: str) -> tuple[int | None, Intent | None]:
-        """``known(uid)`` and ``intent(uid)`` from one read of the cache, for bind."""
+        """The pod's GPUs (``known``) and the placement intent its filter was decided under (None
+        if not filtered here: bind then uses the claims' or the cluster default), from one read."""
         if not uid:
             return None, None
         seen = self._seen(uid)

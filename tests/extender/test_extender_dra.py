@@ -451,6 +451,6 @@ async def test_bind_reads_the_intent_of_a_pod_it_never_filtered_from_its_allocat
         stored = double.store.get("resourceclaims", "p-gpus", "ml")
         double.store.update("resourceclaims", "p-gpus", "ml", {**stored, "status": allocated["status"]})
         await eventually(lambda: k.extender.dra.owned(uid).get("dra-node-1") == {3, 4}, what="the allocation watched")
-        assert k.extender.requests.intent(uid) is None  # never filtered here
+        assert k.extender.requests.asked(uid)[1] is None  # never filtered here
         answer = await bind(k, {**created, "kind": "Pod"}, "dra-node-1")
     assert (answer == {"Error": ""}) is kept, answer
