@@ -12,12 +12,17 @@ from gpupair.command.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageErr
 from gpupair.command.service import add_flag
 from gpupair.simulator.dra import DEFAULT_DRA_PAIRS
 
+TRACE_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd",
+                  "kube-default", "kube-gpu-binpack", "kube-gpu-spread")
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--scenario", "seed", "seed: replay the field report; fleet: many nodes over time; "
               "replay: a recorded cluster state (--state) pod by pod; fragmentation: on empty nodes, one-GPU pods "
-              "first, then large pods (--small-pods, --large-pods, --large-gpus): how many large pods fit",
-              choices=["seed", "fleet", "replay", "fragmentation"])
+              "first, then large pods (--small-pods, --large-pods, --large-gpus): how many large pods fit; "
+              "trace: a node list and a pod list in the openb CSV format (--trace-nodes, --trace-pods) in FGD's "
+              "protocol, under each of --policies with and without gpupair",
+              choices=["seed", "fleet", "replay", "fragmentation", "trace"])
     add_flag(parser, "--path", "device-plugin",
              "how the nodes hand out GPUs: device-plugin (kube-scheduler counts GPUs, the plugin on the node picks "
              "them: --configs), dra (a DRA driver publishes them, kube-scheduler's allocator picks the first fit in "
@@ -74,9 +79,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "they accept", choices=["PIX", "PXB", "PHB", "NODE"])
     add_flag(parser, "--nics", "auto",
              "the NICs every node's reporter publishes: auto (the NIC columns of a --topology-file in "
-             "nvidia-smi topo -m form, else none), lopsided (the issue's RTX 4090 box: one NIC, mlx5_bond_0, PIX "
-             "to the GPUs of GPU0's NUMA node, SYS to the rest; on the default node PIX to GPU0-3), none (no "
+             "nvidia-smi topo -m form, else none), lopsided (one NIC, mlx5_bond_0, PIX to the GPUs of GPU0's "
+             "NUMA node, SYS to the rest; on the default node PIX to GPU0-3), none (no "
              "gpupair.io/nics: reporters older than the network issue)", choices=["auto", "lopsided", "none"])
+    add_flag(parser, "--trace-nodes", "", "trace scenario: the node list, CSV sn,cpu_milli,memory_mib,gpu,model "
+             "(e.g. Alibaba's cluster-trace-gpu-v2023 openb_node_list_gpu_node.csv)")
+    add_flag(parser, "--trace-pods", "", "trace scenario: the pod list, CSV name,cpu_milli,memory_mib,num_gpu,gpu_milli"
+             "[,gpu_spec,...] (e.g. openb_pod_list_default.csv)")
+    add_flag(parser, "--policies", ",".join(TRACE_POLICIES),
+             "trace scenario: the scheduler's scoring, comma-separated, any case: FGD's six (random, dotprod, "
+             "gpuclustering, gpupacking, bestfit, fgd) and kube-scheduler's profiles (kube-default, "
+             "kube-gpu-binpack, kube-gpu-spread)")
+    add_flag(parser, "--seeds", "42", "trace scenario: seeds, e.g. 42-51 or 42,45; runs spread over the cores")
+    add_flag(parser, "--tune", 1.3, "trace scenario: pods are sampled until their GPU demand is this many times "
+             "the cluster's GPUs (FGD's -tune)", bounds=Range(0, 100, low_open=True))
+    add_flag(parser, "--numa-split", "8=4+4,4=2+2,2=1+1,1=1",
+             "trace scenario: GPUs per NUMA node by a node's GPU count, GPUS=A+B,...; a count not named is "
+             "halved when even, one NUMA node when odd")
+    add_flag(parser, "--plugin", "aligned", "trace scenario, device-plugin path: how the device plugin picks "
+             "whole GPUs: aligned (nvidia-device-plugin's best-effort policy) or naive (the lowest-indexed free "
+             "GPUs, as FGD's simulator)", choices=["aligned", "naive"])
+    add_flag(parser, "--gpupair-scores", "shipped,fragmentation",
+             "trace scenario: gpupair configurations beside each policy alone: shipped (the extender as deployed: "
+             "GPU pods only, its best-fit score), fragmentation (every pod, the fragmentation score)")
+    add_flag(parser, "--policy-weight", 1000, "trace scenario: the weight of FGD's six as a score plugin (its "
+             "published configuration: 1000); kube-scheduler's profiles keep their own", bounds=Range(1, 1_000_000))
+    add_flag(parser, "--workers", 0, "trace scenario: processes for the runs (0: one per core)",
+             bounds=Range(0, 1024))
     add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
     add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
                       "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
@@ -94,7 +123,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--steps", 400, "fleet scenario: time steps", bounds=Range(1, 100_000))
     add_flag(parser, "--arrivals", 5.5, "fleet scenario: mean pod arrivals per step", bounds=Range(0, 1000, low_open=True))
     add_flag(parser, "--output", "gpupair-simulate.tsv",
-             "TSV path (.tsv): the summary table as <stem>.summary.tsv (other scenarios: "
+             "TSV path (.tsv), or json (trace scenario: one JSON document on stdout instead of the table): the "
+             "summary table as <stem>.summary.tsv (other scenarios: "
              "<stem>.<scenario>.summary.tsv, so one run does not overwrite another's); seed scenario: also one "
              "file per configuration, named <stem>.<profile>.<configuration>.tsv")
     add_flag(parser, "--verdicts", "", "seed scenario: also write each pod's verdict annotations as JSON lines here (.jsonl or .json)")
@@ -120,6 +150,14 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.simulator.shapes import seed_layout
     from gpupair.simulator.workload import PodMix, parse_intent_mix
 
+    if args.scenario == "trace":
+        from gpupair.simulator.trace.scenario import run as run_trace
+
+        try:
+            paths = parse_paths(args.path)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return run_trace(args, paths)
     try:
         if args.nic_share and args.configs == DEFAULT_PAIRS:
             args.configs = NIC_PAIRS

@@ -1,0 +1,61 @@
+"""FGD's fragmentation measure (Weng et al., "Beware of Fragmentation", ATC'23, section 4),
+vectorised over nodes.
+
+A node's fragmentation F(n) is the GPU milli the target workload could not use there:
+F(n) = sum over typical pod shapes t of p_t * f_t(n), where, with L the node's GPU milli left,
+f_t(n) = the milli left on GPUs with less than m_t left, when t fits the node (k_t GPUs with m_t
+left, c_t CPU left, an allowed model), else L (also for CPU-only shapes). FGD places a pod where
+F grows least; its score is ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gpupair.simulator.trace.files import MILLI
+
+Shape = tuple[int, int, int, tuple[str, ...]]  # cpu, milli per GPU, GPUs, models
+
+
+class Fragmentation:
+    def __init__(self, workload: Sequence[tuple[Shape, float]], models: Sequence[str]):
+        gpu_shapes = [(shape, p) for shape, p in workload if shape[2] > 0]
+        self.cpu_only_share = sum(p for shape, p in workload if shape[2] == 0)
+        self.thresholds = np.array(sorted({shape[1] for shape, _ in gpu_shapes}) or [MILLI], dtype=np.int64)
+        index = {int(m): i for i, m in enumerate(self.thresholds)}
+        self.which = np.array([index[shape[1]] for shape, _ in gpu_shapes], dtype=np.int64)
+        self.need_gpus = np.array([shape[2] for shape, _ in gpu_shapes], dtype=np.int64)
+        self.need_cpu = np.array([shape[0] for shape, _ in gpu_shapes], dtype=np.int64)
+        self.share = np.array([p for _, p in gpu_shapes], dtype=float)
+        # allowed[model, t]: shape t may run on that model
+        self.allowed = np.array([[not shape[3] or model in shape[3] for shape, _ in gpu_shapes] for model in models],
+                                dtype=bool).reshape(len(models), len(gpu_shapes))
+
+    @property
+    def whole_sizes(self) -> list[int]:
+        """The sizes of the shapes asking two or more whole GPUs."""
+        return sorted({int(k) for k, m in zip(self.need_gpus, self.thresholds[self.which]) if k >= 2 and m == MILLI})
+
+    def amount(self, cpu_left: np.ndarray, left: np.ndarray, model: np.ndarray,
+               whole_fits: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """F for each row of (CPU left, GPUs' milli left, model id). ``whole_fits``: per size of
+        the shapes asking several whole GPUs, whether each row holds them as close as gpupair
+        requires (on the fewest NUMA nodes); without it, any k free GPUs do, as in FGD."""
+        total = left.sum(axis=-1)
+        enough = left[..., None] >= self.thresholds  # [..., G, M]
+        counts = enough.sum(axis=-2)  # GPUs with at least m left
+        stranded = (left[..., None] * ~enough).sum(axis=-2)  # milli on GPUs with less than m left
+        gpu_fits = counts[..., self.which] >= self.need_gpus
+        for k, rows_fit in (whole_fits or {}).items():
+            shapes = (self.need_gpus == k) & (self.thresholds[self.which] == MILLI)
+            gpu_fits = np.where(shapes, rows_fit[..., None], gpu_fits)
+        fits = gpu_fits & (cpu_left[..., None] >= self.need_cpu) & self.allowed[model]
+        per_shape = np.where(fits, stranded[..., self.which], total[..., None])
+        return per_shape @ self.share + total * self.cpu_only_share
+
+
+def score(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """FGD's integer score: high where the placement adds the least fragmentation."""
+    return np.floor(100.0 / (1.0 + np.exp(-(before - after) / 1000.0))).astype(np.int64)

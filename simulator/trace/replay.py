@@ -1,0 +1,201 @@
+"""One replay of a trace: one policy, with or without gpupair, one seed, one device path.
+
+Each pod goes through one scheduling cycle as kube-scheduler runs it:
+- filter: NodeResourcesFit and the GPU share filter (``TraceCluster.fits``); on the DRA path
+  DynamicResources' own (the allocator must find the devices); with gpupair, the extender's
+  filter (``Decider``) for pods asking whole GPUs;
+- score: the policy's plugin at its weight, plus gpupair's score as kube-scheduler adds an
+  extender's: ``score * weight * (MaxNodeScore / MaxExtenderPriority)``;
+- select: the highest total; ties to the first in node order (FGD's random node prefix), or, when
+  the extender scored, uniformly among the tied nodes, as kube-scheduler does with an extender.
+One node passing is taken unscored. A pod no node takes is dropped and counted as arrived.
+
+What is counted per run, beside FGD's allocation curve:
+- multi-GPU pods placed, and how many got a set within the fewest NUMA nodes their node's shape
+  allows (``numa_local``);
+- avoidable SYS grants: a multi-GPU set across sockets while some node that fit the pod had a
+  close set free;
+- pods stranded by the NUMA rule: refused by gpupair's filter alone, while some node had enough
+  GPUs free by count (with the CPU and memory);
+- whole NUMA nodes free at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpupair.decide.decisions import DRA
+from gpupair.extender.protocol import MAX_EXTENDER_PRIORITY
+from gpupair.simulator.schedulers import EXTENDER_WEIGHT
+from gpupair.simulator.trace import protocol
+from gpupair.simulator.trace.cluster import TraceCluster
+from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_decider, picker
+from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
+from gpupair.simulator.trace.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.numa import NumaSplits
+from gpupair.simulator.trace.policies import MAX_NODE_SCORE, display_name, make_policy
+
+EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
+SHIPPED, FRAGMENTATION = "shipped", "fragmentation"
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    policy: str
+    gpupair: bool
+    seed: int
+    path: str = "device-plugin"
+    plugin: str = "aligned"  # the device plugin's policy on the device-plugin path
+    tune: float = 1.3
+    splits: NumaSplits = field(default_factory=NumaSplits)
+    policy_weight: int = FGD_PLUGIN_WEIGHT  # FGD's six; kube-scheduler's profiles keep their own
+    score: str = SHIPPED  # gpupair's score: SHIPPED (placement.score) or FRAGMENTATION (gpupair_score)
+
+    @property
+    def label(self) -> str:
+        """How the table names gpupair's part: ``-``, ``gpupair``, ``gpupair-frag``."""
+        if not self.gpupair:
+            return "-"
+        return "gpupair" if self.score == SHIPPED else "gpupair-frag"
+
+
+@dataclass
+class ReplayResult:
+    policy: str
+    gpupair: bool
+    seed: int
+    path: str
+    score: str
+    allocation: dict[int, float | None]
+    arrived_pods: int = 0
+    failed_pods: int = 0
+    multi_gpu_placed: int = 0
+    multi_gpu_numa_local: int = 0
+    sys_grants: int = 0
+    avoidable_sys: int = 0
+    stranded_by_numa_rule: int = 0  # pods
+    stranded_gpus: int = 0
+    free_numa_nodes: int = 0
+    seconds: float = 0.0
+
+    def as_json(self) -> dict:
+        return {"policy": self.policy, "gpupair": self.gpupair, "seed": self.seed, "path": self.path,
+                "score": self.score if self.gpupair else None,
+                "allocation": {str(k): v for k, v in self.allocation.items()},
+                "arrived_pods": self.arrived_pods, "failed_pods": self.failed_pods,
+                "multi_gpu_placed": self.multi_gpu_placed, "multi_gpu_numa_local": self.multi_gpu_numa_local,
+                "sys_grants": self.sys_grants, "avoidable_sys": self.avoidable_sys,
+                "stranded_by_numa_rule": self.stranded_by_numa_rule, "stranded_gpus": self.stranded_gpus,
+                "free_numa_nodes": self.free_numa_nodes, "seconds": round(self.seconds, 2)}
+
+
+def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayConfig,
+           progress: Callable[[int], None] = lambda n: None) -> ReplayResult:
+    started = time.process_time()
+    rng = np.random.default_rng(config.seed)
+    stream = protocol.arrivals(pods, nodes, rng, config.tune)
+    cluster = TraceCluster(nodes, config.splits, rng.permutation(len(nodes)))
+    policy = make_policy(config.policy)
+    if config.policy.lower() in ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"):
+        policy.weight = config.policy_weight
+    policy.bind(cluster, protocol.typical_pods(pods), np.random.default_rng([config.seed, 1]))
+    choose = picker(config.path, config.plugin, config.gpupair)
+    decider = gpupair_decider(config.path, config.plugin) if config.gpupair else None
+    tables = Tables(cluster.layouts, choose, decider, DRA if config.path == DRA else "reporter")
+    ties = np.random.default_rng([config.seed, 2])
+    result = ReplayResult(display_name(config.policy), config.gpupair, config.seed, config.path, config.score, {})
+    fragmentation = FragmentationScore(cluster, tables) if config.gpupair and config.score == FRAGMENTATION else None
+    arrived, used = 0, 0
+    arrivals_log = np.zeros(len(stream), dtype=np.int64)
+    used_log = np.zeros(len(stream), dtype=np.int64)
+    for index, pod in enumerate(stream):
+        arrived += pod.gpu_milli
+        row = _schedule(cluster, policy, (tables, fragmentation), pod, config, ties, result)
+        if row is not None:
+            used += pod.gpu_milli
+        arrivals_log[index], used_log[index] = arrived, used
+        if index % 256 == 255:
+            progress(256)
+    progress(len(stream) % 256)
+    result.arrived_pods = len(stream)
+    result.allocation = protocol.allocation_curve(arrivals_log, used_log, cluster.total_gpus)
+    result.free_numa_nodes = _free_numa_nodes(cluster)
+    result.seconds = time.process_time() - started
+    return result
+
+
+def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, config: ReplayConfig,
+              ties: np.random.Generator, result: ReplayResult) -> int | None:
+    tables, fragmentation = extender
+    whole = pod.gpus > 0 and pod.milli_per_gpu == MILLI
+    fits = cluster.fits(pod)
+    if whole and config.path == DRA:  # DynamicResources' Filter: the allocator finds the devices
+        fits &= tables.lookup("found", cluster.layout_id, cluster.free_mask, pod.gpus)
+    rows = np.flatnonzero(fits)
+    # As shipped (managedResources: nvidia.com/gpu) only GPU pods reach the extender; the
+    # fragmentation score needs every pod (the every-pod registration).
+    called = config.gpupair and (pod.gpus > 0 or fragmentation is not None)
+    if called and whole and len(rows):
+        passes = tables.lookup("passes", cluster.layout_id[rows], cluster.free_mask[rows], pod.gpus)
+        if not passes.any():
+            result.stranded_by_numa_rule += 1
+            result.stranded_gpus += pod.gpus
+        rows = rows[passes]
+    if not len(rows):
+        result.failed_pods += 1
+        return None
+    if len(rows) == 1:
+        row = int(rows[0])
+    else:
+        total = policy.scores(pod, rows) * policy.weight
+        if called:
+            if fragmentation is not None:
+                extra = fragmentation.scores(pod, rows)
+            else:
+                extra = tables.lookup("score", cluster.layout_id[rows], cluster.free_mask[rows], max(pod.gpus, 1))
+            total = total + extra * EXTENDER_SCALE
+            tied = rows[total == total.max()]
+            row = int(tied[int(ties.integers(len(tied)))]) if len(tied) > 1 else int(tied[0])
+        else:
+            tied = rows[total == total.max()]
+            row = int(tied[np.argmin(cluster.priority[tied])])
+    devices = _devices(cluster, policy, tables, pod, row)
+    if whole and pod.gpus >= 2:
+        layout = cluster.layouts[int(cluster.layout_id[row])]
+        result.multi_gpu_placed += 1
+        close = bool(tables.lookup("close", cluster.layout_id[row:row + 1], cluster.free_mask[row:row + 1],
+                                   pod.gpus)[0])
+        result.multi_gpu_numa_local += close
+        if crosses_sockets(layout, devices):
+            result.sys_grants += 1
+            if not close:
+                # Avoidable: some node that fit the pod had a close set free.
+                anywhere = np.flatnonzero(cluster.fits(pod))
+                if tables.lookup("fits", cluster.layout_id[anywhere], cluster.free_mask[anywhere], pod.gpus).any():
+                    result.avoidable_sys += 1
+    cluster.place(row, pod, devices)
+    policy.placed(row)
+    return row
+
+
+def _devices(cluster: TraceCluster, policy, tables: Tables, pod: TracePod, row: int) -> tuple[int, ...]:
+    if not pod.gpus:
+        return ()
+    if pod.milli_per_gpu < MILLI:
+        return (policy.share_gpu(pod, row),)
+    return tables.pick(int(cluster.layout_id[row]), int(cluster.free_mask[row]), pod.gpus)
+
+
+def _free_numa_nodes(cluster: TraceCluster) -> int:
+    count = 0
+    for row in range(len(cluster)):
+        layout = cluster.layouts[int(cluster.layout_id[row])]
+        mask = int(cluster.free_mask[row])
+        count += sum(all(mask >> g & 1 for g in members) for members in layout.numa_nodes.values())
+    return count

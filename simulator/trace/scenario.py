@@ -1,0 +1,81 @@
+"""`gpupair simulate --scenario trace`: a node list and a pod list in the openb CSV format,
+replayed in FGD's protocol under each policy, with and without gpupair, on each device path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from gpupair.command.flags import UsageError
+
+SCORES = ("shipped", "fragmentation")
+
+
+def run(args: argparse.Namespace, paths: list[str]) -> int:
+    from tqdm import tqdm
+
+    from gpupair.command.outputs import check_output
+    from gpupair.simulator.output import text_table, write_summary
+    from gpupair.simulator.trace import report
+    from gpupair.simulator.trace.files import read_nodes, read_pods
+    from gpupair.simulator.trace.numa import NumaSplits
+    from gpupair.simulator.trace.policies import make_policy
+    from gpupair.simulator.trace.replay import ReplayConfig
+    from gpupair.simulator.trace.runs import parse_seeds, run_all
+
+    if not args.trace_nodes or not args.trace_pods:
+        raise UsageError("--scenario trace needs --trace-nodes FILE and --trace-pods FILE (the openb CSV format)")
+    try:
+        splits = NumaSplits.parse(args.numa_split)
+        seeds = parse_seeds(args.seeds)
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        for name in policies:
+            make_policy(name)
+        scores = [s.strip() for s in args.gpupair_scores.split(",") if s.strip()]
+        unknown = [s for s in scores if s not in SCORES]
+        if unknown:
+            raise ValueError(f"--gpupair-scores: unknown {', '.join(unknown)}; known: {', '.join(SCORES)}")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if not policies:
+        raise UsageError("--policies: name at least one policy")
+    as_json = args.output == "json"
+    tsv = None if as_json else check_output(args.output, "--output", (".tsv",))
+    plot = check_output(args.plot, "--plot", (".png",)) if args.plot else None
+    nodes, pods = read_nodes(args.trace_nodes), read_pods(args.trace_pods)
+
+    configs = [ReplayConfig(policy, gpupair, seed, path, args.plugin, args.tune, splits, args.policy_weight, score)
+               for path in paths for policy in policies
+               for gpupair, score in ((False, SCORES[0]), *((True, s) for s in scores))
+               for seed in seeds]
+    single = len(configs) == 1 or args.workers == 1  # then the bar counts pods, else runs
+    bar = tqdm(total=None if single else len(configs), desc="pods" if single else "runs",
+               disable=None if args.progress else True, file=sys.stderr, leave=False)
+    runs = run_all(nodes, pods, configs, args.workers, bar.update)
+    bar.close()
+
+    sizes = Counter(node.gpus for node in nodes)
+    about = {
+        "nodes": args.trace_nodes, "pods": args.trace_pods, "node_count": len(nodes),
+        "gpus": sum(node.gpus for node in nodes), "pod_count": len(pods), "tune": args.tune,
+        "numa_split": {str(n): "+".join(map(str, splits.split(n))) for n in sorted(sizes, reverse=True) if n},
+        "plugin": args.plugin, "policy_weight": args.policy_weight, "seeds": seeds,
+    }
+    if as_json:
+        print(report.document(about, runs))
+        return 0
+    shape = ", ".join(f"{count} x {n} GPU" for n, count in sorted(sizes.items(), reverse=True))
+    print(f"trace: {len(nodes)} nodes ({shape}), {about['gpus']} GPUs; {len(pods)} pods, sampled to "
+          f"{100 * args.tune:g}% of the GPUs (FGD's protocol); NUMA: {splits.describe(list(sizes))}; "
+          f"device plugin: {args.plugin}; policy plugin weight {args.policy_weight}; seeds {args.seeds}")
+    header, rows = report.table(runs)
+    print(text_table(header, rows))
+    written = [write_summary(tsv, (header, rows), "trace.summary"), write_summary(tsv, report.run_rows(runs), "trace.runs")]
+    print("alloc@N%: GPUs allocated when N% of the cluster's GPUs have arrived as demand (FGD's figure 9a); "
+          "gpupair: the extender as shipped, gpupair-frag: with the fragmentation score (docs/simulate.md)")
+    print("TSV: " + ", ".join(map(str, written)))
+    if plot is not None:
+        report.plot(plot, runs, args.trace_pods)
+        print(f"plot: {plot}")
+    return 0
