@@ -5,11 +5,12 @@ Fidelity: each of the six over ten seeds (42-51, as FGD ran them), allocation at
 and 130% arrival against the ten-seed mean FGD published (``fgd_published_allocation.csv``,
 its ``analysis_allo_discrete.csv``), with the gap and the published seeds' spread.
 
-Goal: kube-default, FGD and BestFit alone, with gpupair as shipped and with the fragmentation
-score, on default and multigpu50; allocation, multi-GPU pods on the fewest NUMA nodes, and the
-published FGD figure beside them.
+Goal: kube-default, FGD and BestFit alone and with gpupair under each of --goal-scores (as
+shipped, with the fragmentation score), on default and multigpu50; allocation, multi-GPU pods on
+the fewest NUMA nodes, and the published FGD figure beside them.
 
 Run: .venv/bin/python bench/trace.py [--fixtures DIR] [--seeds 42-51] [--traces default,...]
+     [--skip-fidelity] [--skip-goal] [--goal-policies ...] [--goal-scores shipped,fragmentation]
 Prints markdown (docs/simulate.md quotes it) and writes every run as JSON with --json FILE.
 """
 
@@ -26,7 +27,7 @@ from statistics import mean, pstdev
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpupair.simulator.trace.files import read_nodes, read_pods  # noqa: E402
-from gpupair.simulator.trace.replay import ReplayConfig  # noqa: E402
+from gpupair.simulator.trace.replay import SCORE_LABELS, ReplayConfig  # noqa: E402
 from gpupair.simulator.trace.runs import parse_seeds, run_all  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "alibaba-gpu-v2023"
@@ -52,6 +53,9 @@ def main() -> int:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--traces", default="default,multigpu20,multigpu50")
     parser.add_argument("--skip-goal", action="store_true")
+    parser.add_argument("--skip-fidelity", action="store_true")
+    parser.add_argument("--goal-policies", default=",".join(GOAL_POLICIES))
+    parser.add_argument("--goal-scores", default="shipped,fragmentation")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
@@ -61,6 +65,18 @@ def main() -> int:
     everything = []
     started = time.monotonic()
 
+    if not args.skip_fidelity:
+        everything += fidelity(args, nodes, reference, seeds, traces)
+    if not args.skip_goal:
+        everything += goal(args, nodes, reference, seeds, traces)
+    print(f"\n{len(everything)} runs in {time.monotonic() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=1))
+    return 0
+
+
+def fidelity(args, nodes, reference, seeds, traces) -> list[dict]:
+    everything = []
     print(f"## Fidelity: the six policies, seeds {args.seeds}, against FGD's published ten-seed means\n")
     print("| trace | policy | " + " | ".join(f"@{p}: ours / published (gap)" for p in POINTS) + " | published sd@130 |")
     print("|---|---|" + "---|" * (len(POINTS) + 1))
@@ -87,34 +103,36 @@ def main() -> int:
             print(f"| {trace} | {name[3:]} | " + " | ".join(cells) + f" | {spread} |")
         sys.stdout.flush()
     print(f"\nLargest gap of Random, DotProd, BestFit and FGD: {worst:.2f} points.\n")
+    return everything
 
-    if not args.skip_goal:
-        print(f"## gpupair beside FGD's published result, seeds {args.seeds}, device-plugin path\n")
-        print("| trace | policy | gpupair | @100 | @130 | published FGD @100 / @130 | multi-GPU on fewest NUMA nodes |")
-        print("|---|---|---|---|---|---|---|")
-        for trace in (t for t in GOAL_TRACES if t in traces):
-            pods = read_pods(args.fixtures / f"openb_pod_list_{trace}.csv")
-            configs = [ReplayConfig(policy, gpupair, seed, score=score) for policy in GOAL_POLICIES
-                       for gpupair, score in ((False, "shipped"), (True, "shipped"), (True, "fragmentation"))
-                       for seed in seeds]
-            runs = run_all(nodes, pods, configs)
-            everything += [{"trace": trace, **run.as_json()} for run in runs]
-            fgd = reference.get((trace, "06-FGD"), [])
-            pub = " / ".join(f"{mean(r[p] for r in fgd):.2f}" for p in (100, 130)) if fgd else "-"
-            for config_policy in GOAL_POLICIES:
-                for gpupair, score, label in ((False, "shipped", "-"), (True, "shipped", "gpupair"),
-                                              (True, "fragmentation", "gpupair-frag")):
-                    mine = [r for r in runs if r.policy.lower() == config_policy and r.gpupair == gpupair
-                            and (not gpupair or r.score == score)]
-                    placed = sum(r.multi_gpu_placed for r in mine)
-                    local = sum(r.multi_gpu_numa_local for r in mine)
-                    print(f"| {trace} | {mine[0].policy} | {label} | {mean(r.allocation[100] for r in mine):.2f} | "
-                          f"{mean(r.allocation[130] for r in mine):.2f} | {pub} | {local} of {placed} |")
-            sys.stdout.flush()
-    print(f"\n{len(everything)} runs in {time.monotonic() - started:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps(everything, indent=1))
-    return 0
+
+def goal(args, nodes, reference, seeds, traces) -> list[dict]:
+    everything = []
+    policies = [p for p in args.goal_policies.split(",") if p]
+    variants = [(False, "shipped")] * ("shipped" in args.goal_scores.split(",")) + [
+        (True, score) for score in args.goal_scores.split(",") if score]
+    print(f"## gpupair beside FGD's published result, seeds {args.seeds}, device-plugin path\n")
+    print("| trace | policy | gpupair | @100 | @130 | published FGD @100 / @130 | multi-GPU on fewest NUMA nodes |")
+    print("|---|---|---|---|---|---|---|")
+    for trace in (t for t in GOAL_TRACES if t in traces):
+        pods = read_pods(args.fixtures / f"openb_pod_list_{trace}.csv")
+        configs = [ReplayConfig(policy, gpupair, seed, score=score) for policy in policies
+                   for gpupair, score in variants for seed in seeds]
+        runs = run_all(nodes, pods, configs)
+        everything += [{"trace": trace, **run.as_json()} for run in runs]
+        fgd = reference.get((trace, "06-FGD"), [])
+        pub = " / ".join(f"{mean(r[p] for r in fgd):.2f}" for p in (100, 130)) if fgd else "-"
+        for policy in policies:
+            for gpupair, score in variants:
+                mine = [r for r in runs if r.policy.lower() == policy and r.gpupair == gpupair
+                        and (not gpupair or r.score == score)]
+                placed = sum(r.multi_gpu_placed for r in mine)
+                local = sum(r.multi_gpu_numa_local for r in mine)
+                label = SCORE_LABELS[score] if gpupair else "-"
+                print(f"| {trace} | {mine[0].policy} | {label} | {mean(r.allocation[100] for r in mine):.2f} | "
+                      f"{mean(r.allocation[130] for r in mine):.2f} | {pub} | {local} of {placed} |")
+        sys.stdout.flush()
+    return everything
 
 
 if __name__ == "__main__":

@@ -125,6 +125,7 @@ def assemble(
     nic_level: str = DEFAULT_LEVEL,
     dra_nic_drivers: frozenset[str] = frozenset(),
     pod_watch_wait: float = POD_WATCH_WAIT,
+    fragmentation: bool = False,
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
@@ -133,7 +134,9 @@ def assemble(
     whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
     for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/nic_ask.py). ``dra_nic_drivers``:
     RDMA DRA drivers whose devices are the NICs, where no reporter publishes them.
-    ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about."""
+    ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about.
+    ``fragmentation``: prioritize with the fragmentation score (extender/fragmentation_score.py),
+    fed by the node cache and the pod watch."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
@@ -161,7 +164,13 @@ def assemble(
                           default_intent=default_intent, dra=dra, rdma_resources=rdma_resources,
                           nic_level=nic_level)
     requests = PodRequests(resource, claims=dra.pod_demand if dra is not None else None)
-    pods = PodWatch(reservations, requests) if api is not None else None
+    if fragmentation:
+        from gpupair.extender.cluster_usage import ClusterUsage  # numpy, only for this score
+
+        evaluator.usage = ClusterUsage(requests.of)
+        if cache is not None:
+            cache.usage = evaluator.usage
+    pods = PodWatch(reservations, requests, evaluator.usage) if api is not None else None
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
                     pod_watch_wait=pod_watch_wait)

@@ -71,6 +71,7 @@ class Evaluator:
     dra: Any = None  # DraNodes: nodes whose GPUs a DRA driver publishes; None without DRA
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
     nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
+    usage: Any = None  # ClusterUsage under --score fragmentation; None: best fit
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.

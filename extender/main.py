@@ -38,6 +38,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--policy", "aligned",
              "device-plugin allocation policy to plan with: aligned (NVIDIA best-effort) or naive",
              choices=("aligned", "naive"))
+    add_flag(parser, "--score", "best-fit",
+             "how prioritize ranks nodes: best-fit (the NUMA node the set breaks least, then its link) or "
+             "fragmentation (where the cluster's workload loses the least GPU, CPU counted; register the extender "
+             "for every pod, without managedResources, so CPU pods are scored too)",
+             choices=("best-fit", "fragmentation"))
     add_flag(parser, "--reservation-ttl", 120.0,
              "seconds a reservation lasts if no report shows its devices taken and the pod stays", bounds=DURATION)
     add_flag(parser, "--annotate-plan", False,
@@ -142,6 +147,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         rdma_resources=tuple(name.strip() for name in args.rdma_resources.split(",") if name.strip()),
         nic_level=args.nic_level,
         dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),
+        fragmentation=args.score == "fragmentation",
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts

@@ -58,6 +58,7 @@ class NodeCache:
         self._raw: dict[str, tuple[Any, ...]] = {}
         if dra is not None:
             dra.subscribe(self._dra_changed)
+        self.usage: Any = None  # ClusterUsage under --score fragmentation: each Node's allocatable CPU
         self.ready = False
         self.decodes = 0  # annotation changes decoded, for tests and metrics
 
@@ -105,6 +106,8 @@ class NodeCache:
     # ---- internals
 
     def _update(self, name: str, node: dict[str, Any]) -> None:
+        if self.usage is not None:
+            self.usage.node_seen(name, node)
         annotations = (node.get("metadata") or {}).get("annotations")
         if not isinstance(annotations, dict):
             annotations = {}
@@ -118,6 +121,8 @@ class NodeCache:
         self._refresh(name)
 
     def _remove(self, name: str) -> None:
+        if self.usage is not None:
+            self.usage.node_gone(name)
         if self._annotated.pop(name, None) is not None:
             self._raw.pop(name, None)
             self._refresh(name)

@@ -14,12 +14,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupair.extender.pod_requests import PodRequests
 from gpupair.extender.watch_progress import WatchProgress
 from gpupair.decide.reservations import Reservations
 from gpupair.decide.pod_request import PodRequestError
+
+if TYPE_CHECKING:
+    from gpupair.extender.cluster_usage import ClusterUsage
 
 log = logging.getLogger("gpupair.extender.pods")
 
@@ -27,15 +30,18 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 class PodWatch:
-    def __init__(self, reservations: Reservations, requests: PodRequests):
+    def __init__(self, reservations: Reservations, requests: PodRequests, usage: ClusterUsage | None = None):
         self.reservations = reservations
         self.requests = requests
+        self.usage = usage  # every pod's CPU and shape, for --score fragmentation
         self.listed = False
         self.progress = WatchProgress()  # advanced by the ListWatch that feeds this handler
 
     # ---- WatchHandler
 
     def replace(self, items: list[dict[str, Any]]) -> None:
+        if self.usage is not None:
+            self.usage.replace_pods(items)
         present = set()
         unbound: dict[str, int] = {}
         for pod in items:
@@ -58,6 +64,11 @@ class PodWatch:
         self.listed = True
 
     def apply(self, event_type: str, pod: dict[str, Any]) -> None:
+        if self.usage is not None:
+            if event_type == "DELETED":
+                self.usage.pod_gone(str((pod.get("metadata") or {}).get("uid") or ""))
+            else:
+                self.usage.pod_seen(pod)
         uid, node, phase, gpus = self._facts(pod)
         if not uid:
             return

@@ -7,6 +7,7 @@ from itertools import filterfalse
 
 from gpupair.extender.decision_tables import host_priority_json
 from gpupair.extender.evaluation import Evaluator, Offer
+from gpupair.decide.pod_request import PodRequestError, cpu_request
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.decide.intent import Intent
 
@@ -17,6 +18,16 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
     the order offered. A pod asking no GPU, and a node the core cannot score (no usable
     report, or not passing), gets 0: no opinion. Built as JSON text directly: thousands of
     entries through model objects would cost more than the decisions themselves."""
+    if evaluator.usage is not None:  # --score fragmentation: every pod, CPU-only ones too
+        offer = evaluator.offer(args)
+        try:
+            cpu = cpu_request(args.Pod)
+        except PodRequestError:
+            cpu = 0
+        from gpupair.extender.fragmentation_score import fragmentation_scores  # numpy, only for this score
+
+        scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent)
+        return "[" + ",".join(map(host_priority_json, offer.names, scores)) + "]"
     if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
         return "[" + ",".join(host_priority_json(name, 0) for name in args.node_names()) + "]"
     offer = evaluator.offer(args)

@@ -1,4 +1,4 @@
-"""How many GPUs a pod asks for, by Kubernetes' effective-request rule.
+"""How many GPUs (and how much CPU) a pod asks for, by Kubernetes' effective-request rule.
 
 kube-scheduler and kubelet size a pod as the larger of
 - the app containers plus the restartable init containers (native sidecars), summed, and
@@ -53,7 +53,24 @@ def parse_count(value: Any, where: str) -> int:
     return int(number)
 
 
-def _container_request(container: Any, resource: str, where: str) -> int:
+def parse_milli(value: Any, where: str) -> int:
+    """A Kubernetes quantity ("500m", "2", 1.5) in thousandths, rounded up as the API server
+    rounds a CPU request it stores."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PodRequestError(f"{where}: expected a quantity, got {type(value).__name__}")
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise PodRequestError(f"{where}: {value!r} is not a quantity")
+    try:
+        number = Decimal(match.group(1)) * _SUFFIX[match.group(2)] * 1000
+    except InvalidOperation:
+        raise PodRequestError(f"{where}: {value!r} is not a quantity") from None
+    if number < 0:
+        raise PodRequestError(f"{where}: {value!r} is negative")
+    return int(number.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _container_request(container: Any, resource: str, where: str, parse=parse_count) -> int:
     if not isinstance(container, Mapping):
         raise PodRequestError(f"{where}: a container must be an object")
     resources = container.get("resources") or {}
@@ -64,7 +81,7 @@ def _container_request(container: Any, resource: str, where: str) -> int:
         if not isinstance(table, Mapping):
             raise PodRequestError(f"{where}.resources.{field}: must be an object")
         if resource in table:
-            return parse_count(table[resource], f"{where}.resources.{field}[{resource}]")
+            return parse(table[resource], f"{where}.resources.{field}[{resource}]")
     return 0
 
 
@@ -77,19 +94,29 @@ def _containers(spec: Mapping[str, Any], field: str) -> list[Any]:
 
 def gpu_request(pod: Mapping[str, Any], resource: str = DEFAULT_RESOURCE) -> int:
     """The effective request of ``resource`` for a pod object (a dict as the API sends it)."""
+    return _effective(pod, resource, parse_count)
+
+
+def cpu_request(pod: Mapping[str, Any]) -> int:
+    """The pod's effective CPU request in millicores (a limit alone counts as the request, as
+    the API server defaults it)."""
+    return _effective(pod, "cpu", parse_milli)
+
+
+def _effective(pod: Mapping[str, Any], resource: str, parse) -> int:
     if not isinstance(pod, Mapping):
         raise PodRequestError("pod must be an object")
     spec = pod.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise PodRequestError("spec: must be an object")
     apps = sum(
-        _container_request(c, resource, f"spec.containers[{i}]")
+        _container_request(c, resource, f"spec.containers[{i}]", parse)
         for i, c in enumerate(_containers(spec, "containers"))
     )
     sidecars = 0
     init_peak = 0
     for i, container in enumerate(_containers(spec, "initContainers")):
-        request = _container_request(container, resource, f"spec.initContainers[{i}]")
+        request = _container_request(container, resource, f"spec.initContainers[{i}]", parse)
         if container.get("restartPolicy") == "Always":
             sidecars += request
             init_peak = max(init_peak, sidecars)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupair.command.flags import InputError
+from gpupair.decide.fragmentation import MILLI
 from gpupair.topology import limits
 
-MILLI = 1000  # one GPU in gpu_milli
 MAX_FILE_BYTES = 256 * 1024 * 1024
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

@@ -1,64 +1,60 @@
-"""A fragmentation score for gpupair's extender, as the trace replay models it (proposed; the
-live extender's prioritize still scores with ``placement.score``: docs/extender.md).
+"""gpupair's fragmentation score over a trace's nodes (gpupair/decide/fragmentation.py), as the
+extender runs it with ``--score fragmentation`` behind the every-pod registration.
 
-FGD's measure, made NUMA-aware and learned rather than given:
-- the target workload is what the extender has been asked to place so far (each pod's CPU,
-  GPUs and share), not a list handed to it;
-- a shape of several whole GPUs fits a node only where gpupair's rule lets it: on the fewest
-  NUMA nodes its size allows (``placement.fit``), so GPUs stranded across a socket count as lost;
-- the pod's GPUs are those the node's picker is expected to take (the device plugin's or the
-  allocator's set; a share on the GPU the sharing layer packs it onto), as the extender plans.
+What the extender is modelled to know: every pod (its CPU, GPUs and share) through its pod
+watch, so the workload it measures against is the shapes of the pods seen so far; each node's
+CPU left; each GPU's share left; and, for the pod scored, the GPUs its node's picker is expected
+to take (the device plugin's or the allocator's set; a share on the GPU the sharing layer packs
+it onto, the one with the least left that holds it).
 
-Its 0-10 answer: 10 where the pod adds the least fragmentation among the nodes asked about, one
-point less for each further ``QUANTUM`` milli. It needs each node's CPU left and every pod, GPU
-or not, to reach it: the every-pod registration (docs/dra.md), not ``managedResources``.
+``whole_only``: the extender as it runs today, whose reporters publish whole GPUs. A GPU with
+any share taken looks taken, a share pod looks like a one-GPU pod, and where a share lands is
+not foreseen (it changes nothing the extender sees).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
-from gpupair.decide.placement import MAX_SCORE
+from gpupair.decide.fragmentation import MILLI, Workload, grades
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.devices import Tables
-from gpupair.simulator.trace.fgd import Fragmentation
-from gpupair.simulator.trace.files import MILLI, TracePod
-
-QUANTUM = 10  # milli of fragmentation a point of score stands for
+from gpupair.simulator.trace.files import TracePod
 
 
 class FragmentationScore:
-    def __init__(self, cluster: TraceCluster, tables: Tables):
+    def __init__(self, cluster: TraceCluster, tables: Tables, whole_only: bool = False):
         self.cluster, self.tables = cluster, tables
-        self.seen: Counter = Counter()
+        self.whole_only = whole_only
+        self.workload = Workload()
 
-    def _measure(self) -> Fragmentation:
-        total = sum(self.seen.values())
-        return Fragmentation([(shape, count / total) for shape, count in self.seen.items()], self.cluster.models)
-
-    def _whole_fits(self, measure: Fragmentation, rows: np.ndarray, masks: np.ndarray) -> dict[int, np.ndarray]:
-        ids = self.cluster.layout_id[rows]
-        return {k: self.tables.lookup("fits", ids, masks, k) for k in measure.whole_sizes}
+    def seen(self, pod: TracePod) -> None:
+        """The pod watch saw the pod created: before it is scheduled, whether it fits or not."""
+        if self.whole_only:
+            self.workload.add((pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, ()))
+        else:
+            self.workload.add(pod.shape)
 
     def scores(self, pod: TracePod, rows: np.ndarray) -> np.ndarray:
         c = self.cluster
-        if pod.gpus:
-            self.seen[pod.shape] += 1
-        if not self.seen:
-            return np.zeros(len(rows), dtype=np.int64)
-        measure = self._measure()
+        measure = self.workload.measure(c.models)
+        ids = c.layout_id[rows]
+
+        def fits(masks: np.ndarray) -> dict[int, np.ndarray]:
+            return {k: self.tables.lookup("fits", ids, masks, k) for k in measure.whole_sizes}
+
         left, cpu, model = c.left[rows], c.cpu_left[rows], c.model[rows]
-        before = measure.amount(cpu, left, model, self._whole_fits(measure, rows, c.free_mask[rows]))
+        if self.whole_only:
+            left = np.where(left == MILLI, MILLI, 0)
+        before = measure.amount(cpu, left, model, fits(c.free_mask[rows]))
         after = left.copy()
-        if pod.gpus and pod.milli_per_gpu < MILLI:
+        if pod.gpus and pod.milli_per_gpu < MILLI and self.whole_only:
+            pass
+        elif pod.gpus and pod.milli_per_gpu < MILLI:
             packed = np.argmin(np.where(left >= pod.milli_per_gpu, left, MILLI + 1), axis=1)
             after[np.arange(len(rows)), packed] -= pod.milli_per_gpu
         elif pod.gpus:
             for i, row in enumerate(rows):
-                after[i, list(self.tables.pick(int(c.layout_id[row]), int(c.free_mask[row]), pod.gpus))] = 0
+                after[i, list(self.tables.pick(int(ids[i]), int(c.free_mask[row]), pod.gpus))] = 0
         masks = (after == MILLI).astype(np.int64) @ c.bits
-        grown = measure.amount(cpu - pod.milli_cpu, after, model, self._whole_fits(measure, rows, masks)) - before
-        steps = np.ceil((grown - grown.min()) / QUANTUM - 1e-9)
-        return np.clip(MAX_SCORE - steps, 0, MAX_SCORE).astype(np.int64)
+        return grades(measure.amount(cpu - pod.milli_cpu, after, model, fits(masks)) - before)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupair.simulator.kube_scoring import PROFILES, Profile
-from gpupair.simulator.trace import fgd
+from gpupair.decide import fragmentation
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.files import MILLI, TracePod
 
@@ -152,7 +152,7 @@ class FgdPolicy(Policy):
 
     def bind(self, cluster, workload, rng):
         super().bind(cluster, workload, rng)
-        self.measure = fgd.Fragmentation(workload, cluster.models)
+        self.measure = fragmentation.Fragmentation(workload, cluster.models)
         self.now = self.measure.amount(cluster.cpu_left, cluster.left, cluster.model)
         self.choice: dict[int, int] = {}
 
@@ -173,12 +173,12 @@ class FgdPolicy(Policy):
             holds = left >= pod.milli_per_gpu
             amounts = self.measure.amount(np.repeat(cpu_after[:, None], width, axis=1), after,
                                           np.repeat(c.model[rows][:, None], width, axis=1))
-            each = np.where(holds, fgd.score(self.now[rows][:, None], amounts), -1)
+            each = np.where(holds, fragmentation.fgd_score(self.now[rows][:, None], amounts), -1)
             best = each.argmax(axis=1)
             self.choice = dict(zip(rows.tolist(), best.tolist()))
             return each[np.arange(len(rows)), best]
         after = after_whole(left, pod.gpus) if pod.gpus else left
-        return fgd.score(self.now[rows], self.measure.amount(cpu_after, after, c.model[rows]))
+        return fragmentation.fgd_score(self.now[rows], self.measure.amount(cpu_after, after, c.model[rows]))
 
     def share_gpu(self, pod, row):
         if row in self.choice:

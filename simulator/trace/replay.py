@@ -42,7 +42,8 @@ from gpupair.simulator.trace.policies import MAX_NODE_SCORE, display_name, make_
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
-SHIPPED, FRAGMENTATION = "shipped", "fragmentation"
+SHIPPED, FRAGMENTATION, WHOLE_GPUS = "shipped", "fragmentation", "fragmentation-whole"
+SCORE_LABELS = {SHIPPED: "gpupair", FRAGMENTATION: "gpupair-frag", WHOLE_GPUS: "gpupair-frag-whole"}
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,7 @@ class ReplayConfig:
     tune: float = 1.3
     splits: NumaSplits = field(default_factory=NumaSplits)
     policy_weight: int = FGD_PLUGIN_WEIGHT  # FGD's six; kube-scheduler's profiles keep their own
-    score: str = SHIPPED  # gpupair's score: SHIPPED (placement.score) or FRAGMENTATION (gpupair_score)
-
-    @property
-    def label(self) -> str:
-        """How the table names gpupair's part: ``-``, ``gpupair``, ``gpupair-frag``."""
-        if not self.gpupair:
-            return "-"
-        return "gpupair" if self.score == SHIPPED else "gpupair-frag"
+    score: str = SHIPPED  # gpupair's score: a key of SCORE_LABELS
 
 
 @dataclass
@@ -110,12 +104,15 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     tables = Tables(cluster.layouts, choose, decider, DRA if config.path == DRA else "reporter")
     ties = np.random.default_rng([config.seed, 2])
     result = ReplayResult(display_name(config.policy), config.gpupair, config.seed, config.path, config.score, {})
-    fragmentation = FragmentationScore(cluster, tables) if config.gpupair and config.score == FRAGMENTATION else None
+    fragmentation = FragmentationScore(cluster, tables, config.score == WHOLE_GPUS) \
+        if config.gpupair and config.score != SHIPPED else None
     arrived, used = 0, 0
     arrivals_log = np.zeros(len(stream), dtype=np.int64)
     used_log = np.zeros(len(stream), dtype=np.int64)
     for index, pod in enumerate(stream):
         arrived += pod.gpu_milli
+        if fragmentation is not None:
+            fragmentation.seen(pod)
         row = _schedule(cluster, policy, (tables, fragmentation), pod, config, ties, result)
         if row is not None:
             used += pod.gpu_milli

@@ -11,15 +11,13 @@ from pathlib import Path
 from statistics import mean
 
 from gpupair.command.outputs import atomic_write
-from gpupair.simulator.trace.replay import ReplayResult
+from gpupair.simulator.trace.replay import SCORE_LABELS, ReplayResult
 
 POINTS = (90, 100, 110, 130)  # arrival % the table shows (FGD's figures read 100 and 130)
 
 
 def gpupair_label(run: ReplayResult) -> str:
-    if not run.gpupair:
-        return "-"
-    return "gpupair" if run.score == "shipped" else "gpupair-frag"
+    return SCORE_LABELS[run.score] if run.gpupair else "-"
 
 
 def _groups(runs: Sequence[ReplayResult]) -> dict[tuple[str, str, str], list[ReplayResult]]:
@@ -87,7 +85,7 @@ def plot(path: Path, runs: Sequence[ReplayResult], title: str) -> None:
                 continue
             points = sorted({p for r in group for p, v in r.allocation.items() if v is not None})
             values = [mean(v for r in group if (v := r.allocation.get(p)) is not None) for p in points]
-            style = "-" if label == "-" else ("--" if label == "gpupair" else ":")
+            style = {"-": "-", "gpupair": "--"}.get(label, ":")
             axis.plot(points, values, style, label=policy if label == "-" else f"{policy} + {label}")
         axis.plot([0, 130], [0, 130], color="grey", linewidth=0.5)
         axis.set_xlim(0, 130)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gpupair.simulator.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
-from gpupair.simulator.trace import fgd, protocol
+from gpupair.decide import fragmentation
+from gpupair.simulator.trace import protocol
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods
 from gpupair.simulator.trace.numa import NumaSplits
@@ -119,11 +120,11 @@ def test_kube_profiles_score_as_the_scalar_transcription(full):
 
 def test_fgd_fragmentation_counts_what_the_target_workload_cannot_use():
     one_gpu_pod = ((1000, 1000, 1, ()), 1.0)
-    measure = fgd.Fragmentation([one_gpu_pod], ["G2"])
+    measure = fragmentation.Fragmentation([one_gpu_pod], ["G2"])
     left = np.array([[1000, 500], [1000, 500]])
     amounts = measure.amount(np.array([4000, 500]), left, np.array([0, 0]))
     assert amounts.tolist() == [500.0, 1500.0]  # fits: the half GPU is lost; no CPU: everything is
-    assert fgd.score(np.array([500.0]), np.array([500.0])).tolist() == [50]
+    assert fragmentation.fgd_score(np.array([500.0]), np.array([500.0])).tolist() == [50]
 
 
 def pod(name, cpu, gpus, milli=1000):

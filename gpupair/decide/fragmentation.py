@@ -1,22 +1,33 @@
-"""FGD's fragmentation measure (Weng et al., "Beware of Fragmentation", ATC'23, section 4),
-vectorised over nodes.
+"""Fragmentation: the GPU a node's free capacity cannot give the workload, vectorised over nodes.
 
-A node's fragmentation F(n) is the GPU milli the target workload could not use there:
-F(n) = sum over typical pod shapes t of p_t * f_t(n), where, with L the node's GPU milli left,
-f_t(n) = the milli left on GPUs with less than m_t left, when t fits the node (k_t GPUs with m_t
-left, c_t CPU left, an allowed model), else L (also for CPU-only shapes). FGD places a pod where
-F grows least; its score is ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))``.
+FGD's measure (Weng et al., "Beware of Fragmentation", ATC'23, section 4): a node's
+fragmentation F(n) is the GPU milli (1000 a GPU) a workload of pod shapes could not use there,
+F(n) = sum over shapes t of p_t * f_t(n), where, with L the node's GPU milli left, f_t(n) is the
+milli left on GPUs with less than m_t left when t fits the node (k_t GPUs with m_t left, c_t
+CPU left, an allowed model), else L (also for CPU-only shapes). FGD places a pod where F grows
+least and scores ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))`` (``fgd_score``).
+
+gpupair's fragmentation score (``grades``) makes it NUMA-aware: a shape of several whole GPUs
+fits only where gpupair's rule lets it (the fewest NUMA nodes its size allows, ``whole_fits``),
+so GPUs stranded across a socket count as lost. Its workload is learned, the shapes of the pods
+seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
+fragmentation among the nodes asked about, a point less for each further ``QUANTUM`` milli.
+
+numpy: a prioritize call or a trace replay asks this of every node at once.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
-from gpupair.simulator.trace.files import MILLI
+MILLI = 1000  # one GPU
+MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+QUANTUM = 10  # milli of fragmentation a point of gpupair's score stands for
 
-Shape = tuple[int, int, int, tuple[str, ...]]  # cpu, milli per GPU, GPUs, models
+Shape = tuple[int, int, int, tuple[str, ...]]  # cpu milli, milli per GPU, GPUs, models
 
 
 class Fragmentation:
@@ -56,6 +67,39 @@ class Fragmentation:
         return per_shape @ self.share + total * self.cpu_only_share
 
 
-def score(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+def fgd_score(before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """FGD's integer score: high where the placement adds the least fragmentation."""
     return np.floor(100.0 / (1.0 + np.exp(-(before - after) / 1000.0))).astype(np.int64)
+
+
+def grades(grown: np.ndarray) -> np.ndarray:
+    """gpupair's 0-10 score from each node's growth of F: 10 at the least, a point less for each
+    further QUANTUM milli."""
+    if not len(grown):
+        return np.zeros(0, dtype=np.int64)
+    steps = np.ceil((grown - grown.min()) / QUANTUM - 1e-9)
+    return np.clip(MAX_SCORE - steps, 0, MAX_SCORE).astype(np.int64)
+
+
+class Workload:
+    """The pod shapes seen so far, each counted once per pod: the workload F is measured
+    against, learned from the pods rather than given (FGD takes the trace's most common shapes
+    up front)."""
+
+    def __init__(self) -> None:
+        self.shapes: Counter = Counter()
+
+    def add(self, shape: Shape) -> None:
+        self.shapes[shape] += 1
+
+    def remove(self, shape: Shape) -> None:
+        self.shapes[shape] -= 1
+        if self.shapes[shape] <= 0:
+            del self.shapes[shape]
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes)
+
+    def measure(self, models: Sequence[str]) -> Fragmentation:
+        total = sum(self.shapes.values())
+        return Fragmentation([(shape, count / total) for shape, count in self.shapes.items()], models)

@@ -1,0 +1,48 @@
+"""The fragmentation measure and gpupair's score over it (gpupair/decide/fragmentation.py), and
+the CPU request it is fed (gpupair/decide/pod_request.py)."""
+
+import numpy as np
+import pytest
+
+from gpupair.decide.fragmentation import MAX_SCORE, QUANTUM, Fragmentation, Workload, grades
+from gpupair.decide.pod_request import PodRequestError, cpu_request, parse_milli
+
+
+def test_a_shape_of_whole_gpus_fits_only_as_close_as_gpupair_allows():
+    four = ((0, 1000, 4, ()), 1.0)
+    measure = Fragmentation([four], [""])
+    left = np.array([[1000] * 4 + [0] * 4, [1000, 1000, 0, 0, 1000, 1000, 0, 0]])
+    cpu, model = np.array([8000, 8000]), np.array([0, 0])
+    assert measure.amount(cpu, left, model).tolist() == [0.0, 0.0]  # FGD: four free GPUs fit anywhere
+    numa = {4: np.array([True, False])}  # the second node's four are split over both sockets
+    assert measure.amount(cpu, left, model, numa).tolist() == [0.0, 4000.0]
+    assert measure.whole_sizes == [4]
+
+
+def test_grades_give_ten_to_the_least_growth_and_a_point_less_per_quantum():
+    grown = np.array([250.0, 250.0 + QUANTUM, 250.0 + 3.5 * QUANTUM, 1e6])
+    assert grades(grown).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
+    assert grades(np.zeros(0)).tolist() == []
+
+
+def test_the_workload_counts_each_pod_once_and_forgets_it():
+    workload = Workload()
+    assert not workload
+    for shape in ((1000, 1000, 1, ()), (1000, 1000, 1, ()), (4000, 1000, 8, ())):
+        workload.add(shape)
+    measure = workload.measure([""])
+    assert sorted(measure.share.tolist()) == pytest.approx([1 / 3, 2 / 3])
+    workload.remove((4000, 1000, 8, ()))
+    assert workload.measure([""]).whole_sizes == []
+
+
+def test_cpu_requests_in_millicores_by_the_effective_request_rule():
+    pod = {"spec": {
+        "containers": [{"resources": {"requests": {"cpu": "1500m"}}}, {"resources": {"limits": {"cpu": "0.5"}}}],
+        "initContainers": [{"resources": {"requests": {"cpu": "3"}}}]}}
+    assert cpu_request(pod) == 3000  # the init container's 3 cores outweigh 2
+    assert parse_milli("100u", "x") == 1  # rounded up, as the API server stores it
+    assert cpu_request({"spec": {"containers": [{}]}}) == 0
+    for bad in ("lots", "-1", True):
+        with pytest.raises(PodRequestError):
+            parse_milli(bad, "cpu")
