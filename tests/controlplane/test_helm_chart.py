@@ -5,7 +5,8 @@ admits the webhook configuration and the admission policies (their CEL type-chec
 real schemas, and the verdict policy refuses a forged verdict), an upgrade adds, changes and
 removes objects as the new values say, and uninstall leaves nothing of gpupair behind but the
 namespace, with the certificate Secret in it, which NOTES.txt says to delete. The chart checks the
-namespace's Pod Security labels with `lookup`.
+namespace's Pod Security labels with `lookup`, and refuses to upgrade a release of the layout
+before 0.2.0 (gpupair kept in a namespace other than the release's).
 
 cert-manager's and prometheus-operator's kinds are stand-in CRDs with open schemas (no operator
 runs here); what the chart writes into them is compared with what it rendered. The chart goes
@@ -263,6 +264,18 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     assert len(hook["webhooks"]) == 8 and hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         f"{CHART_NAMESPACE}/gpupair-webhook"
     assert "gpupair.io/verdict" in forged_verdict_refused(api, namespace)
+
+    # a release of the layout before 0.2.0 (its webhook served from another namespace, here
+    # made so by hand): an upgrade would move gpupair into the release's namespace; refused
+    old_layout = copy.deepcopy(hook["webhooks"])
+    for entry in old_layout:
+        entry["clientConfig"]["service"]["namespace"] = DEPLOY_NAMESPACE
+    api.patch(hook, {"webhooks": old_layout})
+    refusal = helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reset-values",
+                       *set_json(INSTALL), refused=True)
+    assert (f"helm uninstall {RELEASE} -n {RELEASE_NAMESPACE} --wait && helm install {RELEASE} charts/gpupair "
+            f"-n {DEPLOY_NAMESPACE} --create-namespace") in refusal, refusal
+    api.patch(hook, {"webhooks": hook["webhooks"]})
 
     # and back: the certs Job returns under this revision's name, the scheduler's objects go
     helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reset-values", *set_json(INSTALL))
