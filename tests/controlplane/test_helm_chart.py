@@ -3,17 +3,21 @@ real helm 4 installs it, upgrades it to changed values and back, and uninstalls 
 (there is no kubelet), but every object the chart renders is created as rendered, the apiserver
 admits the webhook configuration and the admission policies (their CEL type-checks against the
 real schemas, and the verdict policy refuses a forged verdict), an upgrade adds, changes and
-removes objects as the new values say, and uninstall leaves nothing of gpupair behind,
-cluster-scoped objects and the namespace (with the certificate Secret in it) included.
+removes objects as the new values say, and uninstall leaves nothing of gpupair behind but the
+namespace, with the certificate Secret in it, which NOTES.txt says to delete. The chart checks the
+namespace's Pod Security labels with `lookup`, and refuses to upgrade a release of the layout
+before 0.2.0 (gpupair kept in a namespace other than the release's).
 
 cert-manager's and prometheus-operator's kinds are stand-in CRDs with open schemas (no operator
 runs here); what the chart writes into them is compared with what it rendered. The chart goes
-into a namespace of its own, as another release of it could: deploy/'s tests keep gpupair-system."""
+into a namespace of its own (`helm install -n gpupair-helm --create-namespace`), as another
+release of it could: deploy/'s tests keep gpupair-system."""
 
 from __future__ import annotations
 
 import copy
 import json
+import shlex
 import subprocess
 import time
 from typing import Any
@@ -22,15 +26,16 @@ import pytest
 
 from tests.controlplane.api import Api, ApiError
 from tests.deploy_manifests import CHART, helm_template
-from tests.k8s_tools import helm_path, require
+from tests.k8s_tools import helm_path, kubectl_path, require
 
 RELEASE = "gpupair"
-RELEASE_NAMESPACE = "default"
-CHART_NAMESPACE = "gpupair-helm"  # not deploy/'s gpupair-system, which other tests of the session use
+# The release's namespace, where the chart puts everything: not deploy/'s gpupair-system, which
+# other tests of the session use.
+CHART_NAMESPACE = RELEASE_NAMESPACE = "gpupair-helm"
 DEPLOY_NAMESPACE = "gpupair-system"
-INSTALL = {"namespace": {"name": CHART_NAMESPACE}}
+INSTALL: dict = {}
 UPGRADE = {  # every kind of change: objects added (scheduler, DRA entries, monitors), changed, removed (certs)
-    "namespace": {"name": CHART_NAMESPACE}, "image": {"tag": "0.2.0"}, "scheduler": {"mode": "second-scheduler"},
+    "image": {"tag": "0.2.0"}, "scheduler": {"mode": "second-scheduler"},
     "certificates": {"source": "cert-manager"}, "dra": {"enabled": True}, "monitoring": {"enabled": True},
     "reporter": {"port": 9410}, "extender": {"replicas": 3}, "resourceName": "nvidia.com/mig-1g.10gb",
 }
@@ -106,13 +111,21 @@ def gpupair_leftovers(api: Api, kinds: set[tuple[str, str]], names: set[tuple]) 
     return sorted(set(left))
 
 
+def rendered_objects(values: dict) -> list[dict]:
+    return helm_template(values, namespace=CHART_NAMESPACE)
+
+
 @pytest.fixture
 def helm_cli(control_plane):
     binary = require("helm", helm_path())
 
-    def run(*args: str) -> str:
+    def run(*args: str, refused: bool = False) -> str:
+        """helm's stdout; with ``refused``, helm must fail, and this is its stderr."""
         result = subprocess.run([binary, "--kubeconfig", str(control_plane.admin_kubeconfig), *args],
                                 capture_output=True, text=True, timeout=300)
+        if refused:
+            assert result.returncode != 0, f"helm {' '.join(args)} passed:\n{result.stdout}"
+            return result.stderr
         assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
         return result.stdout
 
@@ -148,7 +161,7 @@ def clear_deploy_leftovers(api: Api, rendered: list[dict]) -> None:
 
 def check_release(api: Api, values: dict, revision: int, kinds: set[tuple[str, str]]) -> dict[tuple, dict]:
     """The cluster holds exactly the objects `helm template` renders for ``values``, each as rendered."""
-    rendered = {key(o): o for o in helm_template(values)}
+    rendered = {key(o): o for o in rendered_objects(values)}
     for obj in rendered.values():  # helm template says revision 1; the Job is named after the revision
         if obj["kind"] == "Job":
             obj["metadata"]["name"] = obj["metadata"]["name"].rsplit("-", 1)[0] + f"-{revision}"
@@ -195,28 +208,52 @@ def set_json(values: dict) -> list[str]:
     return [arg for k, v in values.items() for arg in ("--set-json", f"{k}={json.dumps(v)}")]
 
 
+def labelled_as_told(control_plane, message: str, namespace: str) -> None:
+    """Runs the one `kubectl label namespace` command the chart printed, as printed."""
+    start = message.index(f"kubectl label namespace {namespace} ")
+    words = shlex.split(message[start:].splitlines()[0])
+    kubectl = require("kubectl", kubectl_path())
+    subprocess.run([kubectl, "--kubeconfig", str(control_plane.admin_kubeconfig), *words[1:]], check=True,
+                   capture_output=True, timeout=60)
+
+
 def test_install_upgrade_uninstall(control_plane, api, controller_manager, namespace, helm_cli, stand_in_crds):
-    every_step = [helm_template(INSTALL), helm_template(UPGRADE)]  # the third step is the first again
+    every_step = [rendered_objects(INSTALL), rendered_objects(UPGRADE)]  # the third step is the first again
     kinds = {(o["apiVersion"], o["kind"]) for objs in every_step for o in objs}
     names = {key(o) for objs in every_step for o in objs}
     clear_deploy_leftovers(api, every_step[0] + every_step[1])
     controller_manager(POLICY_STATUS_CONTROLLER)
 
-    # install
-    helm_cli("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *set_json(INSTALL))
+    # install, as any chart: into the release's namespace, which Helm creates
+    notes = helm_cli("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+                     *set_json(INSTALL))
     rendered = check_release(api, INSTALL, 1, kinds)
     check_admitted(api, rendered)
+    # Helm made the namespace after rendering, so NOTES.txt found no Pod Security label on it
+    assert f"kubectl label namespace {CHART_NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in notes
     hook = api.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "gpupair-webhook")
     assert [w["name"] for w in hook["webhooks"]] == [w["name"] for w in rendered[
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "gpupair-webhook")]["webhooks"]]
     assert "gpupair.io/verdict" in forged_verdict_refused(api, namespace)
-    # what the certs Job would write (no kubelet runs it): uninstall must take it away too
+    # what the certs Job would write (no kubelet runs it): it stays at uninstall, in the namespace
     api.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                 "metadata": {"name": "gpupair-webhook-tls", "namespace": CHART_NAMESPACE},
                 "data": {"tls.crt": "", "tls.key": ""}})
 
+    # a namespace that enforces a level the reporter cannot meet: refused, with the command to run
+    api.patch(f"/api/v1/namespaces/{CHART_NAMESPACE}",
+              {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    refusal = helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *set_json(UPGRADE),
+                       refused=True)
+    assert f"namespace {CHART_NAMESPACE} enforces Pod Security level baseline" in refusal, refusal
+    labelled_as_told(control_plane, refusal, CHART_NAMESPACE)
+    labels = api.get("v1", "Namespace", CHART_NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+
     # upgrade to changed values: objects added, changed and removed
-    helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *set_json(UPGRADE))
+    notes = helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *set_json(UPGRADE))
+    assert "pod-security.kubernetes.io" not in notes, "labelled privileged: nothing more to do"
     upgraded = check_release(api, UPGRADE, 2, kinds)
     check_admitted(api, upgraded)
     removed = set(rendered) - set(upgraded)
@@ -228,6 +265,18 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
         f"{CHART_NAMESPACE}/gpupair-webhook"
     assert "gpupair.io/verdict" in forged_verdict_refused(api, namespace)
 
+    # a release of the layout before 0.2.0 (its webhook served from another namespace, here
+    # made so by hand): an upgrade would move gpupair into the release's namespace; refused
+    old_layout = copy.deepcopy(hook["webhooks"])
+    for entry in old_layout:
+        entry["clientConfig"]["service"]["namespace"] = DEPLOY_NAMESPACE
+    api.patch(hook, {"webhooks": old_layout})
+    refusal = helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reset-values",
+                       *set_json(INSTALL), refused=True)
+    assert (f"helm uninstall {RELEASE} -n {RELEASE_NAMESPACE} --wait && helm install {RELEASE} charts/gpupair "
+            f"-n {DEPLOY_NAMESPACE} --create-namespace") in refusal, refusal
+    api.patch(hook, {"webhooks": hook["webhooks"]})
+
     # and back: the certs Job returns under this revision's name, the scheduler's objects go
     helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reset-values", *set_json(INSTALL))
     back = check_release(api, INSTALL, 3, kinds)
@@ -235,9 +284,13 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     assert ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "gpupair-scheduler-as-kube-scheduler") in \
         set(upgraded) - set(back)
 
-    # uninstall: the namespace goes (its controller, and the garbage collector, do that part)
+    # uninstall leaves the namespace Helm created, with the certificate Secret; deleting it, as
+    # NOTES.txt says, leaves nothing (its controller, and the garbage collector, do that part)
     controller_manager("namespace-controller,garbage-collector-controller")
     helm_cli("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
+    assert gpupair_leftovers(api, kinds, names) == [f"Namespace {CHART_NAMESPACE}"]
+    assert api.find("v1", "Secret", "gpupair-webhook-tls", CHART_NAMESPACE) is not None
+    api.delete(f"/api/v1/namespaces/{CHART_NAMESPACE}")
     deadline = time.monotonic() + 120
     while (left := gpupair_leftovers(api, kinds, names)) and time.monotonic() < deadline:
         time.sleep(0.5)

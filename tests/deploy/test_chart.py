@@ -166,9 +166,18 @@ def differences(a, b, path="") -> list[str]:
     return [] if a == b else [f"{path}: kustomize {json.dumps(a)[:200]} != helm {json.dumps(b)[:200]}"]
 
 
+def namespace_of_deploy() -> dict:
+    (namespace,) = of_kind(render("self-managed"), "Namespace")
+    return namespace
+
+
 @pytest.mark.parametrize("case,overlay,components,extra,values", CASES, ids=[c[0] for c in CASES])
 def test_the_chart_renders_what_kustomize_renders(tmp_path, case, overlay, components, extra, values):
-    kustomized = normalized(kustomize_case(tmp_path, overlay, components, extra), helm_side=False)
+    """All but deploy/'s Namespace: the chart's namespace is the release's (`helm install -n
+    gpupair-system --create-namespace`), whose labels test_the_pod_security_labels_are_deploys
+    holds to deploy/'s."""
+    kustomized = normalized([o for o in kustomize_case(tmp_path, overlay, components, extra)
+                             if o["kind"] != "Namespace"], helm_side=False)
     charted = normalized(helm_template(values), helm_side=True)
     assert sorted(charted) == sorted(kustomized), "the same objects"
     diffs = [f"{key}: {d}" for key in sorted(kustomized) for d in differences(kustomized[key], charted[key])]
@@ -216,7 +225,7 @@ def test_linked_files_are_deploys_own():
 
 def test_helm_lint_strict():
     for values in ({}, ALL_OPTIONS):
-        args = ["lint", "--strict", str(CHART), "--namespace", "default"]
+        args = ["lint", "--strict", str(CHART), "--namespace", "gpupair-system"]
         if values:
             args += ["--set-json", f"scheduler={json.dumps(values['scheduler'])}",
                      "--set-json", f"certificates={json.dumps(values['certificates'])}",
@@ -243,8 +252,6 @@ MONITORING_SETTINGS = {"monitoring": {"enabled": True, "labels": {"release": "ku
                                       "podMonitor": {"enabled": False},
                                       "dashboard": {"labels": {"grafana_dashboard": "1", "team": "gpu"}}}}
 DOCUMENTED = [values for _, _, _, _, values in CASES] + [
-    {"namespace": {"name": "gpu-placement"}},
-    {"namespace": {"create": False, "name": "default"}},
     GLOBAL_SETTINGS, REPORTER_SETTINGS, DEPLOYMENT_SETTINGS, DRA_SETTINGS, MONITORING_SETTINGS,
     {"image": {"repository": "registry.example.com/gpupair", "tag": "0.2.0", "pullPolicy": "Always"},
      "certificates": {"days": 90, "schedule": "0 4 * * *"}},
@@ -253,8 +260,7 @@ DOCUMENTED = [values for _, _, _, _, values in CASES] + [
 
 @pytest.mark.parametrize("values", DOCUMENTED, ids=[json.dumps(v, sort_keys=True)[:60] for v in DOCUMENTED])
 def test_every_documented_combination_renders_and_validates(values):
-    objs = helm_template(values, namespace="gpupair-system" if values.get("namespace", {}).get("create") is False
-                         else "default")
+    objs = helm_template(values)
     keys = [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs]
     assert len(keys) == len(set(keys)), "duplicate objects"
     checked = 0
@@ -317,11 +323,11 @@ def test_monitoring_labels_and_parts():
     assert board["metadata"]["labels"]["team"] == "gpu" and board["metadata"]["labels"]["grafana_dashboard"] == "1"
 
 
-def test_another_namespace_leaves_no_trace_of_gpupair_system():
-    objs = helm_template(ALL_OPTIONS | {"namespace": {"name": "gpu-placement"}})
+def test_another_release_namespace_leaves_no_trace_of_gpupair_system():
+    objs = helm_template(ALL_OPTIONS, namespace="gpu-placement")
     text = json.dumps(objs)
     assert "gpupair-system" not in text
-    assert find(objs, "Namespace", "gpu-placement")
+    assert not of_kind(objs, "Namespace"), "the release's namespace is Helm's (--create-namespace), not the chart's"
     assert {o["metadata"].get("namespace") for o in objs if "namespace" in o["metadata"]} == {"gpu-placement",
                                                                                               "kube-system"}
     for policy in of_kind(objs, "ValidatingAdmissionPolicy"):
@@ -330,15 +336,24 @@ def test_another_namespace_leaves_no_trace_of_gpupair_system():
     assert "gpupair-webhook.gpu-placement.svc" in serving["spec"]["dnsNames"]
 
 
-def test_without_creating_the_namespace_the_release_lives_in_it():
-    objs = helm_template({"namespace": {"create": False, "name": "gpupair-system"}}, namespace="gpupair-system")
-    assert not of_kind(objs, "Namespace")
+def test_the_pod_security_labels_are_deploys():
+    """The command NOTES.txt prints (and the chart's refusal of a namespace that enforces a
+    stricter level names) sets the Pod Security labels deploy/base/namespace.yaml sets."""
+    text = notes({}, namespace="gpu-placement")
+    (command,) = [line.strip() for line in text.splitlines() if line.strip().startswith("kubectl label namespace gpu-placement ")]
+    words = command.split()
+    assert words[:4] == ["kubectl", "label", "namespace", "gpu-placement"] and words[-1] == "--overwrite"
+    deploys = {k: v for k, v in namespace_of_deploy()["metadata"]["labels"].items()
+               if k.startswith("pod-security.kubernetes.io/")}
+    assert deploys and dict(w.split("=", 1) for w in words[4:-1]) == deploys
+    assert "the reporter needs the privileged pod security level" in " ".join(text.lower().split())
 
 
-def test_the_release_cannot_live_in_the_namespace_it_creates():
-    result = helm("template", "gpupair", str(CHART), "--namespace", "gpupair-system", check=False)
-    assert result.returncode != 0
-    assert "the release cannot be kept in it" in result.stderr and "namespace.create=false" in result.stderr
+def test_an_old_values_file_with_namespace_settings_is_refused():
+    """namespace.name and namespace.create are gone: the release's namespace is the chart's (-n)."""
+    result = helm("template", "gpupair", str(CHART), "--set-json", 'namespace={"name": "gpupair-system", "create": true}',
+                  check=False)
+    assert result.returncode != 0 and "additional properties 'namespace' not allowed" in result.stderr, result.stderr
 
 
 def test_every_gpupair_container_is_locked_down_whatever_the_values():
@@ -372,7 +387,6 @@ BAD_VALUES = [
     ('image={"tag": "has space"}', "/image/tag"),
     ('image={"pullPolicy": "Sometimes"}', "/image/pullPolicy"),
     ('logLevel="verbose"', "/logLevel"),
-    ('namespace={"name": "Gpupair_System"}', "/namespace/name"),
     ('reporter={"gpuNodeLabel": {"key": "", "value": "true"}}', "/reporter/gpuNodeLabel/key"),
     ('reporter={"tolerations": [{"operator": "Sometimes"}]}', "/reporter/tolerations/0/operator"),
     ('monitoring={"enabeld": true}', "enabeld"),
@@ -406,8 +420,8 @@ def test_the_schema_accepts_every_documented_combination():
 # --------------------------------------------------------------------------- NOTES.txt
 
 
-def notes(values: dict) -> str:
-    args = ["install", "gpupair", str(CHART), "--dry-run=client", "--namespace", "default"]
+def notes(values: dict, namespace: str = "gpupair-system") -> str:
+    args = ["install", "gpupair", str(CHART), "--dry-run=client", "--namespace", namespace]
     for key, value in values.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     return helm(*args).stdout.split("NOTES:", 1)[1]
@@ -421,6 +435,8 @@ def test_notes_say_what_to_do_next():
     assert "managedResources:" in self_managed and "name: nvidia.com/gpu" in self_managed
     assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in self_managed
     assert "job/gpupair-certs-1" in self_managed
+    assert "leaves the namespace gpupair-system" in self_managed
+    assert "kubectl delete namespace gpupair-system" in self_managed
     second = notes({"scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"}})
     assert "extenders:" not in second and "deployment/gpupair-scheduler" in second
     assert "job/gpupair-certs" not in second and "certificate/gpupair-webhook" in second
@@ -511,7 +527,7 @@ def test_the_packaged_chart_carries_the_linked_files(tmp_path):
             assert member.isfile(), f"{link.name} is packaged as a link"
             assert tar.extractfile(member).read() == link.resolve().read_bytes()
     for values in ({}, ALL_OPTIONS):
-        args = ["template", "gpupair", str(archive), "--namespace", "default"]
+        args = ["template", "gpupair", str(archive), "--namespace", "gpupair-system"]
         for k, v in values.items():
             args += ["--set-json", f"{k}={json.dumps(v)}"]
         packaged = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]

@@ -5,8 +5,17 @@ helm.sh/chart, version); selectors carry only app.kubernetes.io/name, as in depl
 kustomize install and a Helm one select the same pods.
 */}}
 
+{{/* Every namespaced object goes into the release's namespace (helm install -n NAME), as in any
+chart. */}}
 {{- define "gpupair.namespace" -}}
-{{ .Values.namespace.name }}
+{{ .Release.Namespace }}
+{{- end }}
+
+{{/* How to give the namespace the Pod Security labels deploy/base/namespace.yaml gives it: the
+reporter needs the privileged level (reporter/daemonset.yaml); every other pod meets restricted,
+and the audit log records any pod that does not. */}}
+{{- define "gpupair.podSecurityCommand" -}}
+kubectl label namespace {{ include "gpupair.namespace" . }} pod-security.kubernetes.io/enforce=privileged pod-security.kubernetes.io/audit=restricted --overwrite
 {{- end }}
 
 {{- define "gpupair.image" -}}
