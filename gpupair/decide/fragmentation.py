@@ -11,7 +11,10 @@ gpupair's fragmentation score (``grades``) makes it NUMA-aware: a shape of sever
 fits only where gpupair's rule lets it (the fewest NUMA nodes its size allows, ``whole_fits``),
 so GPUs stranded across a socket count as lost. Its workload is learned, the shapes of the pods
 seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
-fragmentation among the nodes asked about, a point less for each further ``QUANTUM`` milli.
+fragmentation among the nodes asked about, a point less for each further ``QUANTUM`` milli, with
+``PACKING`` milli added per GPU the node would have left: among nodes that fragment alike, the
+fuller one, as FGD's own ties go to a fixed node order and so pack (kube-scheduler's default
+profile, left to break them, spreads).
 
 numpy: a prioritize call or a trace replay asks this of every node at once.
 """
@@ -26,6 +29,8 @@ import numpy as np
 MILLI = 1000  # one GPU
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 QUANTUM = 10  # milli of fragmentation a point of gpupair's score stands for
+PACKING = 20  # milli of fragmentation counted per GPU a node would have left (best fit among near equals)
+TYPICAL_SHARE = 0.95  # FGD's podPopularityThreshold: the target workload covers 95% of the pods
 
 Shape = tuple[int, int, int, tuple[str, ...]]  # cpu milli, milli per GPU, GPUs, models
 
@@ -72,12 +77,13 @@ def fgd_score(before: np.ndarray, after: np.ndarray) -> np.ndarray:
     return np.floor(100.0 / (1.0 + np.exp(-(before - after) / 1000.0))).astype(np.int64)
 
 
-def grades(grown: np.ndarray) -> np.ndarray:
-    """gpupair's 0-10 score from each node's growth of F: 10 at the least, a point less for each
-    further QUANTUM milli."""
+def grades(grown: np.ndarray, left_after: np.ndarray) -> np.ndarray:
+    """gpupair's 0-10 score from each node's growth of F and the GPU milli it would have left: 10
+    at the least, a point less for each further QUANTUM milli."""
     if not len(grown):
         return np.zeros(0, dtype=np.int64)
-    steps = np.ceil((grown - grown.min()) / QUANTUM - 1e-9)
+    cost = grown + PACKING * left_after / MILLI
+    steps = np.ceil((cost - cost.min()) / QUANTUM - 1e-9)
     return np.clip(MAX_SCORE - steps, 0, MAX_SCORE).astype(np.int64)
 
 
@@ -100,6 +106,18 @@ class Workload:
     def __bool__(self) -> bool:
         return bool(self.shapes)
 
+    def typical(self, coverage: float = TYPICAL_SHARE) -> list[tuple[Shape, float]]:
+        """The most common shapes, up to ``coverage`` of the pods, each with its share among
+        them, as FGD picks its target workload (ties: the larger shape first): the long tail of
+        one-off shapes would cost time and change little."""
+        ranked = sorted(self.shapes.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        total, kept, covered = sum(self.shapes.values()), [], 0
+        for shape, count in ranked:
+            kept.append((shape, count))
+            covered += count
+            if covered >= coverage * total:
+                break
+        return [(shape, count / covered) for shape, count in kept]
+
     def measure(self, models: Sequence[str]) -> Fragmentation:
-        total = sum(self.shapes.values())
-        return Fragmentation([(shape, count / total) for shape, count in self.shapes.items()], models)
+        return Fragmentation(self.typical(), models)

@@ -64,6 +64,7 @@ class Tables:
                     passes.append(decision.passes)
                     scores.append(decision.score)
             self._built[key] = {"pick": picks, "found": np.array([p is not None for p in picks]),
+                                "pick_mask": np.array([sum(1 << g for g in p or ()) for p in picks], dtype=np.int64),
                                 "close": np.array(close), "fits": np.array(fits),
                                 "passes": np.array(passes, dtype=bool), "score": np.array(scores, dtype=np.int64)}
         return self._built[key]

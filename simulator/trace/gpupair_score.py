@@ -54,7 +54,8 @@ class FragmentationScore:
             packed = np.argmin(np.where(left >= pod.milli_per_gpu, left, MILLI + 1), axis=1)
             after[np.arange(len(rows)), packed] -= pod.milli_per_gpu
         elif pod.gpus:
-            for i, row in enumerate(rows):
-                after[i, list(self.tables.pick(int(ids[i]), int(c.free_mask[row]), pod.gpus))] = 0
+            taken = self.tables.lookup("pick_mask", ids, c.free_mask[rows], pod.gpus)
+            after[(taken[:, None] & c.bits) != 0] = 0
         masks = (after == MILLI).astype(np.int64) @ c.bits
-        return grades(measure.amount(cpu - pod.milli_cpu, after, model, fits(masks)) - before)
+        grown = measure.amount(cpu - pod.milli_cpu, after, model, fits(masks)) - before
+        return grades(grown, after.sum(axis=1))

@@ -14,14 +14,13 @@ reproduced, and could not be (its informers and scheduler draw from it too).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
+from gpupair.decide.fragmentation import Workload
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 
-TYPICAL_SHARE = 0.95  # FGD's podPopularityThreshold: the target workload covers 95% of the pods
 
 
 def arrivals(pods: Sequence[TracePod], nodes: Sequence[TraceNode], rng: np.random.Generator,
@@ -53,16 +52,10 @@ def arrivals(pods: Sequence[TracePod], nodes: Sequence[TraceNode], rng: np.rando
 def typical_pods(pods: Sequence[TracePod]) -> list[tuple[tuple[int, int, int, tuple[str, ...]], float]]:
     """FGD's target workload: the most common pod shapes (cpu, milli per GPU, GPUs, models) of
     the trace as given, up to 95% of its pods, each with its share among them."""
-    counts = Counter(pod.shape for pod in pods)
-    ranked = sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)
-    kept, covered = [], 0
-    for shape, count in ranked:
-        kept.append((shape, count))
-        covered += count
-        if covered >= TYPICAL_SHARE * len(pods):
-            break
-    total = sum(count for _, count in kept)
-    return [(shape, count / total) for shape, count in kept]
+    workload = Workload()
+    for pod in pods:
+        workload.add(pod.shape)
+    return workload.typical()
 
 
 def allocation_curve(arrived: Sequence[int], used: Sequence[int], total_gpus: int,

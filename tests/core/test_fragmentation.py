@@ -4,7 +4,7 @@ the CPU request it is fed (gpupair/decide/pod_request.py)."""
 import numpy as np
 import pytest
 
-from gpupair.decide.fragmentation import MAX_SCORE, QUANTUM, Fragmentation, Workload, grades
+from gpupair.decide.fragmentation import MAX_SCORE, PACKING, QUANTUM, Fragmentation, Workload, grades
 from gpupair.decide.pod_request import PodRequestError, cpu_request, parse_milli
 
 
@@ -21,8 +21,13 @@ def test_a_shape_of_whole_gpus_fits_only_as_close_as_gpupair_allows():
 
 def test_grades_give_ten_to_the_least_growth_and_a_point_less_per_quantum():
     grown = np.array([250.0, 250.0 + QUANTUM, 250.0 + 3.5 * QUANTUM, 1e6])
-    assert grades(grown).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
-    assert grades(np.zeros(0)).tolist() == []
+    assert grades(grown, np.zeros(4)).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
+    assert grades(np.zeros(0), np.zeros(0)).tolist() == []
+
+
+def test_among_nodes_that_fragment_alike_the_fuller_one_wins():
+    left_after = np.array([3000, 1000])  # two GPUs more left on the first
+    assert grades(np.zeros(2), left_after).tolist() == [MAX_SCORE - round(2 * PACKING / QUANTUM), MAX_SCORE]
 
 
 def test_the_workload_counts_each_pod_once_and_forgets_it():
