@@ -132,15 +132,11 @@ def test_the_components_variables_are_current_flag_variables(with_dra):
 
     current = {name: {a.gpupair_env.env for a in parser._actions if hasattr(a, "gpupair_env")}
                for name, parser in command_parsers().items()}
-    flags = {name: {s for action in parser._actions for s in action.option_strings}
-             for name, parser in command_parsers().items()}
     objs = with_dra("self-managed")
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"} <= current["webhook"]
     assert {k for k in webhook if k.startswith("GPUPAIR_")} <= current["webhook"]
     for command, kind, name in (("extender", "Deployment", "gpupair-extender"), ("reporter", "DaemonSet", "gpupair-reporter")):
-        if "--dra-driver" not in flags[command]:
-            pytest.skip(f"gpupair {command} has no --dra-driver yet (issue 17)")
         env = env_of(container(objs, kind, name, command))
         assert {k for k in env if k.startswith("GPUPAIR_")} <= current[command], command
 
