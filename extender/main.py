@@ -26,12 +26,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on", type=listen_address)
     add_flag(parser, "--port", 8888, "port to listen on", bounds=PORT)
     add_kube_flags(parser)
-    add_resource_name(parser, deprecated=("--resource",))
+    add_resource_name(parser)
     add_flag(parser, "--stale-after", 300.0,
              "seconds after which a node's report counts as stale (0: never), from the newest of the "
              "report's reportedAt and the node's Lease renewal", bounds=OPTIONAL_DURATION)
-    add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone",
-                        deprecated=("--heartbeat-namespace",))
+    add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone")
     add_flag(parser, "--unreported", "fail",
              "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "
              "there with the reason, or 'pass' them unscored", choices=("fail", "pass"))
@@ -51,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "list+watch nodes for NodeNames mode (nodeCacheCapable: true)")
     add_flag(parser, "--api-timeout", 4.0,
              "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)", bounds=DURATION)
-    add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
+    add_tls_flags(parser)  # empty: plain HTTP
     add_default_placement(parser)
     add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)", on=False)
     add_flag(parser, "--gpu-device-classes", DRA_DRIVER,

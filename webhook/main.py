@@ -15,8 +15,7 @@ from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_G
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on", type=listen_address)
     add_flag(parser, "--port", 8443, "HTTPS port for /mutate, /healthz, /readyz, /metrics", bounds=PORT)
-    add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key",
-                  deprecated_cert=("--tls-cert",), deprecated_key=("--tls-key",))
+    add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key")
     add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--scheduler-name", "",
              "if set, multi-GPU pods that use the default scheduler are given this schedulerName")
@@ -28,11 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_default_placement(parser)
     add_flag(parser, "--gpu-device-classes", ",".join(DEFAULT_GPU_DEVICE_CLASSES),
              "DRA DeviceClasses whose devices are GPUs (comma-separated): a ResourceClaim or "
-             "ResourceClaimTemplate asking 2 or more of one gets the placement intent as a constraint",
-             old_env=())
+             "ResourceClaimTemplate asking 2 or more of one gets the placement intent as a constraint")
     add_flag(parser, "--gpus-per-numa-node", DEFAULT_GPUS_PER_NUMA_NODE,
              "the most GPUs one NUMA node holds: a DRA request for more gets no NUMA constraint "
-             "(no node could honour it; the extender judges it by the fewest NUMA nodes)", old_env=(),
+             "(no node could honour it; the extender judges it by the fewest NUMA nodes)",
              bounds=Range(2, limits.MAX_GPUS))
     add_common_flags(parser)
 
