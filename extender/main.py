@@ -9,10 +9,9 @@ import gc
 import logging
 from typing import TYPE_CHECKING
 
-from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.command.flags import (
-    DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace,
-    add_resource_name, add_tls_flags, listen_address,
+    DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_gpu_device_classes,
+    add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
 
@@ -53,9 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_tls_flags(parser)  # empty: plain HTTP
     add_default_placement(parser)
     add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)", on=False)
-    add_flag(parser, "--gpu-device-classes", DRA_DRIVER,
-             "DRA DeviceClasses whose devices are GPUs (comma-separated): what a pod's claims ask of them "
-             "counts as its GPU request")
+    add_gpu_device_classes(parser, "what a pod's claims ask of them counts as its GPU request")
     add_flag(parser, "--rdma-resources", "rdma/hca_shared_devices_a,nvidia.com/rdma",
              "extended resources of RDMA NICs (comma-separated): a pod requesting one asks for GPUs near a NIC")
     add_flag(parser, "--nic-level", "PXB",
@@ -142,7 +139,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         api_timeout=args.api_timeout,
         heartbeats=bool(args.lease_namespace),
         dra_driver=args.dra_driver,
-        gpu_device_classes=frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip()),
+        gpu_device_classes=args.gpu_device_classes,
         rdma_resources=tuple(name.strip() for name in args.rdma_resources.split(",") if name.strip()),
         nic_level=args.nic_level,
         dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),

@@ -362,6 +362,18 @@ def add_topology_file(parser: argparse.ArgumentParser, help: str) -> None:
     add_flag(parser, "--topology-file", "", help)
 
 
+def name_set(text: str) -> frozenset[str]:
+    """A comma-separated list of names (``a,b``) as a set; blanks and empty items dropped."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def add_gpu_device_classes(parser: argparse.ArgumentParser, help: str) -> None:
+    """The DRA DeviceClasses whose devices are GPUs: what a claim asks of them is a GPU request.
+    The value is a set (``name_set``)."""
+    add_flag(parser, "--gpu-device-classes", ",".join(sorted(defaults.GPU_DEVICE_CLASSES)),
+             f"DRA DeviceClasses whose devices are GPUs (comma-separated): {help}", type=name_set)
+
+
 def add_dra_driver(parser: argparse.ArgumentParser, help: str, *, on: bool = True) -> None:
     """The DRA driver whose devices are GPUs (resource.k8s.io/v1 ResourceSlices). ``on=False``:
     off unless set, for services whose RBAC for DRA comes with deploy/components/dra."""

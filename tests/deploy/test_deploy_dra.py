@@ -25,7 +25,8 @@ from tests.deploy_manifests import (
     render_consumer,
 )
 from tests.webhook.claim_shapes import plain_claim
-from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
+from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
 pytestmark = needs_kubectl
 
@@ -113,7 +114,7 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
     reporter = env_of(container(objs, "DaemonSet", "gpupair-reporter", "reporter"))
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert extender["GPUPAIR_EXTENDER_DRA_DRIVER"] == reporter["GPUPAIR_REPORTER_DRA_DRIVER"] == "gpu.nvidia.com"
-    assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(DEFAULT_GPU_DEVICE_CLASSES)
+    assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(sorted(GPU_DEVICE_CLASSES))
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
     # added to each container's environment; the rest is the overlay's
     plain = render(overlay)
