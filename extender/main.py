@@ -10,8 +10,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from gpupair.command.flags import (
-    DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_gpu_device_classes,
-    add_kube_flags, add_lease_namespace, add_resource_name, add_tls_flags, listen_address,
+    DURATION, PORT, add_default_placement, add_dra_driver, add_gpu_device_classes, add_kube_flags,
+    add_lease_namespace, add_resource_name, add_stale_after, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
 
@@ -26,9 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--port", 8888, "port to listen on", bounds=PORT)
     add_kube_flags(parser)
     add_resource_name(parser)
-    add_flag(parser, "--stale-after", 300.0,
-             "seconds after which a node's report counts as stale (0: never), from the newest of the "
-             "report's reportedAt and the node's Lease renewal", bounds=OPTIONAL_DURATION)
+    add_stale_after(parser)
     add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone")
     add_flag(parser, "--unreported", "fail",
              "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "

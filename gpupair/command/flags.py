@@ -374,6 +374,14 @@ def add_gpu_device_classes(parser: argparse.ArgumentParser, help: str) -> None:
              f"DRA DeviceClasses whose devices are GPUs (comma-separated): {help}", type=name_set)
 
 
+def add_stale_after(parser: argparse.ArgumentParser, help: str = "") -> None:
+    """How old a node's newest heartbeat may be before its report counts as stale; ``gpupair
+    status`` judges as the extender does, so both take one default and one range."""
+    add_flag(parser, "--stale-after", defaults.STALE_AFTER,
+             "seconds after which a node's report counts as stale (0: never), from the newest of the "
+             f"report's reportedAt and the node's Lease renewal{help}", bounds=OPTIONAL_DURATION)
+
+
 def add_dra_driver(parser: argparse.ArgumentParser, help: str, *, on: bool = True) -> None:
     """The DRA driver whose devices are GPUs (resource.k8s.io/v1 ResourceSlices). ``on=False``:
     off unless set, for services whose RBAC for DRA comes with deploy/components/dra."""

@@ -12,3 +12,4 @@ DRA_DRIVER = "gpu.nvidia.com"  # the DRA driver (NVIDIA's) whose ResourceSlices 
 # The DRA DeviceClasses whose devices are GPUs: NVIDIA's driver names its class after itself
 # (kubernetes-sigs/dra-driver-nvidia-gpu).
 GPU_DEVICE_CLASSES = frozenset({DRA_DRIVER})
+STALE_AFTER = 300.0  # seconds after which a node's newest heartbeat is stale: the extender's and status's
