@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from typing import TextIO
 
 from gpupair.command.flags import (
-    DURATION, Failure, Range, UsageError, add_dra_driver, add_gpu_device_classes, add_kube_flags, add_log_level,
-    add_resource_name, add_stale_after,
+    DURATION, Failure, Range, UsageError, add_dra_driver, add_gpu_device_classes, add_kube_flags, add_lease_namespace,
+    add_log_level, add_resource_name, add_stale_after,
 )
 from gpupair.command.service import add_flag
 
@@ -38,8 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--watch", False, "redraw every --interval seconds until interrupted", short="-w")
     add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch", bounds=DURATION)
     add_stale_after(parser, "; as the extender's --stale-after")
-    add_flag(parser, "--lease-namespace", "gpupair-system",
-             "namespace of the reporters' node Leases, a heartbeat newer than the report ('' to skip)")
+    add_lease_namespace(parser, "a heartbeat newer than the report ('' to skip)")
     add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list", bounds=Range(0, 1000))
     add_resource_name(parser)
     add_dra_driver(parser, "nodes it publishes are shown from their ResourceSlices and claims, marked DRA ('' to skip)")

@@ -341,7 +341,8 @@ def add_token_audience(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_lease_namespace(parser: argparse.ArgumentParser, help: str) -> None:
-    """Where the reporters' node Leases live: the reporter renews its own there, the extender watches them."""
+    """Where the reporters' node Leases live: the reporter renews its own there, the extender and
+    `gpupair status` read them."""
     from gpupair.kubewire import leases  # standard library only
 
     add_flag(parser, "--lease-namespace", leases.own_namespace(),
