@@ -33,7 +33,7 @@ from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
 from gpupair.extender.dra_nodes import ClaimNotSeen, DraNodes
 from gpupair.decide.decisions import Decider
-from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.filter import filter_nodes
@@ -120,7 +120,7 @@ def assemble(
     metrics: ExtenderMetrics | None = None,
     heartbeats: bool = False,
     dra_driver: str = "",
-    gpu_device_classes: frozenset[str] = frozenset({DRA_DRIVER}),
+    gpu_device_classes: frozenset[str] = GPU_DEVICE_CLASSES,
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES,
     nic_level: str = DEFAULT_LEVEL,
     dra_nic_drivers: frozenset[str] = frozenset(),

@@ -25,7 +25,7 @@ from typing import Any
 from gpupair.extender.node_reports import ReportDecoder, ReportEntry
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
-from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
 )
@@ -48,7 +48,7 @@ class ClaimNotSeen(PodRequestError):
 
 class DraNodes:
     def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
-                 gpu_classes: frozenset[str] = frozenset({DRA_DRIVER}), nic_drivers: frozenset[str] = frozenset()):
+                 gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES, nic_drivers: frozenset[str] = frozenset()):
         self.driver = driver
         self.nic_drivers = nic_drivers  # RDMA DRA drivers whose devices are the node's NICs
         self.gpu_classes = gpu_classes

@@ -9,10 +9,9 @@ import gc
 import logging
 from typing import TYPE_CHECKING
 
-from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.command.flags import (
-    DURATION, OPTIONAL_DURATION, PORT, add_default_placement, add_dra_driver, add_kube_flags, add_lease_namespace,
-    add_resource_name, add_tls_flags, listen_address,
+    DURATION, PORT, add_default_placement, add_dra_driver, add_gpu_device_classes, add_kube_flags,
+    add_lease_namespace, add_resource_name, add_stale_after, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
 
@@ -26,12 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on", type=listen_address)
     add_flag(parser, "--port", 8888, "port to listen on", bounds=PORT)
     add_kube_flags(parser)
-    add_resource_name(parser, deprecated=("--resource",))
-    add_flag(parser, "--stale-after", 300.0,
-             "seconds after which a node's report counts as stale (0: never), from the newest of the "
-             "report's reportedAt and the node's Lease renewal", bounds=OPTIONAL_DURATION)
-    add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone",
-                        deprecated=("--heartbeat-namespace",))
+    add_resource_name(parser)
+    add_stale_after(parser)
+    add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone")
     add_flag(parser, "--unreported", "fail",
              "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "
              "there with the reason, or 'pass' them unscored", choices=("fail", "pass"))
@@ -51,12 +47,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "list+watch nodes for NodeNames mode (nodeCacheCapable: true)")
     add_flag(parser, "--api-timeout", 4.0,
              "seconds to wait for the API server during bind (keep below the scheduler's httpTimeout)", bounds=DURATION)
-    add_tls_flags(parser, deprecated_key=("--tls-key-file",))  # empty: plain HTTP
+    add_tls_flags(parser)  # empty: plain HTTP
     add_default_placement(parser)
     add_dra_driver(parser, "nodes it publishes are judged from their ResourceSlices and claims ('' for none)", on=False)
-    add_flag(parser, "--gpu-device-classes", DRA_DRIVER,
-             "DRA DeviceClasses whose devices are GPUs (comma-separated): what a pod's claims ask of them "
-             "counts as its GPU request")
+    add_gpu_device_classes(parser, "what a pod's claims ask of them counts as its GPU request")
     add_flag(parser, "--rdma-resources", "rdma/hca_shared_devices_a,nvidia.com/rdma",
              "extended resources of RDMA NICs (comma-separated): a pod requesting one asks for GPUs near a NIC")
     add_flag(parser, "--nic-level", "PXB",
@@ -143,7 +137,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         api_timeout=args.api_timeout,
         heartbeats=bool(args.lease_namespace),
         dra_driver=args.dra_driver,
-        gpu_device_classes=frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip()),
+        gpu_device_classes=args.gpu_device_classes,
         rdma_resources=tuple(name.strip() for name in args.rdma_resources.split(",") if name.strip()),
         nic_level=args.nic_level,
         dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),

@@ -110,8 +110,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              bounds=Range(0, 1024))
     add_flag(parser, "--state", "", "replay scenario: recorded state JSON (e.g. simulator/recorded/*.json)")
     add_topology_file(parser, "node shape from a layout file: `nvidia-smi topo -m` output, gpupair's topology JSON, "
-                      "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)",
-                      deprecated=("--topology",))
+                      "a Node, or `gpupair reporter --once --dry-run` output (default: the field report's 8-GPU node)")
     add_flag(parser, "--nodes", 0, "number of nodes; 0: the scenario's own (4 for seed, 64 for fleet)",
              bounds=Range(0, limits.MAX_NODES))
     add_flag(parser, "--runs", 2, "seed scenario: runs per configuration", bounds=Range(1, 1000))

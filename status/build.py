@@ -12,7 +12,7 @@ from gpupair.kubewire import dra
 from gpupair.topology import links
 from gpupair.topology import report as codec
 from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent, claim_intent, gpu_requests
-from gpupair.kubewire.defaults import DRA_DRIVER
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER
 from gpupair.decide.dra_picture import Allocation, PictureError, allocation_of, build as build_picture, claim_demand, claim_names
 from gpupair.topology.layout import NodeLayout
 from gpupair.decide.placement import numa_label
@@ -66,10 +66,10 @@ class Listing:
 
 @dataclass(frozen=True)
 class Options:
-    stale_after: float = 300.0  # the extender's default --stale-after
+    stale_after: float = STALE_AFTER  # 0: never stale, as the extender's --stale-after
     resource: str = DEFAULT_RESOURCE
     fails: int = 5  # FAIL verdicts listed, newest first
-    gpu_classes: frozenset[str] = frozenset({DRA_DRIVER})  # DRA DeviceClasses whose devices are GPUs
+    gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES  # DRA DeviceClasses whose devices are GPUs
 
 
 class LayoutCache:

@@ -17,7 +17,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupair.kubeclient.kube import describe_error
-from gpupair.kubewire.leases import HEARTBEAT_SELECTOR, renewed_at
+from gpupair.kubewire.leases import DEFAULT_NAMESPACE, HEARTBEAT_SELECTOR, renewed_at
 from gpupair.status.build import Listing
 from gpupair.status.view import Unseen
 
@@ -50,7 +50,7 @@ async def _none() -> list[dict[str, Any]]:
 
 
 async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: str = "",
-                       timeout: float = 30.0, lease_namespace: str = "gpupair-system",
+                       timeout: float = 30.0, lease_namespace: str = DEFAULT_NAMESPACE,
                        dra_driver: str = "") -> Listing:
     """``lease_namespace``: where the reporters renew their node Leases ('' to judge freshness
     from the reports alone). ``dra_driver``: list its ResourceSlices and every claim too, for the

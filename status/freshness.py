@@ -31,12 +31,13 @@ class Freshness:
 
 
 def classify(heartbeats: Iterable[Heartbeat], now: datetime, stale_after: float) -> Freshness | None:
-    """The newest heartbeat decides; None when there is none (the caller says why: missing)."""
+    """The newest heartbeat decides; None when there is none (the caller says why: missing).
+    ``stale_after`` 0: never stale, as the extender's --stale-after 0."""
     newest = max(heartbeats, key=lambda beat: beat.at, default=None)
     if newest is None:
         return None
     age = (now - newest.at).total_seconds()
-    if age > stale_after:
+    if stale_after and age > stale_after:
         return Freshness("stale", age, newest.source,
                          f"{newest.source} is {age:.0f}s old (stale after {stale_after:.0f}s): "
                          "is the reporter running?")

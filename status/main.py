@@ -18,8 +18,10 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
-from gpupair.kubewire.defaults import DRA_DRIVER
-from gpupair.command.flags import DURATION, Failure, Range, UsageError, add_dra_driver, add_kube_flags, add_log_level, add_resource_name
+from gpupair.command.flags import (
+    DURATION, Failure, Range, UsageError, add_dra_driver, add_gpu_device_classes, add_kube_flags, add_lease_namespace,
+    add_log_level, add_resource_name, add_stale_after,
+)
 from gpupair.command.service import add_flag
 
 EXIT_OK = 0  # 1, 2 and 130: from gpupair.command.cli
@@ -35,16 +37,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                         "reservations); empty: all namespaces", short="-n")
     add_flag(parser, "--watch", False, "redraw every --interval seconds until interrupted", short="-w")
     add_flag(parser, "--interval", 2.0, "seconds between redraws with --watch", bounds=DURATION)
-    add_flag(parser, "--stale-after", 300.0, "a report older than this many seconds is stale (the extender's "
-                                             "--stale-after)", bounds=DURATION)
-    add_flag(parser, "--lease-namespace", "gpupair-system",
-             "namespace of the reporters' node Leases, a heartbeat newer than the report ('' to skip)")
+    add_stale_after(parser, "; as the extender's --stale-after")
+    add_lease_namespace(parser, "a heartbeat newer than the report ('' to skip)")
     add_flag(parser, "--fails", 5, "how many recent FAIL verdicts to list", bounds=Range(0, 1000))
     add_resource_name(parser)
     add_dra_driver(parser, "nodes it publishes are shown from their ResourceSlices and claims, marked DRA ('' to skip)")
-    add_flag(parser, "--gpu-device-classes", DRA_DRIVER,
-             "DRA DeviceClasses whose devices are GPUs (comma-separated): what a pending pod's claims ask of "
-             "them counts as its GPUs, and their placement as its own")
+    add_gpu_device_classes(parser, "what a pending pod's claims ask of them counts as its GPUs, and their "
+                                   "placement as its own")
     add_flag(parser, "--request-timeout", 30.0, "seconds each list call may take", bounds=DURATION)
     add_flag(parser, "--now", "", "judge ages as of this RFC 3339 time instead of the clock (reproducible output)")
     add_kube_flags(parser)
@@ -68,7 +67,7 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
     from gpupair.status.fetch import NodesNotVisible, list_cluster
 
     options = Options(stale_after=args.stale_after, resource=args.resource_name, fails=args.fails,
-                      gpu_classes=frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip()))
+                      gpu_classes=args.gpu_device_classes)
     layouts = LayoutCache()
     api = await api_client(args.kubeconfig or None, args.context or None)
     stop = asyncio.Event()

@@ -93,7 +93,7 @@ def render_text(view: StatusView, wide: bool = False) -> str:
     counts = view.summary.nodes
     lines.append(f"nodes: {counts.total} GPU nodes, {counts.fresh} fresh, {counts.stale} stale, "
                  f"{counts.missing} missing, {counts.invalid} invalid "
-                 f"(stale after {view.staleAfterSeconds:.0f}s)")
+                 + (f"(stale after {view.staleAfterSeconds:.0f}s)" if view.staleAfterSeconds else "(never stale)"))
     lines.append("fit on one NUMA node now (fresh nodes): " + "  ".join(
         f"{row.gpus} GPU: {row.nodes}" for row in view.summary.fragmentation))
     lines.append("")

@@ -51,17 +51,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--timeout", 10.0, "seconds to wait for one answer", bounds=DURATION)
     add_flag(parser, "--initial-backoff", 1.0, "first retry delay in seconds; doubles up to --max-backoff", bounds=DURATION)
     add_flag(parser, "--max-backoff", 60.0, "longest retry delay in seconds", bounds=DURATION)
-    # the dry-run flags read no variable before the contract: nothing old to keep
     add_flag(parser, "--dry-run", False,
-             "print the annotations a device set would get, from --topology-file and --devices; no network",
-             old_env=())
+             "print the annotations a device set would get, from --topology-file and --devices; no network")
     add_topology_file(parser, "dry run: the node's layout (`nvidia-smi topo -m` output, topology JSON, a Node, "
-                              "or `gpupair reporter --once --dry-run` output)", deprecated=("--layout",), old_env=())
-    add_flag(parser, "--devices", "", "dry run: granted devices, e.g. 1,2 or GPU1+GPU2 or GPU UUIDs or PCI bus ids",
-             old_env=())
-    add_flag(parser, "--planned", "", "dry run: the extender's plan, e.g. GPU1+GPU2", old_env=())
+                              "or `gpupair reporter --once --dry-run` output)")
+    add_flag(parser, "--devices", "", "dry run: granted devices, e.g. 1,2 or GPU1+GPU2 or GPU UUIDs or PCI bus ids")
+    add_flag(parser, "--planned", "", "dry run: the extender's plan, e.g. GPU1+GPU2")
     add_flag(parser, "--placement", "required",
-             "dry run: the placement intent the pod asked: required, preferred or none", old_env=())
+             "dry run: the placement intent the pod asked: required, preferred or none")
     add_common_flags(parser)
 
 

@@ -261,11 +261,6 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
     return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""))
 
 
-def build_patch(pod: Any, options: InjectOptions) -> list[dict[str, Any]]:
-    """The JSON patch (RFC 6902 operations) for a pod being created; [] leaves it as it is."""
-    return plan(pod, options).ops
-
-
 def admit(request: AdmissionRequest, options: InjectOptions,
           namespace_intent: Intent | None = None) -> tuple[Plan, list[str]]:
     """The plan for any admission request, and warnings for the client. Refuses only an object

@@ -43,7 +43,8 @@ from pydantic import ValidationError
 from gpupair.kubewire import dra
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.kubewire.wire import KubeWire, explain
-from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
+from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
 GROUP, VERSION = dra.API_VERSION.split("/")
 RESOURCES = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}
@@ -63,7 +64,7 @@ class ClaimError(ValueError):
 
 @dataclass(frozen=True)
 class ClaimOptions:
-    device_classes: frozenset[str] = frozenset(DEFAULT_GPU_DEVICE_CLASSES)
+    device_classes: frozenset[str] = GPU_DEVICE_CLASSES
     gpus_per_numa: int = DEFAULT_GPUS_PER_NUMA_NODE  # the most devices one NUMA constraint can hold
 
     def __post_init__(self) -> None:

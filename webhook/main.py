@@ -6,17 +6,17 @@ from __future__ import annotations
 import argparse
 
 from gpupair.topology import limits
-from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_reporter_port, add_resource_name,
-                           add_tls_flags, add_token_audience, listen_address)
+from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_gpu_device_classes,
+                                   add_reporter_port, add_resource_name, add_tls_flags, add_token_audience,
+                                   listen_address)
 from gpupair.command.service import add_common_flags, add_flag
-from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--host", "0.0.0.0", "address to listen on", type=listen_address)
     add_flag(parser, "--port", 8443, "HTTPS port for /mutate, /healthz, /readyz, /metrics", bounds=PORT)
-    add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key",
-                  deprecated_cert=("--tls-cert",), deprecated_key=("--tls-key",))
+    add_tls_flags(parser, "/etc/gpupair/tls/tls.crt", "/etc/gpupair/tls/tls.key")
     add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--scheduler-name", "",
              "if set, multi-GPU pods that use the default scheduler are given this schedulerName")
@@ -26,13 +26,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_token_audience(parser, "audience of the verifier's projected token (the reporter's --token-audience)")
     add_resource_name(parser)
     add_default_placement(parser)
-    add_flag(parser, "--gpu-device-classes", ",".join(DEFAULT_GPU_DEVICE_CLASSES),
-             "DRA DeviceClasses whose devices are GPUs (comma-separated): a ResourceClaim or "
-             "ResourceClaimTemplate asking 2 or more of one gets the placement intent as a constraint",
-             old_env=())
+    add_gpu_device_classes(parser, "a ResourceClaim or ResourceClaimTemplate asking 2 or more of one gets the "
+                                   "placement intent as a constraint")
     add_flag(parser, "--gpus-per-numa-node", DEFAULT_GPUS_PER_NUMA_NODE,
              "the most GPUs one NUMA node holds: a DRA request for more gets no NUMA constraint "
-             "(no node could honour it; the extender judges it by the fewest NUMA nodes)", old_env=(),
+             "(no node could honour it; the extender judges it by the fewest NUMA nodes)",
              bounds=Range(2, limits.MAX_GPUS))
     add_common_flags(parser)
 
@@ -52,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     if not args.token_audience:
         raise UsageError("--token-audience must not be empty")
-    device_classes = frozenset(name.strip() for name in args.gpu_device_classes.split(",") if name.strip())
     if not (args.tls_cert_file and args.tls_private_key_file):
         raise UsageError("the webhook serves HTTPS only: --tls-cert-file and --tls-private-key-file are required")
     options = InjectOptions(
@@ -62,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         resource_name=args.resource_name,
         scheduler_name=args.scheduler_name or None,
         default_intent=Intent(args.default_placement),
-        claims=ClaimOptions(device_classes=device_classes, gpus_per_numa=args.gpus_per_numa_node),
+        claims=ClaimOptions(device_classes=args.gpu_device_classes, gpus_per_numa=args.gpus_per_numa_node),
     )
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # both set: never None
     from prometheus_client import CollectorRegistry

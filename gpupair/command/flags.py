@@ -7,9 +7,9 @@
   and 10 s for verify.
 - **One flag name per concept.** The shared concepts are declared once, as flag groups
   (``add_kube_flags``, ``add_tls_flags``, ...), with their defaults from gpupair.kubewire.defaults.
-- **Old names keep working.** A renamed flag (``--resource``, ``--tls-cert``, ...) and the
-  unprefixed variables of the commands that existed before this contract are read as deprecated
-  aliases; using one logs a warning that names the new spelling.
+- **A rename keeps the old name working.** ``add_flag(..., deprecated=..., old_env=...)`` reads a
+  renamed flag or variable as a deprecated alias, with a warning naming the new spelling. None is
+  declared now: the names of the unreleased 0.1 were dropped, not kept.
 - **Every value is checked once, at the boundary, whatever its source.** A flag, its variable and
   a deprecated alias go through one converter: its type, ``bounds`` (a ``Range``) and choices; a
   float is finite. A bad variable is reported by its name (``GPUPAIR_LOG_LEVEL: ...``), a bad flag
@@ -46,8 +46,8 @@ SHARED_FLAGS = frozenset({
     "--lease-namespace", "--default-placement",
 })
 
-# Names a concept had (or might be given) -> the contract's name. A command may accept the old
-# name only as a deprecated alias; the contract test refuses it as a flag of its own.
+# Names a concept had (or might be given) -> the contract's name. The contract test refuses them
+# as flags of their own.
 SYNONYMS = {
     "--resource": "--resource-name",
     "--tls-cert": "--tls-cert-file",
@@ -60,10 +60,6 @@ SYNONYMS = {
     "--loglevel": "--log-level",
     "--heartbeat-namespace": "--lease-namespace",
 }
-
-# Commands released before the contract read GPUPAIR_<FLAG> for every flag; those names stay
-# accepted (deprecated) so an upgrade keeps existing manifests working. Newer commands never had them.
-LEGACY_ENV_COMMANDS = frozenset({"webhook", "verify", "certs", "extender", "simulate", "audit", "reporter"})
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -241,13 +237,12 @@ class _DeprecatedAlias(argparse.Action):
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str, *,
-             deprecated: tuple[str, ...] = (), old_env: tuple[str, ...] | None = None,
+             deprecated: tuple[str, ...] = (), old_env: tuple[str, ...] = (),
              fallback_env: tuple[str, ...] = (), bounds: Range | None = None, short: str = "",
              **kwargs: Any) -> argparse.Action:
     """Add ``--flag`` with its default from the environment (see the module docstring for the
     variable's name). ``deprecated`` are the flag's old names, still accepted. ``old_env`` are the
-    variables it was read from before the contract, still read with a warning; by default, in a
-    command older than the contract, GPUPAIR_<OLD NAME> (the flag's own when not renamed).
+    variables it was read from before a rename, still read with a warning.
     ``fallback_env`` are read last and silently (the downward API's, named by manifests).
 
     ``short`` is a one-letter spelling sharing the flag's help entry (``-o, --output``).
@@ -256,9 +251,6 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, default: Any, help: str
     reports by the variable's name, unless the flag itself is given."""
     command = command_of(parser)
     env = env_name(flag, command)
-    if old_env is None:
-        old_env = tuple(ENV_PREFIX + name.lstrip("-").replace("-", "_").upper() for name in deprecated or (flag,)) \
-            if command in LEGACY_ENV_COMMANDS else ()
     old_env = tuple(name for name in dict.fromkeys(old_env) if name != env)
     source, raw = _read_environment(parser, env, old_env, fallback_env)
     value = default
@@ -328,18 +320,15 @@ def add_kube_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--context", "", "kubeconfig context; empty: the kubeconfig's current context")
 
 
-def add_resource_name(parser: argparse.ArgumentParser, *, deprecated: tuple[str, ...] = ()) -> None:
+def add_resource_name(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--resource-name", defaults.RESOURCE_NAME,
-             "extended resource the device plugin advertises for a GPU", deprecated=deprecated)
+             "extended resource the device plugin advertises for a GPU")
 
 
-def add_tls_flags(parser: argparse.ArgumentParser, cert: str = "", key: str = "", *,
-                  deprecated_cert: tuple[str, ...] = (), deprecated_key: tuple[str, ...] = ()) -> None:
+def add_tls_flags(parser: argparse.ArgumentParser, cert: str = "", key: str = "") -> None:
     """The serving certificate, as Kubernetes' own binaries name it; gpupair.command.tls reloads it."""
-    add_flag(parser, "--tls-cert-file", cert, "serving certificate (PEM, chain first); reloaded when it changes",
-             deprecated=deprecated_cert)
-    add_flag(parser, "--tls-private-key-file", key, "private key of --tls-cert-file (PEM); reloaded with it",
-             deprecated=deprecated_key)
+    add_flag(parser, "--tls-cert-file", cert, "serving certificate (PEM, chain first); reloaded when it changes")
+    add_flag(parser, "--tls-private-key-file", key, "private key of --tls-cert-file (PEM); reloaded with it")
 
 
 def add_reporter_port(parser: argparse.ArgumentParser) -> None:
@@ -351,12 +340,13 @@ def add_token_audience(parser: argparse.ArgumentParser, help: str) -> None:
     add_flag(parser, "--token-audience", defaults.TOKEN_AUDIENCE, help)
 
 
-def add_lease_namespace(parser: argparse.ArgumentParser, help: str, *, deprecated: tuple[str, ...] = ()) -> None:
-    """Where the reporters' node Leases live: the reporter renews its own there, the extender watches them."""
+def add_lease_namespace(parser: argparse.ArgumentParser, help: str) -> None:
+    """Where the reporters' node Leases live: the reporter renews its own there, the extender and
+    `gpupair status` read them."""
     from gpupair.kubewire import leases  # standard library only
 
     add_flag(parser, "--lease-namespace", leases.own_namespace(),
-             f"namespace of the reporters' node Leases (default: this pod's); {help}", deprecated=deprecated)
+             f"namespace of the reporters' node Leases (default: this pod's); {help}")
 
 
 def add_default_placement(parser: argparse.ArgumentParser) -> None:
@@ -368,10 +358,29 @@ def add_default_placement(parser: argparse.ArgumentParser) -> None:
              "no namespace default): required, preferred or none", choices=tuple(i.value for i in Intent))
 
 
-def add_topology_file(parser: argparse.ArgumentParser, help: str, *, deprecated: tuple[str, ...] = (),
-                      old_env: tuple[str, ...] | None = None) -> None:
+def add_topology_file(parser: argparse.ArgumentParser, help: str) -> None:
     """A node's layout from a file, in any format gpupair.topology.layout_file reads."""
-    add_flag(parser, "--topology-file", "", help, deprecated=deprecated, old_env=old_env)
+    add_flag(parser, "--topology-file", "", help)
+
+
+def name_set(text: str) -> frozenset[str]:
+    """A comma-separated list of names (``a,b``) as a set; blanks and empty items dropped."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def add_gpu_device_classes(parser: argparse.ArgumentParser, help: str) -> None:
+    """The DRA DeviceClasses whose devices are GPUs: what a claim asks of them is a GPU request.
+    The value is a set (``name_set``)."""
+    add_flag(parser, "--gpu-device-classes", ",".join(sorted(defaults.GPU_DEVICE_CLASSES)),
+             f"DRA DeviceClasses whose devices are GPUs (comma-separated): {help}", type=name_set)
+
+
+def add_stale_after(parser: argparse.ArgumentParser, help: str = "") -> None:
+    """How old a node's newest heartbeat may be before its report counts as stale; ``gpupair
+    status`` judges as the extender does, so both take one default and one range."""
+    add_flag(parser, "--stale-after", defaults.STALE_AFTER,
+             "seconds after which a node's report counts as stale (0: never), from the newest of the "
+             f"report's reportedAt and the node's Lease renewal{help}", bounds=OPTIONAL_DURATION)
 
 
 def add_dra_driver(parser: argparse.ArgumentParser, help: str, *, on: bool = True) -> None:

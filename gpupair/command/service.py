@@ -7,7 +7,6 @@ library: aiohttp, prometheus_client and asyncio load only in the functions that 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
@@ -108,15 +107,11 @@ def access_logger():
 
 
 def app_runner(app: web.Application, shutdown_timeout: float = 10.0) -> web.AppRunner:
-    """The runner every service serves its app with: gpupair's access log (none below debug for
-    an app that asked so, ``log_access_at_debug``), signals left to ``serve``."""
+    """The runner every service serves its app with: gpupair's access log, signals left to ``serve``."""
     from aiohttp import web
 
-    access = logging.getLogger("gpupair.access")
-    if not app.get(_access_log_key(), True) and not access.isEnabledFor(logging.DEBUG):
-        return web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout, access_log=None)
     return web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
-                         access_log_class=access_logger(), access_log=access)
+                         access_log_class=access_logger(), access_log=logging.getLogger("gpupair.access"))
 
 
 def add_health_routes(
@@ -141,20 +136,6 @@ def add_health_routes(
 
 
 LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
-
-
-@functools.cache
-def _access_log_key() -> web.AppKey[bool]:
-    from aiohttp import web
-
-    return web.AppKey("gpupair_access_log", bool)
-
-
-def log_access_at_debug(app: web.Application) -> None:
-    """Write ``app``'s access log lines only at ``--log-level debug``. For a service called a few
-    times per pod (the extender), one line per request costs half of what aiohttp spends on
-    the request (bench/request_path.py), and its request metrics count them anyway."""
-    app[_access_log_key()] = False
 
 
 def run_loop(main: Awaitable[Any], *, fast: bool = True) -> Any:

@@ -83,10 +83,6 @@ class Allocation:
     allocated_at: datetime | None = None
     owners: tuple[str, ...] = ()  # UIDs of the pods owning the claim
 
-    def belongs_to(self, uid: str) -> bool:
-        """Whether the claim is the pod's own: reserved for it, or owned by it."""
-        return bool(uid) and (uid in self.owners or any(u == uid for _, u in self.pods))
-
 
 def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
     """The claim's devices of ``driver``; None when it is not allocated or takes none of them."""

@@ -262,12 +262,6 @@ async def create_event(api: k8s.ApiClient, involved: Any, reason: str, message: 
     return await k8s.EventsV1Api(api).create_namespaced_event(body["metadata"]["namespace"], body)
 
 
-def is_gone(exc: BaseException) -> bool:
-    """True for HTTP 410 (Gone/Expired): a list or watch resourceVersion too old to serve;
-    the caller must re-list. Watch streams raise it as ApiException from an ERROR event."""
-    return isinstance(exc, ApiException) and exc.status == 410
-
-
 def describe_error(exc: BaseException) -> str:
     """One line for logs and answers: ``HTTP <status>: <the Status message>`` for API errors,
     else the exception's type and text."""

@@ -9,3 +9,7 @@ RESOURCE_NAME = "nvidia.com/gpu"  # the extended resource the device plugin adve
 REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
 TOKEN_AUDIENCE = "gpupair-reporter"  # the audience of the verifier's projected token
 DRA_DRIVER = "gpu.nvidia.com"  # the DRA driver (NVIDIA's) whose ResourceSlices publish the GPUs
+# The DRA DeviceClasses whose devices are GPUs: NVIDIA's driver names its class after itself
+# (kubernetes-sigs/dra-driver-nvidia-gpu).
+GPU_DEVICE_CLASSES = frozenset({DRA_DRIVER})
+STALE_AFTER = 300.0  # seconds after which a node's newest heartbeat is stale: the extender's and status's

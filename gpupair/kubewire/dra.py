@@ -1,5 +1,6 @@
-"""resource.k8s.io/v1 on the wire (Kubernetes v1.36): the parts of ResourceSlice, ResourceClaim,
-ResourceClaimTemplate and DeviceClass that gpupair reads.
+"""resource.k8s.io/v1 on the wire (Kubernetes v1.36): the parts of ResourceSlice and ResourceClaim
+that gpupair reads (the webhook reads claims and templates being created with models of its
+own: webhook.claims).
 
 Field names are Go's JSON names (k8s.io/api/resource/v1/types.go). Decoding is lenient about
 unknown fields, as Go's decoder is and as a newer apiserver needs, and strict about the types
@@ -209,26 +210,6 @@ class ResourceClaim(KubeWire):
         return [r.uid for r in self.metadata.ownerReferences if r.kind == "Pod" and r.uid]
 
 
-class ResourceClaimTemplateSpec(KubeWire):
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
-
-
-class ResourceClaimTemplate(KubeWire):
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ResourceClaimTemplateSpec
-
-
-class DeviceClassSpec(KubeWire):
-    selectors: list[DeviceSelector] = Field(default_factory=list)
-    extendedResourceName: str | None = None
-
-
-class DeviceClass(KubeWire):
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
-
-
 def _parse(model: type[KubeWire], obj: Any) -> Any:
     if not isinstance(obj, dict):
         raise DRAWireError(f"{model.__name__} must be a JSON object, got {type(obj).__name__}")
@@ -245,11 +226,3 @@ def parse_slice(obj: Any) -> ResourceSlice:
 
 def parse_claim(obj: Any) -> ResourceClaim:
     return _parse(ResourceClaim, obj)
-
-
-def parse_template(obj: Any) -> ResourceClaimTemplate:
-    return _parse(ResourceClaimTemplate, obj)
-
-
-def parse_device_class(obj: Any) -> DeviceClass:
-    return _parse(DeviceClass, obj)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from gpupair.command.service import JsonFormatter
 
@@ -20,7 +21,8 @@ def line(message: str, exc_info=None, **extra) -> dict:
 def test_a_line_carries_time_level_logger_message_and_extras_in_order():
     entry = line("bound", pod="ns/p", node="gpu-1", gpus=2, plan="0,1", seconds=0.0123)
     assert list(entry) == ["ts", "level", "logger", "msg", "pod", "node", "gpus", "plan", "seconds"]
-    assert entry["ts"].endswith("Z") and entry["level"] == "warning" and entry["logger"] == "gpupair.test"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["ts"])  # UTC, milliseconds
+    assert entry["level"] == "warning" and entry["logger"] == "gpupair.test"
     assert (entry["msg"], entry["gpus"], entry["seconds"]) == ("bound", 2, 0.0123)
 
 

@@ -25,7 +25,8 @@ from tests.deploy_manifests import (
     render_consumer,
 )
 from tests.webhook.claim_shapes import plain_claim
-from gpupair.webhook.claim_defaults import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
+from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
 pytestmark = needs_kubectl
 
@@ -113,7 +114,7 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
     reporter = env_of(container(objs, "DaemonSet", "gpupair-reporter", "reporter"))
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert extender["GPUPAIR_EXTENDER_DRA_DRIVER"] == reporter["GPUPAIR_REPORTER_DRA_DRIVER"] == "gpu.nvidia.com"
-    assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(DEFAULT_GPU_DEVICE_CLASSES)
+    assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(sorted(GPU_DEVICE_CLASSES))
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
     # added to each container's environment; the rest is the overlay's
     plain = render(overlay)
@@ -132,15 +133,11 @@ def test_the_components_variables_are_current_flag_variables(with_dra):
 
     current = {name: {a.gpupair_env.env for a in parser._actions if hasattr(a, "gpupair_env")}
                for name, parser in command_parsers().items()}
-    flags = {name: {s for action in parser._actions for s in action.option_strings}
-             for name, parser in command_parsers().items()}
     objs = with_dra("self-managed")
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"} <= current["webhook"]
     assert {k for k in webhook if k.startswith("GPUPAIR_")} <= current["webhook"]
     for command, kind, name in (("extender", "Deployment", "gpupair-extender"), ("reporter", "DaemonSet", "gpupair-reporter")):
-        if "--dra-driver" not in flags[command]:
-            pytest.skip(f"gpupair {command} has no --dra-driver yet (issue 17)")
         env = env_of(container(objs, kind, name, command))
         assert {k for k in env if k.startswith("GPUPAIR_")} <= current[command], command
 

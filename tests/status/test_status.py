@@ -22,6 +22,7 @@ from gpupair.topology import report as codec
 from gpupair.status import freshness
 from gpupair.status.build import Listing, Options, build
 from gpupair.status.main import CLEAR, _show, paused_gc
+from gpupair.status.render import render_text
 from gpupair.status.schema import schema, schema_text
 from gpupair.status.view import StatusView
 from tests.kube_double import Store, make_node, running_kube_double
@@ -272,6 +273,14 @@ def test_a_lease_heartbeat_newer_than_the_report_keeps_a_node_fresh():
     live = freshness.classify([old_report, lease], NOW, 300)
     assert (live.state, live.source, live.age) == ("fresh", "lease", 5.0)
     assert freshness.classify([], NOW, 300) is None
+
+
+def test_stale_after_0_is_never_stale_as_in_the_extender():
+    ancient = freshness.Heartbeat("report", NOW - timedelta(days=30))
+    assert freshness.classify([ancient], NOW, 0).state == "fresh"
+    view = build(Listing(nodes=[node_with({0, 1}, age=10**6)], pods=[], events=[]), NOW, Options(stale_after=0))
+    assert [n.state for n in view.nodes] == ["fresh"]
+    assert "(never stale)" in render_text(view)
 
 
 def test_a_pod_bound_in_the_same_second_as_the_scan_is_not_counted_reserved():

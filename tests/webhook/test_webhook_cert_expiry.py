@@ -59,7 +59,8 @@ def test_gpupair_webhook_serves_its_certificate_expiry(tmp_path):
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "gpupair.command.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
-         "--tls-cert", str(cert_path), "--tls-key", str(key_path), "--verifier-image", "registry.example/v:1"],
+         "--tls-cert-file", str(cert_path), "--tls-private-key-file", str(key_path),
+         "--verifier-image", "registry.example/v:1"],
         cwd=REPO, env={"PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -17,14 +17,14 @@ def parse(*args: str) -> argparse.Namespace:
 
 def test_the_defaults_are_nvidias_class_and_four_gpus_per_numa_node():
     args = parse()
-    assert (args.gpu_device_classes, args.gpus_per_numa_node) == ("gpu.nvidia.com", 4)
+    assert (args.gpu_device_classes, args.gpus_per_numa_node) == ({"gpu.nvidia.com"}, 4)
 
 
 def test_the_variables_set_them(monkeypatch):
-    monkeypatch.setenv("GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "gpu.nvidia.com,gpu.example.com")
+    monkeypatch.setenv("GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "gpu.nvidia.com, gpu.example.com,")
     monkeypatch.setenv("GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE", "8")
     args = parse()
-    assert (args.gpu_device_classes, args.gpus_per_numa_node) == ("gpu.nvidia.com,gpu.example.com", 8)
+    assert (args.gpu_device_classes, args.gpus_per_numa_node) == ({"gpu.nvidia.com", "gpu.example.com"}, 8)
 
 
 def test_a_numa_node_of_one_gpu_is_a_usage_error():

@@ -1,4 +1,4 @@
-"""build_patch on real pod shapes: the patch applied with a JSON-patch library, the pod checked."""
+"""The pod plan on real pod shapes: the patch applied with a JSON-patch library, the pod checked."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from gpupair.webhook.admission import (
     VERIFIER_KEY,
     VERIFY_KEY,
     InjectOptions,
-    build_patch,
     plan,
     pointer,
 )
@@ -53,7 +52,7 @@ def pod_with(gpus: int | None, *, init_gpus: int | None = None, annotations: dic
 
 
 def patched(pod: dict, options: InjectOptions = OPTIONS) -> tuple[dict, list[dict]]:
-    ops = build_patch(pod, options)
+    ops = plan(pod, options).ops
     # Round-trip through JSON as the apiserver receives it.
     ops = json.loads(json.dumps(ops))
     return jsonpatch.apply_patch(pod, ops), ops
@@ -69,7 +68,7 @@ def test_two_gpu_job_pod_gets_one_native_sidecar_and_its_token_volume():
     before = copy.deepcopy(pod)
     after, ops = patched(pod)
 
-    assert pod == before, "build_patch must not modify its input"
+    assert pod == before, "plan must not modify its input"
     [verifier] = verifiers(after)
     assert after["spec"]["initContainers"] == [verifier]  # created: the pod had no initContainers
     assert verifier["restartPolicy"] == "Always"
@@ -124,7 +123,7 @@ def test_only_pods_at_or_above_min_gpus_are_changed(gpus, injected):
 
 def test_min_gpus_is_a_flag():
     options = InjectOptions(sidecar=SidecarOptions(image=IMAGE), min_gpus=4)
-    assert build_patch(pod_with(2), options) == []
+    assert plan(pod_with(2), options).ops == []
     assert len(verifiers(patched(pod_with(4), options)[0])) == 1
     with pytest.raises(ValueError):
         InjectOptions(sidecar=SidecarOptions(image=IMAGE), min_gpus=0)
@@ -142,24 +141,24 @@ def test_gpus_requested_only_by_an_init_container_count():
 def test_other_resource_name():
     pod = pod_with(None)
     pod["spec"]["containers"][0]["resources"] = {"limits": {"amd.com/gpu": "2"}}
-    assert build_patch(pod, OPTIONS) == []
+    assert plan(pod, OPTIONS).ops == []
     options = InjectOptions(sidecar=SidecarOptions(image=IMAGE), resource_name="amd.com/gpu")
     assert len(verifiers(patched(pod, options)[0])) == 1
 
 
 def test_reinvocation_and_already_injected_pods_are_left_alone():
     once, _ = patched(job_pod())
-    assert build_patch(once, OPTIONS) == []
+    assert plan(once, OPTIONS).ops == []
     assert plan(once, OPTIONS).outcome == "already-injected"
     # A pod that carries a container of that name in its app containers counts as injected too.
     pod = job_pod()
     pod["spec"]["containers"].append({"name": sidecar.CONTAINER_NAME, "image": "x"})
-    assert build_patch(pod, OPTIONS) == []
+    assert plan(pod, OPTIONS).ops == []
 
 
 def test_opt_out_annotation():
     pod = pod_with(8, annotations={VERIFY_KEY: "false", "team": "a"})
-    assert build_patch(pod, OPTIONS) == []
+    assert plan(pod, OPTIONS).ops == []
     assert plan(pod, OPTIONS).outcome == "opted-out"
     # Any other value (or none) does not opt out.
     pod["metadata"]["annotations"][VERIFY_KEY] = "true"
@@ -223,7 +222,7 @@ def test_opted_out_pods_are_still_routed_but_not_injected():
     options = InjectOptions(sidecar=SidecarOptions(image=IMAGE), scheduler_name="gpupair-scheduler")
     after, _ = patched(pod_with(2, annotations={VERIFY_KEY: "false"}), options)
     assert after["spec"]["schedulerName"] == "gpupair-scheduler" and verifiers(after) == []
-    assert build_patch(after, options) == []  # reinvocation: nothing more to do
+    assert plan(after, options).ops == []  # reinvocation: nothing more to do
 
 
 @pytest.mark.parametrize("pod", [
@@ -232,7 +231,7 @@ def test_opted_out_pods_are_still_routed_but_not_injected():
 ])
 def test_unreadable_pods_raise_pod_request_error(pod):
     with pytest.raises(PodRequestError):
-        build_patch(pod, OPTIONS)
+        plan(pod, OPTIONS)
 
 
 # --- Pod Security Standard: restricted ------------------------------------------------------------

@@ -365,8 +365,9 @@ def test_gpupair_webhook_command_serves_mutate_and_drains_on_sigterm(ca, tmp_pat
     repo = Path(__file__).resolve().parents[2]
     process = subprocess.Popen(
         [sys.executable, "-m", "gpupair.command.cli", "webhook", "--host", "127.0.0.1", "--port", str(port),
-         "--tls-cert", str(cert_path), "--tls-key", str(key_path), "--verifier-image", "registry.example/v:1"],
-        cwd=repo, env={"PYTHONPATH": str(repo), "GPUPAIR_SCHEDULER_NAME": "gpupair-scheduler"},
+         "--tls-cert-file", str(cert_path), "--tls-private-key-file", str(key_path),
+         "--verifier-image", "registry.example/v:1"],
+        cwd=repo, env={"PYTHONPATH": str(repo), "GPUPAIR_WEBHOOK_SCHEDULER_NAME": "gpupair-scheduler"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -390,10 +391,6 @@ def test_gpupair_webhook_command_serves_mutate_and_drains_on_sigterm(ca, tmp_pat
     assert process.returncode == 0, stderr
     logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(entry["msg"] == "admission review" and entry["outcome"] == "injected" for entry in logged)
-    # the names of gpupair 0.1 still work, each with a warning naming its successor
-    warned = {entry["deprecated"]: entry["use"] for entry in logged if entry["logger"] == "gpupair.flags"}
-    assert warned == {"--tls-cert": "--tls-cert-file", "--tls-key": "--tls-private-key-file",
-                      "GPUPAIR_SCHEDULER_NAME": "GPUPAIR_WEBHOOK_SCHEDULER_NAME"}
 
 
 def test_gpupair_webhook_command_refuses_missing_certificates(tmp_path):
