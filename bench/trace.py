@@ -11,6 +11,7 @@ the fewest NUMA nodes, and the published FGD figure beside them.
 
 Run: .venv/bin/python bench/trace.py [--fixtures DIR] [--seeds 42-51] [--traces default,...]
      [--skip-fidelity] [--skip-goal] [--goal-policies ...] [--goal-scores shipped,fragmentation]
+     [--path device-plugin|dra]
 Prints markdown (docs/simulate.md quotes it) and writes every run as JSON with --json FILE.
 """
 
@@ -56,6 +57,7 @@ def main() -> int:
     parser.add_argument("--skip-fidelity", action="store_true")
     parser.add_argument("--goal-policies", default=",".join(GOAL_POLICIES))
     parser.add_argument("--goal-scores", default="shipped,fragmentation")
+    parser.add_argument("--path", default="device-plugin", choices=("device-plugin", "dra"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
@@ -111,12 +113,12 @@ def goal(args, nodes, reference, seeds, traces) -> list[dict]:
     policies = [p for p in args.goal_policies.split(",") if p]
     variants = [(False, "shipped")] * ("shipped" in args.goal_scores.split(",")) + [
         (True, score) for score in args.goal_scores.split(",") if score]
-    print(f"## gpupair beside FGD's published result, seeds {args.seeds}, device-plugin path\n")
+    print(f"## gpupair beside FGD's published result, seeds {args.seeds}, {args.path} path\n")
     print("| trace | policy | gpupair | @100 | @130 | published FGD @100 / @130 | multi-GPU on fewest NUMA nodes |")
     print("|---|---|---|---|---|---|---|")
     for trace in (t for t in GOAL_TRACES if t in traces):
         pods = read_pods(args.fixtures / f"openb_pod_list_{trace}.csv")
-        configs = [ReplayConfig(policy, gpupair, seed, score=score) for policy in policies
+        configs = [ReplayConfig(policy, gpupair, seed, args.path, score=score) for policy in policies
                    for gpupair, score in variants for seed in seeds]
         runs = run_all(nodes, pods, configs)
         everything += [{"trace": trace, **run.as_json()} for run in runs]

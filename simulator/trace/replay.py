@@ -22,7 +22,6 @@ What is counted per run, beside FGD's allocation curve:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_dec
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.policies import MAX_NODE_SCORE, display_name, make_policy
+from gpupair.simulator.trace.policies import FGD_POLICIES, MAX_NODE_SCORE, display_name, make_policy
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
@@ -96,7 +95,7 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     stream = protocol.arrivals(pods, nodes, rng, config.tune)
     cluster = TraceCluster(nodes, config.splits, rng.permutation(len(nodes)))
     policy = make_policy(config.policy)
-    if config.policy.lower() in ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"):
+    if config.policy.lower() in FGD_POLICIES:
         policy.weight = config.policy_weight
     policy.bind(cluster, protocol.typical_pods(pods), np.random.default_rng([config.seed, 1]))
     choose = picker(config.path, config.plugin, config.gpupair)
