@@ -32,7 +32,18 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message and any ``extra`` fields.
 
     The extender logs a line per GPU pod it binds, on kube-scheduler's path: the line is written
-    by orjson (an eighth of the stdlib encoder's time) and the time formatted once a second."""
+    by orjson (an eighth of the stdlib encoder's time) and the time formatted once a second.
+
+    Not python-json-logger's OrjsonFormatter (4.2): set up as near as its options go (the fields
+    asctime, levelname, name and message renamed to ts, level, logger and msg; converter
+    time.gmtime; msec format ``%s.%03dZ``; json_default=str) it writes the same plain line, but
+    - it costs 5.2 us a ``bound`` line in a loop against this class's 3.1 (4.4 with the time
+      cached once a second, as here): it calls Formatter.formatTime for every record;
+    - an int past 64 bits makes orjson raise in it, and the line is lost to a traceback;
+    - ``level`` is upper-case (``WARNING``), a dict message is spread into fields with an empty
+      ``msg``, and ``exc`` comes before the extra fields rather than last.
+    The same line would need formatTime, process_log_record and jsonify_log_record overridden:
+    as much code as this class, and a dependency more."""
 
     _skip = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
     _encoder = json.JSONEncoder(default=str)

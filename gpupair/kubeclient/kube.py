@@ -119,7 +119,15 @@ def read_environment_once(api: k8s.ApiClient) -> None:
     under py-spy). The environment does not change while the process runs: the proxy it names
     for the API server (HTTPS_PROXY, NO_PROXY, as client-go reads them) is set once on the
     client, and the session stops consulting the environment; .netrc, which client-go never
-    reads, is no longer a source of API credentials."""
+    reads, is no longer a source of API credentials.
+
+    kubernetes-asyncio has no setting for either: its Configuration sizes the connector
+    (``connection_pool_maxsize``) but not the session, which RESTClientObject opens itself with
+    ``trust_env=True`` and aiohttp's cookie jar. So the session in ``rest.pool_manager``, an
+    attribute the client does not document, is replaced here. That attribute and the session's
+    arguments read the same in the client's source from release 30 to 36, and the tests run on
+    36 (constraints.txt); pyproject.toml caps the client below 37 so that a new major, which
+    may move it, is taken only after tests/core/test_kube.py passes on it."""
     rest = api.rest_client
     if not rest.proxy:
         with suppress(LookupError):
