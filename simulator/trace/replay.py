@@ -41,8 +41,9 @@ from gpupair.simulator.trace.policies import FGD_POLICIES, MAX_NODE_SCORE, displ
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
-SHIPPED, FRAGMENTATION, WHOLE_GPUS = "shipped", "fragmentation", "fragmentation-whole"
-SCORE_LABELS = {SHIPPED: "gpupair", FRAGMENTATION: "gpupair-frag", WHOLE_GPUS: "gpupair-frag-whole"}
+SHIPPED, FRAGMENTATION, WHOLE_GPUS, FILTER_ONLY = "shipped", "fragmentation", "fragmentation-whole", "filter"
+SCORE_LABELS = {SHIPPED: "gpupair", FRAGMENTATION: "gpupair-frag", WHOLE_GPUS: "gpupair-frag-whole",
+                FILTER_ONLY: "gpupair-filter"}
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     ties = np.random.default_rng([config.seed, 2])
     result = ReplayResult(display_name(config.policy), config.gpupair, config.seed, config.path, config.score, {})
     fragmentation = FragmentationScore(cluster, tables, config.score == WHOLE_GPUS) \
-        if config.gpupair and config.score != SHIPPED else None
+        if config.gpupair and config.score in (FRAGMENTATION, WHOLE_GPUS) else None
     arrived, used = 0, 0
     arrivals_log = np.zeros(len(stream), dtype=np.int64)
     used_log = np.zeros(len(stream), dtype=np.int64)
@@ -136,7 +137,7 @@ def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, con
     rows = np.flatnonzero(fits)
     # As shipped (managedResources: nvidia.com/gpu) only GPU pods reach the extender; the
     # fragmentation score needs every pod (the every-pod registration).
-    called = config.gpupair and (pod.gpus > 0 or fragmentation is not None)
+    called = config.gpupair and ((pod.gpus > 0 and pod.milli_per_gpu == MILLI) or fragmentation is not None)
     if called and whole and len(rows):
         passes = tables.lookup("passes", cluster.layout_id[rows], cluster.free_mask[rows], pod.gpus)
         if not passes.any():
@@ -150,7 +151,9 @@ def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, con
         row = int(rows[0])
     else:
         total = policy.scores(pod, rows) * policy.weight
-        if called:
+        # An extender that scores gives every node it scored a random tie-breaker
+        # (prioritizeNodes' Randomizer); registered without prioritizeVerb, it gives none.
+        if called and config.score != FILTER_ONLY:
             if fragmentation is not None:
                 extra = fragmentation.scores(pod, rows)
             else:

@@ -9,7 +9,7 @@ from collections import Counter
 
 from gpupair.command.flags import UsageError
 
-SCORES = ("shipped", "fragmentation", "fragmentation-whole")
+SCORES = ("shipped", "fragmentation", "fragmentation-whole", "filter")
 
 
 def run(args: argparse.Namespace, paths: list[str]) -> int:
