@@ -16,9 +16,7 @@ import pytest
 from tests.core.test_doc_links import REPO, prose
 
 DOCS = REPO / "docs"
-# docs/simulate.md is being rewritten by another change (issue 40's simulator part); it joins this
-# check once that rewrite lands. Every other page under docs/ is covered.
-NOT_YET = {"simulate.md"}
+NOT_YET: set[str] = set()  # pages not yet held to this check (none: every page under docs/ is)
 # Dates that are facts about the world, not the day a measurement was taken: page -> {date: why}.
 ALLOWED_DATES = {
     "field-report.md": {"2026-07-29": "the day the public write-up gpupair started from was posted"},

@@ -275,3 +275,14 @@ def test_bad_flags_get_one_line_and_exit_2(sliced, args, expected):
 def test_the_trace_scenario_needs_both_files():
     done = simulate("--trace-nodes", str(NODES))
     assert done.returncode == 2 and "--trace-pods" in done.stderr
+
+
+def test_registered_without_prioritize_gpupair_leaves_a_scoring_plugins_choices_alone(sliced):
+    """Pods of one GPU or less never meet gpupair's NUMA rule: a filter-only extender must then
+    change nothing, where a scoring one gives kube-scheduler's ties to chance."""
+    nodes = read_nodes(sliced[0])
+    small = [p for p in read_pods(sliced[1]) if p.gpus <= 1]
+    alone = replay(nodes, small, ReplayConfig("fgd", False, 5))
+    beside = replay(nodes, small, ReplayConfig("fgd", True, 5, score="filter"))
+    assert beside.allocation == alone.allocation
+    assert beside.failed_pods == alone.failed_pods
