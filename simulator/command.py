@@ -101,9 +101,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "GPUs, as FGD's simulator)", choices=["aligned", "naive"])
     add_flag(parser, "--gpupair-scores", "shipped,fragmentation",
              "trace scenario: gpupair configurations beside each policy alone: shipped (the extender as deployed: "
-             "GPU pods only, --score best-fit), fragmentation (--score fragmentation registered for every pod, "
-             "each GPU's share known), fragmentation-whole (the same, seeing whole GPUs only, as today's "
-             "reporters publish them)")
+             "whole-GPU pods, --score best-fit), filter (the same without prioritizeVerb, beside a plugin that scores "
+             "GPUs itself), fragmentation (--score fragmentation registered for every pod, each GPU's share known), "
+             "fragmentation-whole (the same, seeing whole GPUs only, as today's reporters publish them)")
     add_flag(parser, "--policy-weight", 1000, "trace scenario: the weight of FGD's six as a score plugin (its "
              "published configuration: 1000); kube-scheduler's profiles keep their own", bounds=Range(1, 1_000_000))
     add_flag(parser, "--workers", 0, "trace scenario: processes for the runs (0: one per core)",
