@@ -31,7 +31,7 @@ from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.extender.dra_nodes import ClaimNotSeen, DraNodes
+from gpupair.decide.dra_source import ClaimNotSeen, DraNodes
 from gpupair.decide.decisions import Decider
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
@@ -41,7 +41,7 @@ from gpupair.extender.heartbeats import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
-from gpupair.extender.node_reports import ReportDecoder
+from gpupair.decide.node_entries import ReportDecoder
 from gpupair.extender.pod_requests import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from gpupair.decide.decisions import Decider, NodeDecision
-from gpupair.extender.node_reports import ReportEntry
+from gpupair.decide.node_entries import ReportEntry
 from gpupair.decide.reservations import NO_HOLD, Hold
 from gpupair.decide.intent import Intent
 

@@ -21,7 +21,7 @@ from cachetools import LRUCache, TTLCache
 from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decide.decisions import Decider, NodeDecision
 from gpupair.decide.dra_picture import claim_names
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.decide.reservations import NO_HOLD, Reservations
 from gpupair.decide.claim_intent import dra_pod_intent, strictest
@@ -102,7 +102,7 @@ class Evaluator:
         return offer
 
     def owned(self, pod: Any) -> dict[str, frozenset[int]]:
-        """Devices the pod's own DRA claims hold, by node (extender/dra_nodes.py)."""
+        """Devices the pod's own DRA claims hold, by node (gpupair/decide/dra_source.py)."""
         if self.dra is None:
             return {}
         meta = pod.get("metadata") if isinstance(pod, dict) else None

@@ -3,7 +3,7 @@
 One node picture, two sources. Fed by a ListWatch on nodes: a node's annotations are decoded
 when they change, never per request: an event whose report annotations equal the ones held
 keeps the entry (and its memoised decisions). Where a DRA driver publishes the node's GPUs
-(extender/dra_nodes.py), the entry comes from its ResourceSlices and claims instead, with the
+(gpupair/decide/dra_source.py), the entry comes from its ResourceSlices and claims instead, with the
 links of the reporter's topology annotation. Listeners see one entry per node, whichever source
 it came from. Ready once the first node list is in.
 """
@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from gpupair.extender.dra_nodes import DraNodes
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.dra_source import DraNodes
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.decide.reservations import Reservations
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY

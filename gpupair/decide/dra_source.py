@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES

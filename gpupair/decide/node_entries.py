@@ -1,4 +1,5 @@
-"""A node's report as the extender keeps it: decoded once, with its decisions memoised.
+"""A node's report as the extender and `gpupair status` keep it: decoded once, with its decisions
+memoised.
 
 Decoding a report (pydantic over two JSON annotations) costs tens of microseconds, and the
 device-plugin policy's pick costs microseconds more; with thousands of nodes per request both
@@ -157,7 +158,7 @@ class ReportDecoder:
         self.stale_after = stale_after
         self._entries: LRUCache = LRUCache(maxsize)
         self._layouts: LRUCache = LRUCache(maxsize)
-        self.shared = SharedDecisions()  # for DRA nodes' entries too (extender/dra_nodes.py)
+        self.shared = SharedDecisions()  # for DRA nodes' entries too (gpupair/decide/dra_source.py)
 
     def decode(self, annotations: Mapping[str, str] | None) -> ReportEntry:
         annotations = annotations if isinstance(annotations, Mapping) else {}
