@@ -38,12 +38,12 @@ from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.filter import filter_nodes
-from gpupair.extender.heartbeats import Heartbeats
+from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
 from gpupair.decide.node_entries import ReportDecoder
-from gpupair.extender.pod_requests import PodRequests
+from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
 from gpupair.extender.prioritize import prioritize_nodes
