@@ -18,7 +18,7 @@ once, from the configuration, and no reader asks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpupair.decide.claim_intent import ClaimIntent
 from gpupair.decide.dra_picture import Demand
@@ -27,6 +27,7 @@ from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 ChangeListener = Callable[[set[str]], None]  # told the names of nodes whose picture changed
 
 
+@runtime_checkable
 class NodeSource(Protocol):
     """One source of the node picture."""
 
