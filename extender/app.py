@@ -31,18 +31,19 @@ from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.extender.dra_nodes import ClaimNotSeen, DraNodes
+from gpupair.decide.dra_source import ClaimNotSeen, DraNodes
+from gpupair.decide.node_picture import AnnotatedNodes, NodePicture
 from gpupair.decide.decisions import Decider
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.filter import filter_nodes
-from gpupair.extender.heartbeats import Heartbeats
+from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
-from gpupair.extender.node_reports import ReportDecoder
-from gpupair.extender.pod_requests import PodRequests
+from gpupair.decide.node_entries import ReportDecoder
+from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
 from gpupair.extender.prioritize import prioritize_nodes
@@ -149,9 +150,12 @@ def assemble(
         beats = Heartbeats()
         alive = beats.get
         metrics.watch_heartbeats(lambda: len(beats))
+    annotated = AnnotatedNodes(decoder, alive)
+    picture = NodePicture(dra, annotated) if dra is not None else NodePicture(annotated)
+    alive = picture.alive
     if node_cache:
         # A report flows one way: the cache decodes it, then tells its listeners in order.
-        cache = NodeCache(decoder, clock, dra)
+        cache = NodeCache(picture, clock)
         tables = DecisionTables(decider, cache.items, cache.get, alive, reservations.by_node)
         reservations.subscribe(tables.hold_changed)
         cache.subscribe(HoldsByReport(reservations))
@@ -160,10 +164,9 @@ def assemble(
             beats.subscribe(lambda name: tables.node_alive(name, clock()))
         metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
-    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, alive=alive,
-                          default_intent=default_intent, dra=dra, rdma_resources=rdma_resources,
-                          nic_level=nic_level)
-    requests = PodRequests(resource, claims=dra.pod_demand if dra is not None else None)
+    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, picture=picture,
+                          default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
+    requests = PodRequests(resource, claims=picture.pod_demand)
     if fragmentation:
         from gpupair.extender.cluster_usage import ClusterUsage  # numpy, only for this score
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from gpupair.decide.decisions import Decider, NodeDecision
-from gpupair.extender.node_reports import ReportEntry
+from gpupair.decide.node_entries import ReportEntry
 from gpupair.decide.reservations import NO_HOLD, Hold
 from gpupair.decide.intent import Intent
 
@@ -66,7 +66,7 @@ def host_priority_json(name: str, score: int) -> str:
 
 
 class DecisionTables:
-    """``alive(name)``: the node's last Lease renewal (epoch seconds) or None; see heartbeats.py.
+    """``alive(name)``: the node's last Lease renewal (epoch seconds) or None; see node_leases.py.
     ``holds()``: every node that owes something now (``Reservations.by_node``); whoever changes
     them calls ``hold_changed``."""
 

@@ -21,7 +21,8 @@ from cachetools import LRUCache, TTLCache
 from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decide.decisions import Decider, NodeDecision
 from gpupair.decide.dra_picture import claim_names
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.node_picture import AnnotatedNodes, NodePicture
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.decide.reservations import NO_HOLD, Reservations
 from gpupair.decide.claim_intent import dra_pod_intent, strictest
@@ -29,8 +30,6 @@ from gpupair.decide.intent import Intent
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.decide.pod_request import PodRequestError
 from gpupair.decide.policies import POLICIES
-from gpupair.topology.nics import NICS_KEY
-from gpupair.topology.report import TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender")
 
@@ -66,14 +65,16 @@ class Evaluator:
     tables: DecisionTables | None = None  # over node_cache
     clock: Callable[[], float] = time.time
     seen_limit: int = 16384
-    alive: Callable[[str], float | None] = lambda name: None  # a node's last Lease renewal
+    picture: NodePicture | None = None  # None: the decoder's annotations alone, without Leases
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
-    dra: Any = None  # DraNodes: nodes whose GPUs a DRA driver publishes; None without DRA
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
     nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
     usage: Any = None  # ClusterUsage under --score fragmentation; None: best fit
 
     def __post_init__(self) -> None:
+        if self.picture is None:
+            self.picture = NodePicture(AnnotatedNodes(self.decoder))
+        self.nodes: NodePicture = self.picture
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
         self.uncached = ReportEntry(None, UNCACHED_PROBLEM, "missing")
         self.unsynced = ReportEntry(None, UNSYNCED_PROBLEM, "missing")
@@ -95,26 +96,27 @@ class Evaluator:
         variant = self.decider_for(args.Pod)
         if variant is not self.decider:
             offer.decider, offer.cached = variant, False
-        if self.dra is not None:
-            offer.owned = self.owned(args.Pod)
-            uid = _uid(args.Pod)
-            offer.denied = self._denied.get(uid, {}) if uid else {}
+        offer.owned = self.owned(args.Pod)
+        uid = _uid(args.Pod)
+        offer.denied = self._denied.get(uid, {}) if uid else {}
         return offer
 
+    def alive(self, node: str) -> float | None:
+        """The node's last sign of life beyond its report (its Lease's renewal), if any."""
+        return self.nodes.alive(node)
+
     def owned(self, pod: Any) -> dict[str, frozenset[int]]:
-        """Devices the pod's own DRA claims hold, by node (extender/dra_nodes.py)."""
-        if self.dra is None:
-            return {}
+        """Devices the pod's own DRA claims hold, by node (gpupair/decide/dra_source.py)."""
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         meta = meta if isinstance(meta, dict) else {}
-        return self.dra.owned(_uid(pod), str(meta.get("namespace") or ""), claim_names(pod))
+        return self.nodes.owned(_uid(pod), str(meta.get("namespace") or ""), claim_names(pod))
 
     def owned_on(self, uid: str, node: str) -> frozenset[int]:
         """Devices on ``node`` of the claims reserved for or owned by pod ``uid`` (bind knows the
         pod by name and UID only; the scheduler reserves its claims before it calls bind)."""
-        if self.dra is None or not uid:
+        if not uid:
             return frozenset()
-        return self.dra.owned(uid).get(node, frozenset())
+        return self.nodes.owned(uid).get(node, frozenset())
 
     def deny(self, uid: str, node: str, why: str) -> None:
         """Keep pod ``uid`` off ``node`` for DENIED_TTL: bind refused the allocation made there."""
@@ -134,7 +136,7 @@ class Evaluator:
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
             return None
-        if self.dra is not None and claim_names(pod):
+        if claim_names(pod):
             return None
         return uid, version
 
@@ -163,10 +165,8 @@ class Evaluator:
         return variant
 
     def _claim_policy(self, pod: Any) -> str | None:
-        if self.dra is None:
-            return None
         try:
-            demand = self.dra.pod_demand(pod)
+            demand = self.nodes.pod_demand(pod)
         except PodRequestError:
             return None  # the verb's request check has said so already
         return demand.policy if demand is not None else None
@@ -189,11 +189,8 @@ class Evaluator:
                 return Offer(args.NodeNames, lambda name: None, self.unsynced)
             return Offer(args.NodeNames, cache.get, self.uncached, cached=self.tables is not None)
         nodes = (args.Nodes.items if args.Nodes is not None else None) or []
-        decode = self.decoder.decode
-        if self.dra is None:
-            entries = {node["metadata"]["name"]: decode(node["metadata"].get("annotations")) for node in nodes}
-        else:
-            entries = {node["metadata"]["name"]: self._dra_or_annotated(node) for node in nodes}
+        entry_of = self.nodes.entry_of
+        entries = {node["metadata"]["name"]: entry_of(node["metadata"]["name"], _notes(node)) for node in nodes}
         self.last_seen.update(entries)
         self._release_taken(entries)
         names = [node["metadata"]["name"] for node in nodes]
@@ -229,7 +226,7 @@ class Evaluator:
         """The pod's placement intent: its own DRA claims' (a claim pod carries no annotation),
         else its annotation, else the default; a bad value counts as required, and is logged, as
         are claims that disagree."""
-        claims = self.dra.pod_claim_intents(pod) if self.dra is not None else []
+        claims = self.nodes.pod_claim_intents(pod)
         intent, problem = dra_pod_intent(pod, claims, self.default_intent)
         if problem:
             meta = pod.get("metadata") if isinstance(pod, dict) else None
@@ -243,9 +240,9 @@ class Evaluator:
     def claimed_intent(self, uid: str) -> Intent | None:
         """The intent the allocated claims of pod ``uid`` ask (the strictest), None where they
         say nothing or there is no DRA: bind's intent for a pod it has not seen filtered."""
-        if self.dra is None or not uid:
+        if not uid:
             return None
-        chosen, _ = strictest(self.dra.held_claim_intents(uid))
+        chosen, _ = strictest(self.nodes.held_claim_intents(uid))
         return chosen.intent if chosen is not None else None
 
     def entry_for(self, node: str) -> ReportEntry:
@@ -272,11 +269,6 @@ class Evaluator:
 
     # ---- internals
 
-    def _dra_or_annotated(self, node: dict[str, Any]) -> ReportEntry:
-        name, annotations = node["metadata"]["name"], node["metadata"].get("annotations")
-        notes = annotations if isinstance(annotations, dict) else {}
-        return self.dra.entry(name, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY)) or self.decoder.decode(annotations)
-
     def own_cases(self, offer: Offer) -> set[str]:
         """Offered names whose table entry does not apply to this pod: its own claims hold
         devices there, or bind refused it there (the tables count every hold already)."""
@@ -290,6 +282,12 @@ class Evaluator:
             entry = entries.get(node)
             if entry is not None and entry.report is not None:
                 self.reservations.observe_report(node, entry.report.state.free, entry.report.ledger)
+
+
+def _notes(node: dict[str, Any]) -> dict[str, Any]:
+    """A request's Node's annotations; a Node without any has none (not: no Node)."""
+    annotations = node["metadata"].get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
 
 
 def _uid(pod: Any) -> str:

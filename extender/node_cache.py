@@ -1,11 +1,10 @@
 """The extender's own view of every node's report, for NodeNames mode (nodeCacheCapable).
 
-One node picture, two sources. Fed by a ListWatch on nodes: a node's annotations are decoded
-when they change, never per request: an event whose report annotations equal the ones held
-keeps the entry (and its memoised decisions). Where a DRA driver publishes the node's GPUs
-(extender/dra_nodes.py), the entry comes from its ResourceSlices and claims instead, with the
-links of the reporter's topology annotation. Listeners see one entry per node, whichever source
-it came from. Ready once the first node list is in.
+One node picture, several sources (gpupair/decide/node_picture.py). Fed by a ListWatch on nodes:
+a node's entry is asked of the picture when its report annotations change, or when a source tells
+of a change of its own (a DRA driver's slices and claims), never per request: an event whose
+report annotations equal the ones held keeps the entry (and its memoised decisions). Listeners see
+one entry per node, whichever source it came from. Ready once the first node list is in.
 """
 
 from __future__ import annotations
@@ -15,13 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from gpupair.extender.dra_nodes import DraNodes
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.node_entries import ReportEntry
+from gpupair.decide.node_picture import NodePicture
 from gpupair.decide.reservations import Reservations
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
+REPORT_KEYS = (TOPOLOGY_KEY, FREE_KEY, ALLOCATIONS_KEY, NICS_KEY)  # what a node's entry is read from
 
 
 class NodeListener(Protocol):
@@ -47,17 +47,13 @@ class HoldsByReport:
 
 
 class NodeCache:
-    def __init__(self, decoder: ReportDecoder, clock: Callable[[], float] = time.time,
-                 dra: DraNodes | None = None):
-        self._decoder = decoder
+    def __init__(self, picture: NodePicture, clock: Callable[[], float] = time.time):
+        self._picture = picture
         self._clock = clock
-        self._dra = dra
         self._listeners: list[NodeListener] = []
-        self._entries: dict[str, ReportEntry] = {}  # what readers see, from either source
-        self._annotated: dict[str, ReportEntry] = {}  # from the Node annotations
-        self._raw: dict[str, tuple[Any, ...]] = {}
-        if dra is not None:
-            dra.subscribe(self._dra_changed)
+        self._entries: dict[str, ReportEntry] = {}  # what readers see, from whichever source
+        self._raw: dict[str, tuple[Any, ...]] = {}  # each listed Node's REPORT_KEYS annotations
+        picture.subscribe(self._source_changed)
         self.usage: Any = None  # ClusterUsage under --score fragmentation: each Node's allocatable CPU
         self.ready = False
         self.decodes = 0  # annotation changes decoded, for tests and metrics
@@ -71,7 +67,7 @@ class NodeCache:
             if name:
                 seen.add(name)
                 self._update(name, node)
-        for name in [n for n in self._annotated if n not in seen]:
+        for name in [n for n in self._raw if n not in seen]:
             self._remove(name)
         if not self.ready:
             log.info("node cache ready", extra={"nodes": len(self._entries)})
@@ -111,34 +107,28 @@ class NodeCache:
         annotations = (node.get("metadata") or {}).get("annotations")
         if not isinstance(annotations, dict):
             annotations = {}
-        raw = (annotations.get(TOPOLOGY_KEY), annotations.get(FREE_KEY), annotations.get(ALLOCATIONS_KEY),
-               annotations.get(NICS_KEY))
-        if self._raw.get(name) == raw and name in self._annotated:
+        raw = tuple(annotations.get(key) for key in REPORT_KEYS)
+        if self._raw.get(name) == raw:
             return
-        self._annotated[name] = self._decoder.decode(annotations)
-        self.decodes += 1
         self._raw[name] = raw
+        self.decodes += 1
         self._refresh(name)
 
     def _remove(self, name: str) -> None:
         if self.usage is not None:
             self.usage.node_gone(name)
-        if self._annotated.pop(name, None) is not None:
-            self._raw.pop(name, None)
+        if self._raw.pop(name, None) is not None:
             self._refresh(name)
 
-    def _dra_changed(self, names: set[str]) -> None:
+    def _source_changed(self, names: set[str]) -> None:
         for name in sorted(names):
             self._refresh(name)
 
     def _refresh(self, name: str) -> None:
-        """Put the node's entry from whichever source has it (DRA first) and tell the listeners."""
-        entry = None
-        if self._dra is not None:
-            raw = self._raw.get(name, (None, None, None, None))
-            entry = self._dra.entry(name, raw[0], raw[3])
-        if entry is None:
-            entry = self._annotated.get(name)
+        """Put the node's entry from the picture and tell the listeners."""
+        raw = self._raw.get(name)
+        notes = None if raw is None else {key: value for key, value in zip(REPORT_KEYS, raw) if value is not None}
+        entry = self._picture.entry_of(name, notes)
         if entry is None:
             if self._entries.pop(name, None) is not None:
                 for listener in self._listeners:

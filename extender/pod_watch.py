@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gpupair.extender.pod_requests import PodRequests
+from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.watch_progress import WatchProgress
 from gpupair.decide.reservations import Reservations
 from gpupair.decide.pod_request import PodRequestError

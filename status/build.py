@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
-
-from gpupair.kubewire import dra
 
 from gpupair.topology import links
 from gpupair.topology import report as codec
-from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent, claim_intent, gpu_requests
+from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER
-from gpupair.decide.dra_picture import Allocation, PictureError, allocation_of, build as build_picture, claim_demand, claim_names
-from gpupair.topology.layout import NodeLayout
+from gpupair.decide.dra_source import DraNodes
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.node_picture import AnnotatedNodes, NodePicture, NodeSource
 from gpupair.decide.placement import numa_label
 from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
 from gpupair.decide.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
@@ -73,115 +73,72 @@ class Options:
 
 
 class LayoutCache:
-    """Decoded topologies by annotation text: a layout changes only with the hardware, so a
-    watch redraw decodes only what changed."""
+    """The reports decoded by earlier redraws, by annotation text (the extender's ReportDecoder,
+    gpupair/decide/node_entries.py): a layout changes only with the hardware, a free list with a
+    grant, so a watch redraw decodes only what changed."""
 
     def __init__(self) -> None:
-        self._layouts: dict[str, NodeLayout] = {}
-
-    def get(self, topology_json: str | None) -> NodeLayout | None:
-        if topology_json is None:
-            return None
-        layout = self._layouts.get(topology_json)
-        if layout is None:
-            try:
-                layout = codec.decode_layout(topology_json)
-            except codec.ReportError:
-                return None  # decode_annotations says why
-            self._layouts[topology_json] = layout
-        return layout
-
-    def keep_only(self, used: set[str]) -> None:
-        for text in set(self._layouts) - used:
-            del self._layouts[text]
+        self.decoder = ReportDecoder(None)  # status judges freshness itself (status/freshness.py)
 
 
 def build(listing: Listing, now: datetime, options: Options = Options(),
           layouts: LayoutCache | None = None) -> StatusView:
     layouts = layouts or LayoutCache()
     bound = bound_gpu_pods(listing.pods or (), options.resource)
-    dra_nodes = DraListing(listing.slices, listing.claims, listing.dra_driver)
+    picture, devices = node_picture(listing, now, options, layouts.decoder)
     nodes = []
-    used: set[str] = set()
     for node in sorted(listing.nodes, key=lambda n: str(meta(n).get("name") or "")):
         name = str(meta(node).get("name") or "")
-        if not _is_gpu_node(node, options.resource) and name not in dra_nodes:
+        if not _is_gpu_node(node, options.resource) and not devices.has(name):
             continue
-        topology = annotations(node).get(codec.TOPOLOGY_KEY)
-        if topology is not None:
-            used.add(topology)
-        dra = dra_nodes.report(name, layouts.get(topology), now) if name in dra_nodes else None
-        nodes.append(node_view(node, bound.get(name, ()), now, options, layouts.get(topology),
-                               listing.leases.get(name), dra))
-    layouts.keep_only(used)
+        entry = picture.entry_of(name, annotations(node))
+        assert entry is not None  # the annotations' source describes every listed Node
+        nodes.append(node_view(node, bound.get(name, ()), now, options, entry, _renewed(picture, name)))
     return StatusView(
         generatedAt=now, staleAfterSeconds=options.stale_after, nodes=nodes,
         summary=Summary(
             nodes=_counts(nodes),
             fragmentation=fragmentation(nodes),
             pending=pending_pods(listing.pods or (), listing.events or (), options.resource,
-                                 dra_nodes.asks(options.gpu_classes)),
+                                 claim_asks(picture)),
             failVerdicts=fail_verdicts(listing.pods or (), listing.events or (), options.fails),
         ),
         unseen=list(listing.unseen),
     )
 
 
-class DraListing:
-    """The listed ResourceSlices and claims of one DRA driver, by node (gpupair/decide/dra_picture.py)."""
+# What the extender logs of a node's picture, status shows in the node's row instead.
+_SHOWN = logging.getLogger("gpupair.status.picture")
+_SHOWN.addHandler(logging.NullHandler())
+_SHOWN.propagate = False
 
-    def __init__(self, slices: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]], driver: str):
-        self.driver = driver
-        self._slices: dict[str, list[dra.ResourceSlice]] = {}
-        self._allocations: list[Allocation] = []
-        self._claims: dict[tuple[str, str], dra.ResourceClaim] = {}  # (namespace, name) -> claim
-        if not driver:
-            return
-        for obj in slices:
-            try:
-                item = dra.parse_slice(obj)
-            except dra.DRAWireError:
-                continue  # the extender logs these; status shows what it can
-            if item.spec.driver == driver and item.spec.nodeName:
-                self._slices.setdefault(item.spec.nodeName, []).append(item)
-        for obj in claims:
-            try:
-                claim = dra.parse_claim(obj)
-            except dra.DRAWireError:
-                continue
-            self._claims[(claim.metadata.namespace, claim.metadata.name)] = claim
-            allocation = allocation_of(claim, driver)
-            if allocation is not None:
-                self._allocations.append(allocation)
 
-    def __contains__(self, node: str) -> bool:
-        return node in self._slices
+def node_picture(listing: Listing, now: datetime, options: Options,
+                 decoder: ReportDecoder | None = None) -> tuple[NodePicture, DraNodes]:
+    """The node picture as the extender reads it (gpupair/decide/node_picture.py), from the same
+    source objects fed by one list each rather than a watch: the listed ResourceSlices and claims
+    (their pictures built at ``now``; none without a driver), then the Nodes' annotations with
+    their Leases."""
+    decoder = decoder or ReportDecoder(None)
+    leases = {name: at.timestamp() for name, at in listing.leases.items()}
+    devices = DraNodes(listing.dra_driver, decoder, now.timestamp, options.gpu_classes, logger=_SHOWN)
+    if listing.dra_driver:
+        devices.slices.replace(list(listing.slices))
+        devices.claims.replace(list(listing.claims))
+    return NodePicture(devices, AnnotatedNodes(decoder, leases.get)), devices
 
-    def asks(self, gpu_classes: frozenset[str]) -> ClaimAsk:
-        """What a pod's own claims ask, by its claims in this listing (``ClaimAsk``)."""
-        return lambda pod: self._ask(pod, gpu_classes)
 
-    def _ask(self, pod: Mapping[str, Any], gpu_classes: frozenset[str]) -> tuple[int, list[ClaimIntent | None]]:
-        namespace = str(meta(pod).get("namespace") or "")
-        gpus, said = 0, []
-        for name in claim_names(pod, extended=False):  # kube-scheduler's own: the request counts it
-            claim = self._claims.get((namespace, name))
-            if claim is None or claim.metadata.annotations.get(dra.EXTENDED_RESOURCE_CLAIM_KEY) == "true":
-                continue
-            demand = claim_demand(claim, gpu_classes)
-            if demand.gpus:
-                gpus += demand.gpus
-                said.append(claim_intent(claim, gpu_requests(claim, gpu_classes)))
-        return gpus, said
+def claim_asks(picture: NodeSource) -> ClaimAsk:
+    """What a pod's own claims ask, by the claims listed (``ClaimAsk``)."""
+    def ask(pod: Mapping[str, Any]) -> tuple[int, list[ClaimIntent | None]]:
+        demand = picture.pod_demand(pod, known_only=True)
+        return (demand.gpus if demand is not None else 0), list(picture.pod_claim_intents(pod))
+    return ask
 
-    def report(self, node: str, topology: NodeLayout | None, now: datetime) -> codec.NodeReport | codec.ReportError:
-        slices = self._slices[node]
-        pools = {s.spec.pool.name for s in slices}
-        mine = [a for a in self._allocations if any(pool in pools for pool, _ in a.devices)]
-        try:
-            return build_picture(node, slices, mine, self.driver, now, topology).report
-        except PictureError as exc:
-            return codec.ReportError(f"unusable DRA picture: {exc}")
+
+def _renewed(picture: NodeSource, name: str) -> datetime | None:
+    at = picture.alive(name)
+    return None if at is None else datetime.fromtimestamp(at, timezone.utc)
 
 
 def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
@@ -200,24 +157,21 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, layout: NodeLayout | None = None, renewed: datetime | None = None,
-              dra: codec.NodeReport | codec.ReportError | None = None) -> NodeView:
-    """``renewed``: the node's reporter Lease renewTime, a second heartbeat next to reportedAt.
-    ``dra``: the node's picture from its ResourceSlices and claims, where a DRA driver publishes
-    its GPUs (or why there is none); it stands in for the annotations' report."""
+              options: Options, entry: ReportEntry, renewed: datetime | None = None) -> NodeView:
+    """``entry``: the node's from the node picture (its report, or why there is none).
+    ``renewed``: the node's reporter Lease renewTime, a second heartbeat next to a reporter's
+    reportedAt (a DRA picture is as current as the listing: its own time is the listing's)."""
     name = str(meta(node).get("name") or "")
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
-    try:
-        if isinstance(dra, codec.ReportError):
-            raise dra
-        decoded = dra if dra is not None else codec.decode_annotations(annotations(node), layout=layout)
-    except codec.ReportError as exc:
-        return NodeView(name=name, state="missing" if exc.kind == "missing" else "invalid", reason=exc.reason,
+    decoded = entry.report
+    if decoded is None:
+        return NodeView(name=name, state="missing" if entry.kind == "missing" else "invalid", reason=entry.cause,
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
                         reserved=empty, ledgerProblem="")
-    beats = [freshness.Heartbeat("dra" if dra is not None else "report", decoded.reported_at)]
-    if renewed is not None and dra is None:
+    own: freshness.Source = "dra" if decoded.source == "dra" else "report"
+    beats = [freshness.Heartbeat(own, decoded.reported_at)]
+    if renewed is not None and own == "report":
         beats.append(freshness.Heartbeat("lease", renewed))
     live = freshness.classify(beats, now, options.stale_after)
     assert live is not None  # a decoded report always has its own heartbeat

@@ -178,7 +178,7 @@ async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
         watches = [nodes, pods]
         leases = None
         if extender.heartbeats is not None:  # heartbeats=True: the reporters' Leases in gpupair-system
-            from gpupair.extender.heartbeats import list_leases
+            from gpupair.extender.node_leases import list_leases
 
             leases = ListWatch("leases", list_leases(api, "gpupair-system"), extender.heartbeats,
                                timeout_seconds=30, backoff_base=0.01, backoff_max=0.05)

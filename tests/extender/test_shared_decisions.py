@@ -1,4 +1,4 @@
-"""Decisions shared across nodes of the same hardware (extender/node_reports.py): a node decided
+"""Decisions shared across nodes of the same hardware (gpupair/decide/node_entries.py): a node decided
 under a hold another node of the same shape was decided under reuses that decision, and the
 answer is always the one its own report alone would give."""
 
@@ -13,7 +13,7 @@ from gpupair.decide.decisions import Decider
 from gpupair.decide.intent import Intent
 from gpupair.decide.policies import POLICIES
 from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.topology.layout import NO_NUMA, NodeLayout
 from gpupair.topology.report import encode_annotations
 from tests.extender_support import NOW

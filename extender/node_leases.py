@@ -1,9 +1,11 @@
 """Each node's last Lease renewal, from one list+watch of the reporters' Leases in one namespace.
 
 A reporter renews its node's Lease while its published report is current (reporter/heartbeat.py),
-so a node whose annotations have not changed for hours is still fresh. Freshness is the newest of
-the renewal and the report's own reportedAt: an old reporter without a Lease (or a Lease left
-behind by a newer one) still counts by its annotation re-writes, as before.
+so a node whose annotations have not changed for hours is still fresh. These renewals are the
+Lease half of the reporter's source of the node picture (``AnnotatedNodes.alive``,
+gpupair/decide/node_picture.py). Freshness is the newest of the renewal and the report's own
+reportedAt: an old reporter without a Lease (or a Lease left behind by a newer one) still counts
+by its annotation re-writes, as before.
 
 Only Leases labelled as node heartbeats count (the list+watch selects them by label, and this
 checks again): others in the namespace, such as the extender's leader-election Lease, are not
@@ -20,7 +22,7 @@ from typing import Any
 
 from gpupair.kubewire.leases import HEARTBEAT_SELECTOR, is_heartbeat, renewed_at
 
-log = logging.getLogger("gpupair.extender.heartbeats")
+log = logging.getLogger("gpupair.extender.node_leases")
 
 
 class Heartbeats:

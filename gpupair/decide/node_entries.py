@@ -1,4 +1,5 @@
-"""A node's report as the extender keeps it: decoded once, with its decisions memoised.
+"""A node's report as the extender and `gpupair status` keep it: decoded once, with its decisions
+memoised.
 
 Decoding a report (pydantic over two JSON annotations) costs tens of microseconds, and the
 device-plugin policy's pick costs microseconds more; with thousands of nodes per request both
@@ -60,13 +61,14 @@ class SharedDecisions:
 class ReportEntry:
     """One node report (or the reason it is unusable) and the decisions taken on it."""
 
-    __slots__ = ("report", "problem", "kind", "stale_at", "stale_after", "stale_problem", "_memo", "_shared",
+    __slots__ = ("report", "problem", "cause", "kind", "stale_at", "stale_after", "stale_problem", "_memo", "_shared",
                  "_shape")
 
     def __init__(self, report: NodeReport | None, problem: str = "", kind: str = "ok",
-                 stale_after: float | None = None, shared: SharedDecisions | None = None):
+                 stale_after: float | None = None, shared: SharedDecisions | None = None, cause: str = ""):
         self.report = report
         self.problem = problem
+        self.cause = cause or problem  # the problem in the codec's own words, without what it is about
         self.kind = kind  # ok | missing | invalid
         self.stale_after = stale_after
         self.stale_at: float | None = None  # epoch seconds from which the report alone is stale
@@ -157,7 +159,7 @@ class ReportDecoder:
         self.stale_after = stale_after
         self._entries: LRUCache = LRUCache(maxsize)
         self._layouts: LRUCache = LRUCache(maxsize)
-        self.shared = SharedDecisions()  # for DRA nodes' entries too (extender/dra_nodes.py)
+        self.shared = SharedDecisions()  # for DRA nodes' entries too (gpupair/decide/dra_source.py)
 
     def decode(self, annotations: Mapping[str, str] | None) -> ReportEntry:
         annotations = annotations if isinstance(annotations, Mapping) else {}
@@ -188,7 +190,7 @@ class ReportDecoder:
                 raw[NICS_KEY] = nics
             report = decode_annotations(raw, layout=layout)
         except ReportError as exc:
-            return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind)
+            return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind, cause=exc.reason)
         return ReportEntry(report, stale_after=self.stale_after, shared=self.shared)
 
     def layout_of(self, topology: str) -> NodeLayout | None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from gpupair.extender.node_reports import ReportDecoder, ReportEntry
+from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
@@ -31,7 +31,7 @@ from gpupair.decide.dra_picture import (
 )
 from gpupair.topology.nics import NICS_KEY
 from gpupair.decide.pod_request import PodRequestError
-from gpupair.topology.report import decode_node_nics
+from gpupair.topology.report import TOPOLOGY_KEY, decode_node_nics
 
 log = logging.getLogger("gpupair.extender.dra")
 
@@ -48,8 +48,10 @@ class ClaimNotSeen(PodRequestError):
 
 class DraNodes:
     def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
-                 gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES, nic_drivers: frozenset[str] = frozenset()):
+                 gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES, nic_drivers: frozenset[str] = frozenset(),
+                 logger: logging.Logger = log):
         self.driver = driver
+        self.log = logger  # what it leaves out, and why; a reader that shows it all may silence it
         self.nic_drivers = nic_drivers  # RDMA DRA drivers whose devices are the node's NICs
         self.gpu_classes = gpu_classes
         self._decoder = decoder
@@ -105,10 +107,20 @@ class DraNodes:
         self._entries[node] = (key, entry)
         return entry
 
-    def pod_demand(self, pod: Any) -> Demand | None:
+    def entry_of(self, node: str, annotations: Mapping[str, Any] | None) -> ReportEntry | None:
+        """``entry`` as a source of the node picture (gpupair/decide/node_picture.py): the links
+        and NICs from the Node's reporter annotations, where it has them."""
+        notes = annotations if isinstance(annotations, Mapping) else {}
+        return self.entry(node, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY))
+
+    def alive(self, node: str) -> float | None:
+        return None  # the picture is as current as the watch: no heartbeat to judge it by
+
+    def pod_demand(self, pod: Any, known_only: bool = False) -> Demand | None:
         """The GPUs a pod's own claims ask (kube-scheduler's extended-resource claim aside: the
         pod's nvidia.com/gpu request counts those) and the allocator's policy for them; None for
-        a pod without GPU claims. PodRequestError when a claim is not in the watch yet."""
+        a pod without GPU claims. PodRequestError when a claim is not in the watch yet, unless
+        ``known_only``: then what the claims known ask."""
         names = claim_names(pod, extended=False)  # that one is made at binding, from the request
         if not names:
             return None
@@ -117,7 +129,7 @@ class DraNodes:
         for name in names:
             demand = self._demands.get((namespace, name))
             if demand is None:
-                if (namespace, name) not in self._known:
+                if (namespace, name) not in self._known and not known_only:
                     raise ClaimNotSeen(namespace, name)
                 continue
             demands.append(demand)
@@ -181,12 +193,12 @@ class DraNodes:
             picture = build(node, list(self._by_node[node].values()), self.allocations(node), self.driver, at,
                             layout)
         except PictureError as exc:
-            log.info("node DRA picture unusable", extra={"node": node, "why": str(exc)})
+            self.log.info("node DRA picture unusable", extra={"node": node, "why": str(exc)})
             self._mappings.pop(node, None)
             return ReportEntry(None, f"unusable DRA picture: {exc}", "invalid")
         self._mappings[node] = picture.devices
         if picture.note:
-            log.info("node DRA picture with inferred links", extra={"node": node, "why": picture.note})
+            self.log.info("node DRA picture with inferred links", extra={"node": node, "why": picture.note})
         report = picture.report
         if nics is not None and not picture.inferred:  # the reporter's NICs index its own layout
             found, problem = decode_node_nics({NICS_KEY: nics}, report.fingerprint, report.layout.size)
@@ -242,7 +254,7 @@ class DraNodes:
             item = dra.parse_slice(obj)
         except dra.DRAWireError as exc:
             self.rejected += 1
-            log.warning("ResourceSlice left out of the node picture", extra={"why": str(exc)})
+            self.log.warning("ResourceSlice left out of the node picture", extra={"why": str(exc)})
             return ""
         if item.spec.nodeName and item.spec.driver in self.nic_drivers:
             self._nic_slices[item.spec.nodeName][item.metadata.name] = item
@@ -302,7 +314,7 @@ class DraNodes:
             claim = dra.parse_claim(obj)
         except dra.DRAWireError as exc:
             self.rejected += 1
-            log.warning("ResourceClaim left out of the node picture", extra={"why": str(exc)})
+            self.log.warning("ResourceClaim left out of the node picture", extra={"why": str(exc)})
             return set()
         key = (claim.metadata.namespace, claim.metadata.name)
         self._known.add(key)

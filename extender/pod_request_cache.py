@@ -29,7 +29,7 @@ class PodRequests:
     def __init__(self, resource: str, ttl: float = 600.0, maxsize: int = 100_000,
                  claims: Callable[[Any], Demand | None] | None = None):
         self.resource = resource
-        self.claims = claims  # the GPUs a pod's own DRA claims ask (extender/dra_nodes.py)
+        self.claims = claims  # the GPUs a pod's own DRA claims ask (gpupair/decide/dra_source.py)
         # uid -> (GPUs, placement intent), from request bodies
         self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)
         self._unbound: dict[str, int] = {}  # uid -> GPUs, GPU pods the pod watch sees unbound
