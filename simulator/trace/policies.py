@@ -154,7 +154,7 @@ class FgdPolicy(Policy):
         super().bind(cluster, workload, rng)
         self.measure = fragmentation.Fragmentation(workload, cluster.models)
         self.now = self.measure.amount(cluster.cpu_left, cluster.left, cluster.model)
-        self.choice: dict[int, int] = {}
+        self.choice: tuple[TracePod | None, dict[int, int]] = (None, {})  # a share pod's GPU per node
 
     def placed(self, row):
         c = self.cluster
@@ -175,16 +175,19 @@ class FgdPolicy(Policy):
                                           np.repeat(c.model[rows][:, None], width, axis=1))
             each = np.where(holds, fragmentation.fgd_score(self.now[rows][:, None], amounts), -1)
             best = each.argmax(axis=1)
-            self.choice = dict(zip(rows.tolist(), best.tolist()))
+            self.choice = (pod, dict(zip(rows.tolist(), best.tolist())))
             return each[np.arange(len(rows)), best]
         after = after_whole(left, pod.gpus) if pod.gpus else left
         return fragmentation.fgd_score(self.now[rows], self.measure.amount(cpu_after, after, c.model[rows]))
 
     def share_gpu(self, pod, row):
-        if row in self.choice:
-            return self.choice[row]
-        self.scores(pod, np.array([row]))
-        return self.choice[row]
+        """The GPU this pod's own scoring chose; scored afresh where it was not (one node
+        passed, and kube-scheduler took it unscored)."""
+        chosen_for, choice = self.choice
+        if chosen_for is not pod or row not in choice:
+            self.scores(pod, np.array([row]))
+            chosen_for, choice = self.choice
+        return choice[row]
 
 
 @dataclass

@@ -286,3 +286,15 @@ def test_registered_without_prioritize_gpupair_leaves_a_scoring_plugins_choices_
     beside = replay(nodes, small, ReplayConfig("fgd", True, 5, score="filter"))
     assert beside.allocation == alone.allocation
     assert beside.failed_pods == alone.failed_pods
+
+
+def test_a_share_placed_on_the_only_node_left_goes_on_a_gpu_that_holds_it():
+    """Near the end few nodes fit; where one alone passes kube-scheduler takes it unscored, and
+    FGD's share must still land on a GPU with room, not on the one an earlier pod's scoring chose."""
+    nodes = [TraceNode("big-1", 256000, 1 << 20, 16, "H"), TraceNode("big-2", 256000, 1 << 20, 16, "H"),
+             TraceNode("small", 64000, 1 << 18, 8, "G2")]
+    pods = read_pods(PODS)[:399]
+    for policy in ("fgd", "random", "gpupacking"):
+        for seed in (1, 42):
+            run = replay(nodes, pods, ReplayConfig(policy, False, seed))
+            assert max(v for v in run.allocation.values() if v is not None) <= 100.0, (policy, seed)
