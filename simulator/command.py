@@ -11,6 +11,7 @@ from gpupair.topology import limits
 from gpupair.command.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageError, add_log_level, add_topology_file
 from gpupair.command.service import add_flag
 from gpupair.simulator.dra import DEFAULT_DRA_PAIRS
+from gpupair.simulator.trace.numa import DEFAULT_SPLITS
 
 TRACE_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd",
                   "kube-default", "kube-gpu-binpack", "kube-gpu-spread")
@@ -93,7 +94,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--seeds", "42", "trace scenario: seeds, e.g. 42-51 or 42,45; runs spread over the cores")
     add_flag(parser, "--tune", 1.3, "trace scenario: pods are sampled until their GPU demand is this many times "
              "the cluster's GPUs (FGD's -tune)", bounds=Range(0, 100, low_open=True))
-    add_flag(parser, "--numa-split", "8=4+4,4=2+2,2=1+1,1=1",
+    add_flag(parser, "--numa-split", DEFAULT_SPLITS,
              "trace scenario: GPUs per NUMA node by a node's GPU count, GPUS=A+B,...; a count not named is "
              "halved when even, one NUMA node when odd")
     add_flag(parser, "--plugin", "aligned", "trace scenario, device-plugin path: how the device plugin picks "

@@ -60,10 +60,6 @@ class TraceCluster:
     def __len__(self) -> int:
         return len(self.names)
 
-    @property
-    def gpu_left(self) -> np.ndarray:
-        return self.left.sum(axis=1)
-
     def allowed(self, pod: TracePod) -> np.ndarray:
         """Nodes whose model the pod may run on (every node when it names none)."""
         if not pod.models:
@@ -78,9 +74,6 @@ class TraceCluster:
         if pod.gpus:
             ok &= ((self.left >= pod.milli_per_gpu).sum(axis=1) >= pod.gpus) & self.allowed(pod)
         return ok
-
-    def state(self, row: int) -> tuple[int, tuple[int, ...]]:
-        return int(self.cpu_left[row]), tuple(int(x) for x in self.left[row, :self.gpus[row]])
 
     def place(self, row: int, pod: TracePod, devices: Sequence[int]) -> None:
         self.cpu_left[row] -= pod.milli_cpu

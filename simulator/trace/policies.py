@@ -41,7 +41,6 @@ def best_share_gpu(left: np.ndarray, milli: int) -> int:
 class Policy:
     name = ""
     weight = 1  # the score plugin's weight in the profile
-    uses_random_ties = False
 
     def bind(self, cluster: TraceCluster, workload, rng: np.random.Generator) -> None:
         self.cluster, self.rng = cluster, rng
@@ -197,7 +196,6 @@ class KubeProfilePolicy(Policy):
     profile: Profile
     name: str = ""
     weight: int = 1
-    uses_random_ties = False
 
     def scores(self, pod, rows):
         c = self.cluster

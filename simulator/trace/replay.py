@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -79,14 +79,9 @@ class ReplayResult:
     seconds: float = 0.0
 
     def as_json(self) -> dict:
-        return {"policy": self.policy, "gpupair": self.gpupair, "seed": self.seed, "path": self.path,
-                "score": self.score if self.gpupair else None,
-                "allocation": {str(k): v for k, v in self.allocation.items()},
-                "arrived_pods": self.arrived_pods, "failed_pods": self.failed_pods,
-                "multi_gpu_placed": self.multi_gpu_placed, "multi_gpu_numa_local": self.multi_gpu_numa_local,
-                "sys_grants": self.sys_grants, "avoidable_sys": self.avoidable_sys,
-                "stranded_by_numa_rule": self.stranded_by_numa_rule, "stranded_gpus": self.stranded_gpus,
-                "free_numa_nodes": self.free_numa_nodes, "seconds": round(self.seconds, 2)}
+        """Every field; JSON's keys are strings, and the score is gpupair's, none without it."""
+        return {**asdict(self), "score": self.score if self.gpupair else None,
+                "allocation": {str(k): v for k, v in self.allocation.items()}, "seconds": round(self.seconds, 2)}
 
 
 def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayConfig,
