@@ -181,6 +181,16 @@ def test_wsl2_empty_affinity_cells():
     assert topo.numa_node_of(0) == -1
 
 
+def test_lent_h200_vm_escapes_in_a_pipe():
+    # Recorded on a lent H200 VM: nvidia-smi underlines the header even into a pipe, and the VM's
+    # one NUMA node shows as affinity 0 though sysfs (and NVML discovery there) said -1.
+    topo = parse("lent-h200-1gpu-vm-ansi.txt")
+    assert topo.gpus == ("GPU0",)
+    assert topo.gpu_links == (("X",),)
+    assert (topo.cpu_affinity, topo.numa_affinity, topo.gpu_numa_id) == (("0-15",), ("0",), ("N/A",))
+    assert topo.numa_node_of(0) == 0
+
+
 def test_empty_affinity_cells_after_tabs_became_spaces():
     # The WSL2 row as a browser or terminal shows it, with its tabs expanded.
     text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t\t\t\tN/A\n".expandtabs()
