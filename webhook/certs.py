@@ -10,6 +10,10 @@ A rotation writes the caBundle first, trusting the old and the new CA, and the S
 the apiserver never sees a certificate it does not trust while kubelet swaps the files. The
 certificate math (``make_ca``, ``make_serving_cert``, ``check_secret``) is pure; the API calls
 are in ``ensure``.
+
+The Secret is owned (``ownerReferences``) by the MutatingWebhookConfiguration whose caBundle
+trusts it, so removing gpupair (``helm uninstall``, ``kubectl delete -k``) lets the garbage
+collector remove the Secret too; a Secret written before it had an owner is adopted on the next run.
 """
 
 from __future__ import annotations
@@ -204,8 +208,7 @@ async def _read_secret(core, namespace: str, name: str):
         raise
 
 
-async def _patch_ca_bundle(admission, config_name: str, bundle_b64: str) -> bool:
-    """Set caBundle on every webhook of the configuration; False when all already had it."""
+async def _read_config(admission, config_name: str):
     from kubernetes_asyncio.client.exceptions import ApiException
 
     try:
@@ -215,16 +218,37 @@ async def _patch_ca_bundle(admission, config_name: str, bundle_b64: str) -> bool
             raise CertsError(f"MutatingWebhookConfiguration {config_name} not found; apply the "
                              "gpupair manifests first (the Job retries)") from None
         raise
-    webhooks = config.webhooks or []
-    if not webhooks:
+    if not config.webhooks:
         raise CertsError(f"MutatingWebhookConfiguration {config_name} has no webhooks")
+    return config
+
+
+def owner_reference(config) -> dict[str, str]:
+    """The Secret's owner: the webhook configuration, cluster-scoped, which a namespaced object
+    may name. No blockOwnerDeletion: that needs delete rights on the owner, which the Job has not."""
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "name": config.metadata.name, "uid": config.metadata.uid}
+
+
+def _with_owner(existing: list | None, owner: dict[str, str]) -> list[dict]:
+    """``existing`` owner references (the client's models or dicts) with ``owner`` in place of any
+    earlier reference to a configuration of its name (a re-created one has a new uid)."""
+    refs = [r if isinstance(r, dict) else {"apiVersion": r.api_version, "kind": r.kind, "name": r.name, "uid": r.uid}
+            for r in existing or []]
+    kept = [r for r in refs if (r.get("kind"), r.get("name")) != (owner["kind"], owner["name"])]
+    return [*kept, owner]
+
+
+async def _patch_ca_bundle(admission, config, bundle_b64: str) -> bool:
+    """Set caBundle on every webhook of the configuration; False when all already had it."""
+    webhooks = config.webhooks
     if all(w.client_config.ca_bundle == bundle_b64 for w in webhooks):
         return False
     # Strategic merge: webhooks merge by name, so only caBundle changes and a concurrent edit of
     # another field (or the order) is left alone.
     body = {"webhooks": [{"name": w.name, "clientConfig": {"caBundle": bundle_b64}} for w in webhooks]}
     await admission.patch_mutating_webhook_configuration(
-        config_name, body, _content_type="application/strategic-merge-patch+json")
+        config.metadata.name, body, _content_type="application/strategic-merge-patch+json")
     return True
 
 
@@ -253,8 +277,21 @@ async def ensure(api, *, namespace: str, service: str, secret: str, webhook_conf
         data = existing.data if existing is not None else None
         reason = ("missing" if existing is None
                   else check_secret(data, existing.type, names, renew_within, now))
+        config = await _read_config(admission, webhook_config)
+        owner = owner_reference(config)
         if reason is None:
-            patched = await _patch_ca_bundle(admission, webhook_config, data["ca.crt"])
+            patched = await _patch_ca_bundle(admission, config, data["ca.crt"])
+            refs = existing.metadata.owner_references or []
+            if not any(r.uid == owner["uid"] for r in refs):
+                existing.metadata.owner_references = _with_owner(refs, owner)
+                try:  # adopt: update keeps every other field, resourceVersion guards a concurrent writer
+                    await core.replace_namespaced_secret(secret, namespace, existing)
+                except ApiException as exc:
+                    if exc.status == 409 and attempt < MAX_ATTEMPTS:
+                        continue
+                    raise
+                log.info("certificate adopted by its webhook configuration",
+                         extra={"secret": f"{namespace}/{secret}", "owner_uid": owner["uid"]})
             log.info("certificate kept", extra={"secret": f"{namespace}/{secret}", "ca_bundle_patched": patched})
             return Outcome(False, "kept", patched)
 
@@ -266,10 +303,12 @@ async def ensure(api, *, namespace: str, service: str, secret: str, webhook_conf
         new_data = secret_data(ca, serving)
         old_ca = still_valid_ca_pem(data, now) if existing is not None else None
         bundle = ca.cert_pem + (old_ca if old_ca and old_ca != ca.cert_pem else b"")
-        patched = await _patch_ca_bundle(admission, webhook_config, base64.b64encode(bundle).decode())
+        patched = await _patch_ca_bundle(admission, config, base64.b64encode(bundle).decode())
         body = {
             "apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE,
-            "metadata": {"name": secret, "namespace": namespace, "labels": dict(MANAGED_BY)},
+            "metadata": {"name": secret, "namespace": namespace, "labels": dict(MANAGED_BY),
+                         "ownerReferences": _with_owner(
+                             existing.metadata.owner_references if existing is not None else None, owner)},
             "data": new_data,
         }
         try:

@@ -4,7 +4,8 @@ real helm 4 installs it, upgrades it to changed values and back, and uninstalls 
 admits the webhook configuration and the admission policies (their CEL type-checks against the
 real schemas, and the verdict policy refuses a forged verdict), an upgrade adds, changes and
 removes objects as the new values say, and uninstall leaves nothing of gpupair behind but the
-namespace, with the certificate Secret in it, which NOTES.txt says to delete. The chart checks the
+namespace, which Helm never deletes (the certs Job's Secret is owned by the webhook configuration,
+so the garbage collector removes it). The chart checks the
 namespace's Pod Security labels with `lookup`, and refuses to upgrade a release of the layout
 before 0.2.0 (gpupair kept in a namespace other than the release's).
 
@@ -19,6 +20,7 @@ import copy
 import json
 import shlex
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -235,10 +237,13 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     assert [w["name"] for w in hook["webhooks"]] == [w["name"] for w in rendered[
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "gpupair-webhook")]["webhooks"]]
     assert "gpupair.io/verdict" in forged_verdict_refused(api, namespace)
-    # what the certs Job would write (no kubelet runs it): it stays at uninstall, in the namespace
-    api.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": {"name": "gpupair-webhook-tls", "namespace": CHART_NAMESPACE},
-                "data": {"tls.crt": "", "tls.key": ""}})
+    # what the certs Job does (no kubelet runs it), run here: the Secret, owned by the configuration
+    certs = subprocess.run([sys.executable, "-m", "gpupair.command.cli", "certs", "--namespace", CHART_NAMESPACE,
+                            "--kubeconfig", str(control_plane.admin_kubeconfig)],
+                           capture_output=True, text=True, timeout=120)
+    assert certs.returncode == 0, certs.stderr
+    owners = api.get("v1", "Secret", "gpupair-webhook-tls", CHART_NAMESPACE)["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["name"]) for o in owners] == [("MutatingWebhookConfiguration", "gpupair-webhook")]
 
     # a namespace that enforces a level the reporter cannot meet: refused, with the command to run
     api.patch(f"/api/v1/namespaces/{CHART_NAMESPACE}",
@@ -284,12 +289,15 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     assert ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "gpupair-scheduler-as-kube-scheduler") in \
         set(upgraded) - set(back)
 
-    # uninstall leaves the namespace Helm created, with the certificate Secret; deleting it, as
-    # NOTES.txt says, leaves nothing (its controller, and the garbage collector, do that part)
+    # uninstall leaves only the namespace Helm created: the garbage collector removes the Secret
+    # with its owner; deleting the namespace then leaves nothing (its controller does that part)
     controller_manager("namespace-controller,garbage-collector-controller")
     helm_cli("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
+    deadline = time.monotonic() + 120
+    while api.find("v1", "Secret", "gpupair-webhook-tls", CHART_NAMESPACE) is not None:
+        assert time.monotonic() < deadline, "the certificate Secret outlived its webhook configuration"
+        time.sleep(0.5)
     assert gpupair_leftovers(api, kinds, names) == [f"Namespace {CHART_NAMESPACE}"]
-    assert api.find("v1", "Secret", "gpupair-webhook-tls", CHART_NAMESPACE) is not None
     api.delete(f"/api/v1/namespaces/{CHART_NAMESPACE}")
     deadline = time.monotonic() + 120
     while (left := gpupair_leftovers(api, kinds, names)) and time.monotonic() < deadline:

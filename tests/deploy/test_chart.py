@@ -436,8 +436,9 @@ def test_notes_say_what_to_do_next():
     assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in self_managed
     assert "job/gpupair-certs-1" in self_managed
     assert "leaves the namespace gpupair-system" in self_managed
-    assert "kubectl delete namespace gpupair-system" in self_managed
+    assert "goes with the webhook configuration that owns it" in self_managed  # the certs Job's Secret
     second = notes({"scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"}})
+    assert "gpupair-webhook-ca" in second and "kubectl delete namespace gpupair-system" in second
     assert "extenders:" not in second and "deployment/gpupair-scheduler" in second
     assert "job/gpupair-certs" not in second and "certificate/gpupair-webhook" in second
     assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in second

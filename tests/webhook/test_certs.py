@@ -337,6 +337,38 @@ async def test_second_run_changes_nothing(double, tmp_path):
     assert double.secrets[(NS, SECRET)] == before
 
 
+OWNER = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+         "name": CONFIG, "uid": "m-1"}
+
+
+async def test_the_secret_is_owned_by_its_webhook_configuration(double, tmp_path):
+    # so the garbage collector removes it once gpupair is uninstalled
+    double.add_config()
+    await run_ensure(double, tmp_path)
+    assert double.secrets[(NS, SECRET)]["metadata"]["ownerReferences"] == [OWNER]
+
+
+async def test_a_secret_without_an_owner_is_adopted_and_kept(double, tmp_path):
+    double.add_config()
+    await run_ensure(double, tmp_path)
+    before = copy.deepcopy(double.secrets[(NS, SECRET)])
+    del double.secrets[(NS, SECRET)]["metadata"]["ownerReferences"]  # as written before owners were set
+    double.requests.clear()
+    assert await run_ensure(double, tmp_path) == certs.Outcome(False, "kept", False)
+    assert double.writes() == [("PUT", f"/api/v1/namespaces/{NS}/secrets/{SECRET}")]
+    after = double.secrets[(NS, SECRET)]
+    assert after["metadata"]["ownerReferences"] == [OWNER]
+    assert after["data"] == before["data"], "adoption changes no certificate"
+
+
+async def test_a_recreated_configuration_becomes_the_owner(double, tmp_path):
+    double.add_config()
+    await run_ensure(double, tmp_path)
+    double.add_config()["metadata"]["uid"] = "m-2"  # deleted and re-applied
+    await run_ensure(double, tmp_path)
+    assert double.secrets[(NS, SECRET)]["metadata"]["ownerReferences"] == [{**OWNER, "uid": "m-2"}]
+
+
 async def test_a_recreated_webhook_configuration_gets_the_ca_back(double, tmp_path):
     double.add_config()
     await run_ensure(double, tmp_path)
