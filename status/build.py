@@ -18,7 +18,6 @@ from gpupair.decide.node_picture import AnnotatedNodes, NodePicture, NodeSource
 from gpupair.decide.placement import numa_label
 from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
 from gpupair.decide.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
-from gpupair.status import freshness
 from gpupair.status.objects import (
     annotations,
     event_for,
@@ -35,6 +34,7 @@ from gpupair.status.view import (
     DeviceView,
     FailVerdict,
     FragmentationRow,
+    HeartbeatSource,
     NodeCounts,
     NodeView,
     NumaView,
@@ -77,13 +77,16 @@ class LayoutCache:
     gpupair/decide/node_entries.py): a layout changes only with the hardware, a free list with a
     grant, so a watch redraw decodes only what changed."""
 
-    def __init__(self) -> None:
-        self.decoder = ReportDecoder(None)  # status judges freshness itself (status/freshness.py)
+    def __init__(self, stale_after: float = STALE_AFTER) -> None:
+        # Freshness is judged by the report's entry, as in the extender (0: never stale).
+        self.decoder = ReportDecoder(stale_after or None)
 
 
 def build(listing: Listing, now: datetime, options: Options = Options(),
           layouts: LayoutCache | None = None) -> StatusView:
-    layouts = layouts or LayoutCache()
+    layouts = layouts or LayoutCache(options.stale_after)
+    if layouts.decoder.stale_after != (options.stale_after or None):
+        raise ValueError("the LayoutCache judges staleness after another time than the options say")
     bound = bound_gpu_pods(listing.pods or (), options.resource)
     picture, devices = node_picture(listing, now, options, layouts.decoder)
     nodes = []
@@ -93,7 +96,7 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
             continue
         entry = picture.entry_of(name, annotations(node))
         assert entry is not None  # the annotations' source describes every listed Node
-        nodes.append(node_view(node, bound.get(name, ()), now, options, entry, _renewed(picture, name)))
+        nodes.append(node_view(node, bound.get(name, ()), now, options, entry, picture.alive(name)))
     return StatusView(
         generatedAt=now, staleAfterSeconds=options.stale_after, nodes=nodes,
         summary=Summary(
@@ -119,7 +122,7 @@ def node_picture(listing: Listing, now: datetime, options: Options,
     source objects fed by one list each rather than a watch: the listed ResourceSlices and claims
     (their pictures built at ``now``; none without a driver), then the Nodes' annotations with
     their Leases."""
-    decoder = decoder or ReportDecoder(None)
+    decoder = decoder or ReportDecoder(options.stale_after or None)
     leases = {name: at.timestamp() for name, at in listing.leases.items()}
     devices = DraNodes(listing.dra_driver, decoder, now.timestamp, options.gpu_classes, logger=_SHOWN)
     if listing.dra_driver:
@@ -134,11 +137,6 @@ def claim_asks(picture: NodeSource) -> ClaimAsk:
         demand = picture.pod_demand(pod, known_only=True)
         return (demand.gpus if demand is not None else 0), list(picture.pod_claim_intents(pod))
     return ask
-
-
-def _renewed(picture: NodeSource, name: str) -> datetime | None:
-    at = picture.alive(name)
-    return None if at is None else datetime.fromtimestamp(at, timezone.utc)
 
 
 def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
@@ -157,10 +155,11 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, entry: ReportEntry, renewed: datetime | None = None) -> NodeView:
-    """``entry``: the node's from the node picture (its report, or why there is none).
-    ``renewed``: the node's reporter Lease renewTime, a second heartbeat next to a reporter's
-    reportedAt (a DRA picture is as current as the listing: its own time is the listing's)."""
+              options: Options, entry: ReportEntry, alive: float | None = None) -> NodeView:
+    """``entry``: the node's from the node picture (its report, or why there is none), which
+    judges freshness as the extender does. ``alive``: the node's reporter Lease renewTime (epoch
+    seconds), a second heartbeat next to a reporter's reportedAt (a DRA picture is as current as
+    the listing: its own time is the listing's, and it has no Lease)."""
     name = str(meta(node).get("name") or "")
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     decoded = entry.report
@@ -169,17 +168,17 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
                         reserved=empty, ledgerProblem="")
-    own: freshness.Source = "dra" if decoded.source == "dra" else "report"
-    beats = [freshness.Heartbeat(own, decoded.reported_at)]
-    if renewed is not None and own == "report":
-        beats.append(freshness.Heartbeat("lease", renewed))
-    live = freshness.classify(beats, now, options.stale_after)
-    assert live is not None  # a decoded report always has its own heartbeat
+    source: HeartbeatSource = "dra" if decoded.source == "dra" else "report"
+    heartbeat = decoded.reported_at
+    if alive is not None and source == "report" and alive > heartbeat.timestamp():
+        source, heartbeat = "lease", datetime.fromtimestamp(alive, timezone.utc)
+    stale = entry.is_stale(now.timestamp(), alive)
     held = reservation(bound, decoded)
     numa = _numa_views(decoded, held)
     return NodeView(
-        name=name, state=live.state, reason=live.reason, heartbeatSource=live.source,
-        heartbeatAt=max(beat.at for beat in beats), ageSeconds=round(live.age, 3), generation=decoded.generation,
+        name=name, state="stale" if stale else "fresh", reason=entry.problem_when_stale(alive) if stale else "",
+        heartbeatSource=source, heartbeatAt=heartbeat, ageSeconds=round((now - heartbeat).total_seconds(), 3),
+        generation=decoded.generation,
         gpus=decoded.layout.size, numa=numa, largestFree=_largest(numa),
         reserved=Reserved(basis=held.basis, pods=held.pods, devices=sorted(held.devices), unplaced=held.unplaced),
         ledgerProblem=decoded.ledger_problem,

@@ -68,7 +68,7 @@ async def _status(args: argparse.Namespace, fixed_now: datetime | None, out: Tex
 
     options = Options(stale_after=args.stale_after, resource=args.resource_name, fails=args.fails,
                       gpu_classes=args.gpu_device_classes)
-    layouts = LayoutCache()
+    layouts = LayoutCache(options.stale_after)
     api = await api_client(args.kubeconfig or None, args.context or None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

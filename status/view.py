@@ -48,11 +48,14 @@ class Reserved(_View):
     unplaced: int = Field(description="GPUs those pods hold whose devices nothing names yet")
 
 
+HeartbeatSource = Literal["report", "lease", "dra"]
+
+
 class NodeView(_View):
     name: str
     state: NodeState
-    reason: str = Field(description="why the report is not fresh; empty when it is")
-    heartbeatSource: Literal["report", "lease", "dra"] | None = Field(
+    reason: str = Field(description="why the report is not fresh, in the extender's words; empty when it is")
+    heartbeatSource: HeartbeatSource | None = Field(
         description="what the age is measured from: the newest of the free report's reportedAt and the "
                     "renewTime of the node's reporter Lease; dra: the node's GPUs are DRA devices, its picture "
                     "comes from its ResourceSlices and the allocated ResourceClaims as listed now")

@@ -12,15 +12,16 @@ import json
 import os
 import signal
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from gpupair.topology import report as codec
-from gpupair.status import freshness
+from gpupair.decide.node_entries import ReportDecoder
 from gpupair.status.build import Listing, Options, build
+from gpupair.status.objects import annotations
 from gpupair.status.main import CLEAR, _show, paused_gc
 from gpupair.status.render import render_text
 from gpupair.status.schema import schema, schema_text
@@ -85,7 +86,7 @@ async def test_text_names_each_case_on_its_node(fleet, tmp_path):
     assert "+2 reserved on devices not yet known" in lines["gpu-c"]
     assert "ledger not used: gpupair.io/allocations is of generation 6, gpupair.io/free of 7" in lines["gpu-c"]
     assert "NUMA0 ■■□□  NUMA1 ◩◩□□" in lines["gpu-g"]  # bound before the scan, not in the ledger
-    assert " stale " in lines["gpu-d"] and "540s old" in lines["gpu-d"]
+    assert " stale " in lines["gpu-d"] and "from 2026-01-01T11:51:00Z is older than 300s" in lines["gpu-d"]
     assert " invalid " in lines["gpu-e"] and "out of range 0..7: [9]" in lines["gpu-e"]
     assert " missing " in lines["gpu-f"] and "gpupair.io/topology missing" in lines["gpu-f"]
     assert "1 GPU: 4  2 GPU: 3  4 GPU: 1  8 GPU: 0" in out
@@ -267,17 +268,26 @@ def node_with(free, age, unhealthy=frozenset()):
 
 
 def test_a_lease_heartbeat_newer_than_the_report_keeps_a_node_fresh():
-    old_report = freshness.Heartbeat("report", NOW - timedelta(seconds=900))
-    lease = freshness.Heartbeat("lease", NOW - timedelta(seconds=5))
-    assert freshness.classify([old_report], NOW, 300).state == "stale"
-    live = freshness.classify([old_report, lease], NOW, 300)
-    assert (live.state, live.source, live.age) == ("fresh", "lease", 5.0)
-    assert freshness.classify([], NOW, 300) is None
+    old = node_with({0, 1}, age=900)
+    alive = {"n": (NOW - timedelta(seconds=5)).timestamp()}
+    [stale] = build(Listing(nodes=[old], pods=[], events=[]), NOW, Options(stale_after=300)).nodes
+    assert (stale.state, stale.heartbeatSource, stale.ageSeconds) == ("stale", "report", 900.0)
+    [live] = build(Listing(nodes=[old], pods=[], events=[], leases={"n": datetime.fromtimestamp(alive["n"], timezone.utc)}),
+                   NOW, Options(stale_after=300)).nodes
+    assert (live.state, live.heartbeatSource, live.ageSeconds, live.reason) == ("fresh", "lease", 5.0, "")
+
+
+def test_a_stale_node_has_the_extenders_reason():
+    # One rule, in the node picture's entry: status says what the extender's filter says.
+    old = node_with({0, 1}, age=900)
+    [view] = build(Listing(nodes=[old], pods=[], events=[]), NOW, Options(stale_after=300)).nodes
+    entry = ReportDecoder(300).decode(annotations(old))
+    assert entry.is_stale(NOW.timestamp())
+    assert view.reason == entry.view("n", stale=True).problem
+    assert "older than 300s" in view.reason
 
 
 def test_stale_after_0_is_never_stale_as_in_the_extender():
-    ancient = freshness.Heartbeat("report", NOW - timedelta(days=30))
-    assert freshness.classify([ancient], NOW, 0).state == "fresh"
     view = build(Listing(nodes=[node_with({0, 1}, age=10**6)], pods=[], events=[]), NOW, Options(stale_after=0))
     assert [n.state for n in view.nodes] == ["fresh"]
     assert "(never stale)" in render_text(view)
