@@ -92,13 +92,14 @@ def bodies(nodes: list[dict], mode: str) -> bytes:
 def _serve_extender(port: int, count: int) -> None:
     from gpupair.extender.app import assemble, build_app
     from gpupair.decide.decisions import Decider
+    from gpupair.extender.http_server import serve_http
     from gpupair.extender.main import freeze_long_lived
-    from gpupair.command.service import run_loop, serve
+    from gpupair.command.service import run_loop
 
     extender = assemble(decider=Decider(), resource="nvidia.com/gpu", api=None, stale_after=300.0, node_cache=True)
     extender.node_cache.replace(cluster(count))  # what the node list+watch would hold
     freeze_long_lived()  # as `gpupair extender` does after its first node list
-    run_loop(serve(build_app(extender).web_server(), "127.0.0.1", port))
+    run_loop(serve_http(build_app(extender), "127.0.0.1", port))
 
 
 def _serve_noop(port: int) -> None:
@@ -446,18 +447,21 @@ async def _run_burst(args) -> dict:
 
 async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: int) -> dict[str, list[float]]:
     """The API-call path alone, in this process: ``count`` Bindings one at a time by the plain
-    client, through gpupair.kubeclient.kube.bind_pod on the client `gpupair extender` makes (the
-    extender's binds), and through
+    client, through gpupair.kubeclient.binding_client (the extender's binds), through gpupair.kubeclient.kube.bind_pod
+    on the client `gpupair extender` makes (its fallback behind a proxy), and through
     the same call on kubernetes-asyncio's own session (the environment consulted in a worker
     thread before each request, as before issue 10); each on an idle event loop and on one kept
     busy in 1 ms slices, as filter and prioritize keep the extender's."""
     from kubernetes_asyncio import client as k8s
 
     from gpupair.kubeclient import kube
+    from gpupair.kubeclient.binding_client import BindingClient
 
     api = await kube.api_client(str(kubeconfig))
     stock = k8s.ApiClient(configuration=api.configuration)
-    clients = {"plain aiohttp": None, "gpupair.kubeclient.kube": api, "kubernetes-asyncio stock": stock}
+    lean = BindingClient(api)  # what the extender's binds go through
+    clients = {"plain aiohttp": None, "gpupair.kubeclient.binding_client": lean, "gpupair.kubeclient.kube": api,
+               "kubernetes-asyncio stock": stock}
     times: dict[str, list[float]] = {}
     stop = asyncio.Event()
 
@@ -491,7 +495,10 @@ async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: 
                         times[key].append(await burst.bind("direct", pod, node))
                         continue
                     t0 = time.perf_counter()
-                    await kube.bind_pod(client, meta["namespace"], meta["name"], node, meta["uid"])
+                    if isinstance(client, BindingClient):
+                        await client.bind(meta["namespace"], meta["name"], node, meta["uid"])
+                    else:
+                        await kube.bind_pod(client, meta["namespace"], meta["name"], node, meta["uid"])
                     times[key].append((time.perf_counter() - t0) * 1e3)
                 times[f"{label} thread hand-offs"] = [handoffs["n"] / count]
             if spinner is not None:
@@ -499,6 +506,7 @@ async def _client_overhead(burst: _Burst, kubeconfig: Path, round_: int, count: 
                 await spinner
     finally:
         loop.run_in_executor = run_in_executor
+        await lean.close()
         await api.close()
         await stock.close()
     return times

@@ -1,6 +1,6 @@
 """The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, /preempt, plus /healthz,
-/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on aiohttp's
-low-level server (extender/http_server.py).
+/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on
+extender/http_server.py (not aiohttp: kube-scheduler's path pays for every object per request).
 
 Every handler answers; none lets an exception become a 500. A body that cannot be decoded
 gets HTTP 400 with the protocol's own error shape: ExtenderFilterResult / ExtenderBindingResult
@@ -41,7 +41,6 @@ from gpupair.extender.filter import filter_nodes
 from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
-from gpupair.command.service import health_handlers
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
 from gpupair.decide.node_entries import ReportDecoder
 from gpupair.extender.pod_request_cache import PodRequests
@@ -185,7 +184,10 @@ def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpSe
     per pod, and the request metrics count them."""
     handlers = _Handlers(extender)
     routes = {("POST", f"/{verb}"): getattr(handlers, verb) for verb in VERBS}
-    return HttpServer(routes, max_body, probes=health_handlers(extender.metrics.registry, extender.ready))
+    routes[("GET", "/healthz")] = handlers.healthz
+    routes[("GET", "/readyz")] = handlers.readyz
+    routes[("GET", "/metrics")] = handlers.metrics
+    return HttpServer(routes, max_body)
 
 
 def _json(payload: str | bytes, status: int = 200) -> Response:
@@ -212,6 +214,19 @@ class _Handlers:
         if request.too_large:
             raise ProtocolError(f"body too large: {request.too_large}")
         return request.body
+
+    async def healthz(self, _: Request) -> Response:
+        return Response(200, b"ok", "text/plain")
+
+    async def readyz(self, _: Request) -> Response:
+        if self.x.ready():
+            return Response(200, b"ok", "text/plain")
+        return Response(503, b"not ready", "text/plain")
+
+    async def metrics(self, _: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(200, generate_latest(self.m.registry), CONTENT_TYPE_LATEST)
 
     async def _args(self, body: bytes) -> tuple[ExtenderArgs, int, Intent]:
         args = parse_args(body)

@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from gpupair.kubeclient.binding_client import BindingClient
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.protocol import ExtenderBindingArgs
@@ -33,12 +34,6 @@ log = logging.getLogger("gpupair.extender.bind")
 
 COMPONENT = "gpupair-extender"
 EVENT_REASON = "FailedBinding"
-# Bindings in flight at once, so on as many connections of the API client's pool at most. In a
-# burst kube-scheduler runs every pod's binding cycle at once; with a connection each, the
-# extender opened up to 100 TLS connections, and their handshakes cost the extender and the
-# apiserver more CPU than queueing the Bindings on a few kept-alive ones (bench/RESULTS.md,
-# 2026-12-02). kube-scheduler's own Bindings share one HTTP/2 connection.
-BINDING_CONNECTIONS = 8
 
 
 @dataclass
@@ -65,7 +60,9 @@ class Binder:
         self.requests = requests
         self.annotate_plan = annotate_plan
         self.timeout = timeout
-        self._binding_slots = asyncio.Semaphore(BINDING_CONNECTIONS)
+        # The Binding on a lean client of its own where it can (gpupair/kubeclient/binding_client.py): on
+        # kube-scheduler's path, it is most of what a bind costs the event loop.
+        self._bindings = BindingClient.for_api(api) if api is not None else None
         self._background: set[asyncio.Task] = set()
 
     async def bind(self, args: ExtenderBindingArgs) -> BindOutcome:
@@ -109,9 +106,13 @@ class Binder:
 
         annotations = {PLANNED_KEY: format_set(plan)} if (self.annotate_plan and plan) else None
         try:
-            async with asyncio.timeout(self.timeout), self._binding_slots:  # no task of its own, unlike wait_for
-                await kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
-                                    annotations)
+            async with asyncio.timeout(self.timeout):  # no task of its own, unlike wait_for
+                if self._bindings is not None:
+                    await self._bindings.bind(args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
+                                              annotations)
+                else:
+                    await kube.bind_pod(self.api, args.PodNamespace, args.PodName, args.Node, args.PodUID or None,
+                                        annotations)
         except Exception as exc:  # noqa: BLE001 - timeouts, refused connections, API errors alike
             if plan and not own:
                 self.reservations.release(key)
@@ -156,5 +157,7 @@ class Binder:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def close(self) -> None:
-        """Drain (shutdown; the connections are the API client's, closed with it)."""
+        """Drain, then close the Binding connections (shutdown)."""
         await self.drain()
+        if self._bindings is not None:
+            await self._bindings.close()

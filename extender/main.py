@@ -116,7 +116,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     from kubernetes_asyncio import client as k8s
 
     from gpupair.extender.app import assemble, build_app
-    from gpupair.command.service import serve
+    from gpupair.extender.http_server import serve_http
     from gpupair.decide.decisions import Decider, Unreported
     from gpupair.extender.list_watch import ListWatch
     from gpupair.kubeclient import kube
@@ -165,8 +165,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         extender.settled = False  # before serving: /readyz waits for the freeze
         tasks.append(asyncio.create_task(_freeze_when_ready(extender)))
     try:
-        await serve(build_app(extender).web_server(), args.host, args.port,
-                    ssl_context=None if tls is None else tls.context)
+        await serve_http(build_app(extender), args.host, args.port, ssl_context=None if tls is None else tls.context)
     finally:
         for task in tasks:
             task.cancel()

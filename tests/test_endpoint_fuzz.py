@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 import pytest
+import trustme
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -37,12 +38,12 @@ from gpupair.reporter.verification import VerifyService
 from tests.extender_support import make_extender
 from tests.kube_double import kube_client_for, running_kube_double
 from tests.real_k8s import REAL_K8S
-from tests.tls_support import serving_tls
 from tests.layouts import seed_layout
 from gpupair.webhook.admission import InjectOptions
 from gpupair.webhook.app import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
 from gpupair.webhook.app import create_app as webhook_app
 from gpupair.webhook.sidecar import SidecarOptions
+from gpupair.command.tls import ReloadingTLS
 
 SEED = 20261130
 BODIES_PER_ENDPOINT = 2_000
@@ -253,11 +254,17 @@ async def extender_endpoint(verb: str) -> AsyncIterator[Endpoint]:
 
 @asynccontextmanager
 async def webhook_endpoint(tmp_path) -> AsyncIterator[Endpoint]:
+    ca = trustme.CA()
     service = "gpupair-webhook.gpupair-system.svc"
-    server_tls, client = serving_tls(tmp_path, service)
+    leaf = ca.issue_cert(service)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
     registry = CollectorRegistry()
     app = webhook_app(InjectOptions(sidecar=SidecarOptions(image="registry.example/gpupair:test")), registry)
-    async with _site(app, server_tls) as port:
+    async with _site(app, ReloadingTLS(str(cert), str(key)).context) as port:
         yield Endpoint(f"https://127.0.0.1:{port}/mutate?timeout=5s", check_mutate,
                        [(REAL_K8S / "admission-pod-create-p1-05-job-generatename.json").read_bytes()],
                        WEBHOOK_MAX_BODY, request_options={"ssl": client, "server_hostname": service},

@@ -103,54 +103,26 @@ def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awai
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})  # asked every few seconds by the kubelet, Prometheus
 
 
-def access_logger(every_request_at_debug: bool = False):
+def access_logger():
     """aiohttp's access log as gpupair's JSON lines: probes and scrapes at debug, as kube
-    components log them (~15 lines a minute per pod otherwise), every other request at info.
-    ``every_request_at_debug``: all of them at debug, and none formatted below it (the extender:
-    kube-scheduler calls three verbs per pod, and the request metrics count them)."""
+    components log them (~15 lines a minute per pod otherwise), every other request at info."""
     from aiohttp.abc import AbstractAccessLogger
 
     class AccessLogger(AbstractAccessLogger):
         def log(self, request, response, time: float) -> None:
-            level = logging.DEBUG if every_request_at_debug or request.path in PROBES else logging.INFO
+            level = logging.DEBUG if request.path in PROBES else logging.INFO
             self.logger.log(level, "request", extra={"method": request.method, "path": request.path,
                                                      "status": response.status, "seconds": round(time, 4)})
-
-        if every_request_at_debug:
-            @property
-            def enabled(self) -> bool:  # read once per connection: no timing or call per request
-                return self.logger.isEnabledFor(logging.DEBUG)
 
     return AccessLogger
 
 
-def app_runner(app: web.Application | web.Server, shutdown_timeout: float = 10.0) -> web.BaseRunner:
-    """The runner every service serves with: an app with gpupair's access log, or a low-level
-    server (the extender's, which sets its own log); signals left to ``serve``."""
+def app_runner(app: web.Application, shutdown_timeout: float = 10.0) -> web.AppRunner:
+    """The runner every service serves its app with: gpupair's access log, signals left to ``serve``."""
     from aiohttp import web
 
-    if isinstance(app, web.Server):
-        return web.ServerRunner(app, shutdown_timeout=shutdown_timeout)
     return web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout,
                          access_log_class=access_logger(), access_log=logging.getLogger("gpupair.access"))
-
-
-def health_handlers(
-    registry: CollectorRegistry,
-    ready: Callable[[], bool] = lambda: True,
-) -> dict[str, Callable[[web.BaseRequest], Awaitable[web.Response]]]:
-    """/healthz (process alive), /readyz (``ready()``), /metrics (Prometheus text), by path."""
-    from aiohttp import web
-
-    async def healthz(_: web.BaseRequest) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.BaseRequest) -> web.Response:
-        if ready():
-            return web.Response(text="ok")
-        return web.Response(status=503, text="not ready")
-
-    return {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics_handler(registry)}
 
 
 def add_health_routes(
@@ -158,9 +130,20 @@ def add_health_routes(
     registry: CollectorRegistry,
     ready: Callable[[], bool] = lambda: True,
 ) -> None:
-    """``health_handlers`` on ``app``'s router, GET (and HEAD)."""
-    for path, handler in health_handlers(registry, ready).items():
-        app.router.add_get(path, handler)
+    """/healthz (process alive), /readyz (``ready()``), /metrics (Prometheus text)."""
+    from aiohttp import web
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler(registry))
 
 
 LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
@@ -182,11 +165,24 @@ def run_loop(main: Awaitable[Any], *, fast: bool = True) -> Any:
     return asyncio.run(main)
 
 
-async def listen(runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
-    """Set ``runner`` up and listen on ``host:port``; an address it cannot listen on is a
-    ``Failure`` (one line, exit 1)."""
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    shutdown_timeout: float = 10.0,
+) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests.
+
+    An address it cannot listen on is a ``Failure`` (one line, exit 1). SIGTERM returns; SIGINT
+    raises KeyboardInterrupt once drained, so Ctrl-C exits 130 like every command."""
+    import signal
+
     from aiohttp import web
 
+    from gpupair.command.version import version
+
+    runner = app_runner(app, shutdown_timeout)
     await runner.setup()
     # Above aiohttp's 128: a burst of clients connecting while the loop is busy would overflow
     # it, and each dropped handshake waits a 1 s SYN retransmit (docs/extender.md, the pool).
@@ -196,26 +192,6 @@ async def listen(runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.
     except (OSError, OverflowError) as exc:  # in use, not an address of this host, a name that does not resolve
         await runner.cleanup()
         raise flags.Failure(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
-
-
-async def serve(
-    app: web.Application | web.Server,
-    host: str,
-    port: int,
-    ssl_context: ssl.SSLContext | None = None,
-    shutdown_timeout: float = 10.0,
-) -> None:
-    """Serve ``app`` until SIGTERM or SIGINT, then stop listening and let the requests in
-    flight finish, up to ``shutdown_timeout``.
-
-    An address it cannot listen on is a ``Failure`` (one line, exit 1). SIGTERM returns; SIGINT
-    raises KeyboardInterrupt once drained, so Ctrl-C exits 130 like every command."""
-    import signal
-
-    from gpupair.command.version import version
-
-    runner = app_runner(app, shutdown_timeout)
-    await listen(runner, host, port, ssl_context)
     logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port, "version": version()})
     try:
         stopped_by = await until_stopped()

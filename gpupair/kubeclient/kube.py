@@ -11,7 +11,6 @@ import time
 from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -22,6 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 from yarl import URL
 
+from gpupair.kubeclient.binding_client import binding, binding_path
 from gpupair.command.flags import InputError
 from gpupair.kubewire.leases import micro_time
 
@@ -172,23 +172,6 @@ async def patch_annotations(api: k8s.ApiClient, kind: str, name: str, namespace:
     raise ValueError(f"kind must be 'node' or 'pod', got {kind!r}")
 
 
-def binding(namespace: str, name: str, node: str, uid: str | None = None,
-            annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The v1 Binding of pod ``namespace/name`` to ``node``: ``uid`` makes the apiserver refuse a
-    same-named newer pod; ``annotations`` are merged into the pod in the same update."""
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-    if uid:
-        metadata["uid"] = uid
-    if annotations:
-        metadata["annotations"] = dict(annotations)
-    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-
-
-def binding_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
-
-
 async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid: str | None = None,
                    annotations: Mapping[str, str] | None = None) -> None:
     """POST pods/{name}/binding. ``uid`` makes the apiserver refuse a same-named newer pod.
@@ -197,12 +180,12 @@ async def bind_pod(api: k8s.ApiClient, namespace: str, name: str, node: str, uid
     that sets spec.nodeName: they are on the pod from the moment it is bound, with no second
     request and no pod patch right.
 
-    Sent on the API client's own aiohttp session (its pool, TLS, proxy and credentials, the
-    token through the client's refresh hook), without the generated client's per-call parameter
-    and model handling or its retries: a POST the apiserver may have applied is never sent twice
-    (aiohttp retries only idempotent methods). The apiserver answers a Status, which the
-    generated client would read as a V1Binding and fail on its required ``target``, so the
-    response is read here. Errors raise ApiException as every other call does."""
+    Sent on the client's own session (its pool, TLS, proxy and credentials, the token through
+    the client's refresh hook), without the generated client's per-call parameter and model
+    handling. The extender binds on gpupair.kubeclient.binding_client instead, leaner still; this is the
+    path for a proxy, and for every other caller. The apiserver answers a Status, which the generated
+    client would read as a V1Binding and fail on its required ``target``, so the response is
+    read here. Errors raise ApiException as every other call does."""
     body = binding(namespace, name, node, uid, annotations)
     rest, config = api.rest_client, api.configuration
     headers = {**api.default_headers, "Accept": "application/json", "Content-Type": "application/json"}

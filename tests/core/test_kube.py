@@ -160,6 +160,21 @@ async def test_patch_annotations_on_a_pod_and_bad_arguments():
         assert len(double.requests_to("/api/v1/namespaces/ml/pods/p1")) == 1  # bad input never sent
 
 
+async def test_bind_pod_and_conflict():
+    async with running_kube_double() as double:
+        pod = double.store.create("pods", make_pod("p1"), "ml")
+        async with kube_client_for(double) as api:
+            await kube.bind_pod(api, "ml", "p1", "gpu-a", uid=pod["metadata"]["uid"])
+            assert double.store.pod("ml", "p1")["spec"]["nodeName"] == "gpu-a"
+            with pytest.raises(ApiException) as again:
+                await kube.bind_pod(api, "ml", "p1", "gpu-b")
+        assert again.value.status == 409
+        assert "already assigned to node \"gpu-a\"" in json.loads(again.value.body)["message"]
+        sent = double.requests_to("/api/v1/namespaces/ml/pods/p1/binding")[0].json()
+        assert sent["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-a"}
+        assert sent["metadata"]["uid"] == pod["metadata"]["uid"]
+
+
 async def test_create_event_for_pod_and_node_passes_apiserver_validation():
     async with running_kube_double() as double:
         double.store.create("pods", make_pod("p1"), "ml")

@@ -17,7 +17,7 @@ SUBPACKAGES = {"kubewire", "topology", "decide", "kubeclient", "command"}
 PURE = {"kubewire", "topology", "decide"}
 # Libraries that reach the network, the disk of another process or the event loop.
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio", "pynvml", "grpc", "socket", "ssl", "urllib", "http",
-                "subprocess", "asyncio", "uvloop", "prometheus_client"}
+                "subprocess", "asyncio", "httptools", "uvloop", "prometheus_client"}
 # What each pure package may take from the rest of the core.
 ALLOWED_CORE = {
     "kubewire": set(),

@@ -3,7 +3,6 @@ pod, rollback and Events when the Binding fails or the API server is gone."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from tests.extender_support import (
@@ -235,26 +234,3 @@ async def test_behind_a_proxy_the_binding_goes_through_it(tmp_path, monkeypatch)
     assert (status, answer) == (200, {"Error": ""})
     assert proxy.store.pod("gpupair-test", "gpu2")["spec"]["nodeName"] == "gpu-node-a"
     assert len(proxy.requests_to(BINDING_PATH, "POST")) == 1
-
-
-async def test_a_burst_of_binds_shares_a_few_connections():
-    # kube-scheduler runs every binding cycle of a burst at once: 40 binds in flight make their
-    # Bindings on BINDING_CONNECTIONS connections of the API client's pool (TLS handshakes cost
-    # both ends), not one each.
-    from gpupair.extender.bind import BINDING_CONNECTIONS
-    from gpupair.extender.protocol import ExtenderBindingArgs
-    from tests.raw_apiserver import CREATED, RawServer, raw_api_client
-
-    async with RawServer([CREATED] * 40) as server:
-        api = raw_api_client(server.url)
-        extender = make_extender(api=api)
-        pods = [pod_object(0, name=f"p{i}", uid=f"uid-{i}") for i in range(40)]
-        for pod in pods:
-            extender.requests.remember(pod, 0)  # CPU pods, filtered here
-        outcomes = await asyncio.gather(*(extender.binder.bind(ExtenderBindingArgs(
-            PodName=f"p{i}", PodNamespace="gpupair-test", PodUID=f"uid-{i}", Node="n")) for i in range(40)))
-        await extender.binder.close()
-        await api.close()
-    assert [outcome.outcome for outcome in outcomes] == ["bound"] * 40
-    assert len(server.requests) == 40
-    assert server.connections == BINDING_CONNECTIONS == 8
