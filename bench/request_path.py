@@ -11,9 +11,9 @@ another) is pointed at four servers, each in its own process, interleaved in one
 - ``python floor``: the same server as an asyncio Protocol on the extender's event loop: the
   least an HTTP server in CPython costs.
 - ``aiohttp floor``: an aiohttp handler that reads the body and answers the same fixed JSON:
-  the least an aiohttp handler costs.
+  the least an aiohttp handler costs (the extender served on aiohttp before extender/http_server.py).
 - ``gpupair stubbed``: the real extender app (its HTTP server, the wire checks, metrics, logs, the
-  Binding through the API client's session) with the decisions stubbed out: every node passes, every
+  Binding through its Binding client) with the decisions stubbed out: every node passes, every
   score is 0, every bind reserves a fixed pair.
 - ``gpupair``: the real extender, the node cache holding reported nodes.
 
@@ -179,11 +179,9 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
             _stub_decisions(extender)
         freeze_long_lived()
         app = build_app(extender)
-        if hasattr(app, "router"):  # a tree from before the hand-written server (--before)
+        if hasattr(app, "router"):  # a tree from before extender/http_server.py (--before)
             await serve(app, "127.0.0.1", port)
-        elif hasattr(app, "web_server"):  # aiohttp's low-level server
-            await serve(app.web_server(), "127.0.0.1", port)
-        else:  # a tree with the hand-written server
+        else:
             from gpupair.extender.http_server import serve_http
 
             await serve_http(app, "127.0.0.1", port)
