@@ -13,6 +13,9 @@ kube-scheduler starts. Three configurations, run interleaved, the order rotating
   extender costs on this machine, the protocol's own price;
 - ``gpupair``: kube-scheduler with gpupair's extender entry from deploy/ (filter, prioritize,
   bind, nodeCacheCapable, managedResources nvidia.com/gpu), the extender a process of its own.
+- ``gpupair-before`` (``--before TREE``): the same, with the extender of another checkout, run
+  by that tree's own ``.venv/bin/python`` from that tree: a change measured against the tree
+  before it in one interleaved set.
 
 Both with the client rate limit lifted (qps 5000). The figure per run is the time from the first
 pod bound to the last, from kube-scheduler's own log ("Successfully bound pod to node", klog's
@@ -36,6 +39,7 @@ where an extender's filter and prioritize calls sit, beside gpupair's own handle
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --cpu-pods --runs 3
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --profile /tmp/extender.svg  # py-spy
+    GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --runs 10 --before ../main-before
 """
 
 from __future__ import annotations
@@ -76,6 +80,11 @@ BOUND_POD = re.compile(r'^I\d{4} (\d\d:\d\d:\d\d\.\d{6}).*"Successfully bound po
 CLIENT = {"qps": 5000, "burst": 5000}
 CPU_PROCESSES = ("extender", "kube-scheduler", "kube-apiserver", "etcd")
 CONFIGS = ("alone", "floor", "gpupair")
+BEFORE = "gpupair-before"  # --before's configuration
+
+
+def is_gpupair(config: str) -> bool:
+    return config in ("gpupair", BEFORE)
 
 
 @dataclass
@@ -297,7 +306,8 @@ class Bench:
     def extender(self, config: str, seed: int) -> tuple[Process, int]:
         """gpupair's extender, or the floor (bench/floor_extender.py), serving on a free port."""
         port = free_port()
-        python = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
+        tree = Path(self.args.before).resolve() if config == BEFORE else REPO
+        python = str(tree / ".venv/bin/python") if (tree / ".venv/bin/python").exists() else sys.executable
         kubeconfig = str(self.plane.admin_kubeconfig)
         if config == "floor":
             argv = [python, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig]
@@ -307,7 +317,7 @@ class Bench:
             argv = [python, *sampler, "-m", "gpupair.command.cli", "extender", "--kubeconfig", kubeconfig,
                     "--host", "127.0.0.1", "--port", str(port)]
             ready = f"http://127.0.0.1:{port}/readyz"
-        process = Process(config, argv, self.plane.directory / f"{config}-{seed}.log")
+        process = Process(config, argv, self.plane.directory / f"{config}-{seed}.log", cwd=tree)
         if config == "floor":
             wait_until(lambda: _connects(port), 60, "floor extender listening", process)
         else:
@@ -337,22 +347,22 @@ class Bench:
         handled = None
         profiler = None
         config_doc: dict = {"clientConnection": dict(CLIENT), "profiles": [{"schedulerName": "default-scheduler"}]}
-        if config in ("gpupair", "floor"):
+        if config != "alone":
             procs["extender"], port = self.extender(config, seed)
             config_doc["extenders"] = [extender_entry(port, self.args.cpu_pods)]
-            if self.args.profile and config == "gpupair":
+            if self.args.profile and is_gpupair(config):
                 spy = REPO / ".venv/bin/py-spy"
                 fmt = "raw" if self.args.profile.endswith(".txt") else "flamegraph"  # raw: collapsed stacks
                 profiler = subprocess.Popen([str(spy) if spy.exists() else "py-spy", "record", "--pid",
                                              str(procs["extender"].pid), "--rate", "500", "--format", fmt,
                                              "--output", self.args.profile, "--nonblocking"],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        before_ext = self.scrape(f"http://127.0.0.1:{port}/metrics") if config == "gpupair" else ""
+        before_ext = self.scrape(f"http://127.0.0.1:{port}/metrics") if is_gpupair(config) else ""
         marks = {"kube-apiserver": self.plane.apiserver.pid, "etcd": self.plane.etcd.pid}
         cpu0 = {name: cpu_seconds(pid) for name, pid in marks.items()}
         if "extender" in procs:
             cpu0["extender"] = cpu_seconds(procs["extender"].pid)
-            if self.args.cpu_profile and config == "gpupair":
+            if self.args.cpu_profile and is_gpupair(config):
                 procs["extender"].popen.send_signal(signal.SIGUSR1)  # the sampler starts afresh here
         before_api = self.plane.admin.request("GET", "/metrics")
         scheduler = self.plane.scheduler(config_doc, name=f"kube-scheduler-{config}-{seed}", flags=[BINDER_VERBOSITY])
@@ -365,7 +375,7 @@ class Bench:
             cpu["extender"] = cpu_seconds(procs["extender"].pid) - cpu0["extender"]
         times = self._bound_times(scheduler)
         server = minus(histogram(self.plane.admin.request("GET", "/metrics"), *BINDINGS), histogram(before_api, *BINDINGS))
-        if config == "gpupair":
+        if is_gpupair(config):
             after = self.scrape(f"http://127.0.0.1:{port}/metrics")
             name, label = "gpupair_extender_request_seconds", 'verb="bind"'
             buckets = minus(histogram(after, name, label), histogram(before_ext, name, label))
@@ -384,7 +394,7 @@ class Bench:
         if config == "alone":
             buckets = histogram(page, "scheduler_framework_extension_point_duration_seconds",
                                 'extension_point="Bind"')
-        binds = (extender_binds(procs["extender"].log.read_text(errors="replace")) if config == "gpupair"
+        binds = (extender_binds(procs["extender"].log.read_text(errors="replace")) if is_gpupair(config)
                  else scheduler_binds(scheduler.log.read_text(errors="replace")) if config == "alone" else [])
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
@@ -429,12 +439,12 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
     kind = "CPU-only pods, extender without managedResources" if args.cpu_pods else "GPU pods (1 or 2 GPUs)"
     print(f"{args.pods} {kind} on {args.nodes} seed-like nodes, created before kube-scheduler starts; "
           f"client qps {CLIENT['qps']}; runs interleaved")
-    print(f"{'run':<4} {'config':<8} {'bound':>5} {'first->last':>11} {'algorithm':>9} {'bind p50':>9} {'bind p99':>9} "
+    print(f"{'run':<4} {'config':<14} {'bound':>5} {'first->last':>11} {'algorithm':>9} {'bind p50':>9} {'bind p99':>9} "
           f"{'logs p50':>9} {'logs p99':>9} {'apiserver p50':>13} {'apiserver p99':>13}  " + "  ".join(f"{'cpu ' + name:>18}" for name in CPU_PROCESSES))
     for i, run in enumerate(runs, 1):
         cells = "  ".join(f"{run.cpu.get(name, 0.0) * 1000 / max(run.bound, 1):>15.2f} ms" if name in run.cpu
                           else f"{'-':>18}" for name in CPU_PROCESSES)
-        print(f"{i:<4} {run.config:<8} {run.bound:>5} {run.span:>9.3f} s {_ms(run.algorithm):>9} {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9} "
+        print(f"{i:<4} {run.config:<14} {run.bound:>5} {run.span:>9.3f} s {_ms(run.algorithm):>9} {_ms(run.bind_p50):>9} {_ms(run.bind_p99):>9} "
               f"{_ms(percentile(run.binds, 0.5)):>9} {_ms(percentile(run.binds, 0.99)):>9} {_ms(run.server_p50):>13} {_ms(run.server_p99):>13}  {cells}")
     print("(algorithm: kube-scheduler's scheduling algorithm, mean per attempt, the extender's filter and "
           "prioritize calls in it; bind: the histograms, kube-scheduler's Bind extension point alone, the extender's bind "
@@ -449,34 +459,45 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
             print(f"run {i}: the extender answered " + ", ".join(
                 f"{run.requests[verb] / max(run.bound, 1):.2f} {verb}" for verb in verbs)
                 + " per bound pod" + (f"; filter's {waits}" if waits else ""))
-    spans = {c: [r.span for r in runs if r.config == c] for c in CONFIGS}
-    bound = {c: [r.bound for r in runs if r.config == c] for c in CONFIGS}
+    configs = configurations(args)
+    extenders = [c for c in configs if is_gpupair(c)]
+    spans = {c: [r.span for r in runs if r.config == c] for c in configs}
+    bound = {c: [r.bound for r in runs if r.config == c] for c in configs}
     if not all(spans.values()):
         return
     mean = {c: statistics.mean(v) for c, v in spans.items()}
     a = mean["alone"]
-    print(f"first->last, mean: alone {a:.3f} s, floor {mean['floor']:.3f} s, gpupair {mean['gpupair']:.3f} s; "
-          f"gpupair/alone {mean['gpupair'] / a:.2f}x")
-    for c in ("floor", "gpupair"):
+    print(f"first->last, mean: " + ", ".join(f"{c} {mean[c]:.3f} s" for c in configs)
+          + f"; gpupair/alone {mean['gpupair'] / a:.2f}x")
+    for c in ("floor", *extenders):
         per_run = [(r.span - a) * 1000 / max(r.bound, 1) for r in runs if r.config == c]
         print(f"added per bound pod over kube-scheduler alone, {c}: {statistics.mean(per_run):.2f} ms"
               f"{_standard_error(runs, (c, 'alone'))} (per run: {', '.join(f'{v:.2f}' for v in per_run)})")
-    over = (mean["gpupair"] - mean["floor"]) * 1000 / max(statistics.mean(bound["gpupair"]), 1)
-    print(f"gpupair over the floor: {over:.2f} ms per bound pod{_standard_error(runs, ('gpupair', 'floor'))}")
-    paired = _paired(runs, "gpupair", "floor")
-    if len(paired) > 1:
-        print(f"gpupair over the floor, round by round (the same pods, back to back): median "
-              f"{statistics.median(paired):.2f} ms, mean {statistics.mean(paired):.2f} ms "
-              f"(per round: {', '.join(f'{v:.2f}' for v in paired)})")
+    pairs = [(c, "floor") for c in extenders] + ([("gpupair", BEFORE)] if BEFORE in configs else [])
+    for config, base in pairs:
+        over = (mean[config] - mean[base]) * 1000 / max(statistics.mean(bound[config]), 1)
+        print(f"{config} over {base}: {over:.2f} ms per bound pod{_standard_error(runs, (config, base))}")
+        paired = _paired(runs, config, base)
+        if len(paired) > 1:
+            print(f"{config} over {base}, round by round (the same pods, back to back): median "
+                  f"{statistics.median(paired):.2f} ms, mean {statistics.mean(paired):.2f} ms "
+                  f"± {statistics.stdev(paired) / len(paired) ** 0.5:.2f} "
+                  f"(per round: {', '.join(f'{v:.2f}' for v in paired)})")
     with_, alone = [r for r in runs if r.config == "gpupair"], [r for r in runs if r.config == "alone"]
-    algorithm = {c: [r.algorithm for r in runs if r.config == c and r.algorithm is not None] for c in CONFIGS}
+    algorithm = {c: [r.algorithm for r in runs if r.config == c and r.algorithm is not None] for c in configs}
     if all(algorithm.values()):
         cycle = {c: statistics.mean(v) for c, v in algorithm.items()}
-        handled = [r.handled for r in with_ if r.handled is not None]
-        print(f"scheduling algorithm per attempt, mean (one pod at a time; an extender's filter and prioritize "
-              f"calls in it): alone {_ms(cycle['alone'])}, floor {_ms(cycle['floor'])}, gpupair {_ms(cycle['gpupair'])}; "
-              f"gpupair over the floor {_ms(cycle['gpupair'] - cycle['floor'])}"
-              + (f", its filter and prioritize handlers {_ms(statistics.mean(handled))}" if handled else ""))
+        for c in extenders:
+            handled = [r.handled for r in runs if r.config == c and r.handled is not None]
+            print(f"scheduling algorithm per attempt, mean (one pod at a time; an extender's filter and prioritize "
+                  f"calls in it): alone {_ms(cycle['alone'])}, floor {_ms(cycle['floor'])}, {c} {_ms(cycle[c])}; "
+                  f"{c} over the floor {_ms(cycle[c] - cycle['floor'])}"
+                  + (f", its filter and prioritize handlers {_ms(statistics.mean(handled))}" if handled else ""))
+    for c in extenders:
+        cpu = [r.cpu["extender"] * 1000 / max(r.bound, 1) for r in runs if r.config == c and "extender" in r.cpu]
+        if cpu:
+            print(f"extender CPU per bound pod, {c}: mean {statistics.mean(cpu):.2f} ms "
+                  f"(range {min(cpu):.2f}-{max(cpu):.2f})")
     for q in ("p50", "p99"):
         ours = [getattr(r, f"bind_{q}") for r in with_ if getattr(r, f"bind_{q}") is not None]
         theirs = [getattr(r, f"bind_{q}") for r in alone if getattr(r, f"bind_{q}") is not None]
@@ -497,6 +518,10 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
             print(f"bind {q}, per pod from the logs (no buckets, no cap): gpupair's bind "
                   f"{_ms(statistics.mean(ours))}, kube-scheduler's own Bind {_ms(statistics.mean(theirs))}: "
                   f"{statistics.mean(ours) / statistics.mean(theirs):.2f}x")
+
+
+def configurations(args: argparse.Namespace) -> tuple[str, ...]:
+    return CONFIGS + ((BEFORE,) if args.before else ())
 
 
 def _paired(runs: list[Run], config: str, base: str) -> list[float]:
@@ -539,13 +564,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="", help="record the extender with py-spy into this file (gpupair runs)")
     parser.add_argument("--cpu-profile", default="",
                         help="sample the extender by CPU time (bench/cpu_sampler.py) into this file (gpupair runs)")
+    parser.add_argument("--before", default="", metavar="TREE",
+                        help="a fourth configuration, gpupair-before: the extender of the checkout TREE, run by "
+                             "TREE/.venv/bin/python from TREE")
     args = parser.parse_args(argv)
+    if args.before and not (Path(args.before) / "extender").is_dir():
+        parser.error(f"--before {args.before}: not a gpupair checkout (no extender/ in it)")
+    configs = configurations(args)
     bench = Bench(args)
     runs: list[Run] = []
     try:
         bench.start()
         for i in range(args.runs):
-            for config in CONFIGS[i % len(CONFIGS):] + CONFIGS[:i % len(CONFIGS)]:
+            for config in configs[i % len(configs):] + configs[:i % len(configs)]:
                 runs.append(bench.run(config, seed=i + 1))
                 print(f"  {config} run {i + 1}: {runs[-1].bound} bound in {runs[-1].span:.3f} s"
                       + (f", {len(runs[-1].binds)} binds timed in the logs" if runs[-1].binds else ""),

@@ -326,23 +326,9 @@ class _Connection(asyncio.Protocol):
 
 
 async def serve_http(server: HttpServer, host: str, port: int, ssl_context=None, shutdown_timeout: float = 10.0) -> None:
-    """gpupair.command.service.serve for an HttpServer: listen (a ``Failure`` if it cannot), serve until
-    SIGTERM or SIGINT, then drain; SIGINT raises KeyboardInterrupt once drained."""
-    import signal
+    """gpupair.command.service's serve loop for an HttpServer: listen (a ``Failure`` if it cannot),
+    serve until SIGTERM or SIGINT, then drain; SIGINT raises KeyboardInterrupt once drained."""
+    from gpupair.command.service import LISTEN_BACKLOG, serve_until_stopped
 
-    from gpupair.command import flags
-    from gpupair.command.version import version
-    from gpupair.command.service import LISTEN_BACKLOG, until_stopped
-
-    try:
-        await server.start(host, port, ssl=ssl_context, backlog=LISTEN_BACKLOG)
-    except (OSError, OverflowError) as exc:  # in use, not an address of this host, a name that does not resolve
-        raise flags.Failure(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
-    logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port, "version": version()})
-    try:
-        stopped_by = await until_stopped()
-        logging.getLogger("gpupair").info("shutting down")
-    finally:
-        await server.close(shutdown_timeout)
-    if stopped_by == signal.SIGINT:
-        raise KeyboardInterrupt
+    await serve_until_stopped(lambda: server.start(host, port, ssl=ssl_context, backlog=LISTEN_BACKLOG),
+                              lambda: server.close(shutdown_timeout), host, port)

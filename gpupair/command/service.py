@@ -172,32 +172,48 @@ async def serve(
     ssl_context: ssl.SSLContext | None = None,
     shutdown_timeout: float = 10.0,
 ) -> None:
-    """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests.
-
-    An address it cannot listen on is a ``Failure`` (one line, exit 1). SIGTERM returns; SIGINT
-    raises KeyboardInterrupt once drained, so Ctrl-C exits 130 like every command."""
-    import signal
-
+    """Serve ``app`` until SIGTERM or SIGINT, then stop accepting and drain in-flight requests
+    (``serve_until_stopped``)."""
     from aiohttp import web
-
-    from gpupair.command.version import version
 
     runner = app_runner(app, shutdown_timeout)
     await runner.setup()
     # Above aiohttp's 128: a burst of clients connecting while the loop is busy would overflow
     # it, and each dropped handshake waits a 1 s SYN retransmit (docs/extender.md, the pool).
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=LISTEN_BACKLOG)
+
+    async def listen() -> None:
+        try:
+            await site.start()
+        except (OSError, OverflowError):
+            await runner.cleanup()
+            raise
+
+    await serve_until_stopped(listen, runner.cleanup, host, port)
+
+
+async def serve_until_stopped(listen: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]],
+                              host: str, port: int) -> None:
+    """Every gpupair server's loop (aiohttp's for the webhook and reporter, the extender's own):
+    ``listen`` on ``host:port``, serve until SIGTERM or SIGINT, then ``close``, which stops
+    accepting and drains the requests in flight.
+
+    An address it cannot listen on is a ``Failure`` (one line, exit 1). SIGTERM returns; SIGINT
+    raises KeyboardInterrupt once drained, so Ctrl-C exits 130 like every command."""
+    import signal
+
+    from gpupair.command.version import version
+
     try:
-        await site.start()
+        await listen()
     except (OSError, OverflowError) as exc:  # in use, not an address of this host, a name that does not resolve
-        await runner.cleanup()
         raise flags.Failure(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
     logging.getLogger("gpupair").info("serving", extra={"host": host, "port": port, "version": version()})
     try:
         stopped_by = await until_stopped()
         logging.getLogger("gpupair").info("shutting down")
     finally:
-        await runner.cleanup()
+        await close()
     if stopped_by == signal.SIGINT:
         raise KeyboardInterrupt
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from gpupair.command.service import LISTEN_BACKLOG
 from gpupair.extender.http_server import HttpServer, Request, Response
 
 
@@ -143,3 +148,83 @@ async def test_close_lets_the_request_in_flight_finish():
     writer.close()
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)  # no longer listening
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 5) == b""
+    except ConnectionResetError:
+        return True
+
+
+async def test_a_chunked_body_over_the_limit_is_cut_off_as_it_comes(server):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + b"400\r\n" + b"x" * 1024 + b"\r\n" + b"1\r\ny\r\n")
+    status, headers, body = await _response(reader)
+    assert (status, body, headers["connection"]) == (400, b'{"Error":"too large"}', "close")
+    assert await _closed(reader)
+    writer.close()
+
+
+async def test_no_100_continue_for_a_body_over_the_limit(server):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\nExpect: 100-continue\r\n\r\n")
+    status, _, body = await _response(reader)  # the verb's own answer at once, no 100 before it
+    assert (status, body) == (400, b'{"Error":"too large"}')
+    assert await _closed(reader)
+    writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout():
+    assert HttpServer({}, 1).idle_timeout == 75.0  # Go's client keeps its idle ones 90 s, and reconnects
+    served = HttpServer({("POST", "/echo"): _echo}, max_body=1024, idle_timeout=0.3)
+    await served.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        writer.write(_post("/echo", b"a"))
+        assert (await _response(reader))[2] == b"/echo 1"
+        assert await _closed(reader)  # closed by the server once idle
+        writer.close()
+    finally:
+        await served.close(1.0)
+
+
+@pytest.mark.skipif(not shutil.which("ss"), reason="needs ss (iproute2) to read the listen backlog")
+async def test_it_listens_with_a_backlog_of_1024(server):
+    listing = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True).stdout
+    [line] = listing.splitlines()
+    backlog = int(line.split()[2])  # a listening socket's Send-Q: its backlog, capped at somaxconn
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    assert backlog == min(LISTEN_BACKLOG, somaxconn) and LISTEN_BACKLOG == 1024
+
+
+async def test_close_closes_idle_connections_and_gives_up_on_a_handler_past_its_timeout():
+    async def stuck(request: Request) -> Response:
+        await asyncio.sleep(30)
+        return Response()
+
+    served = HttpServer({("POST", "/stuck"): stuck, ("POST", "/echo"): _echo}, max_body=1024)
+    await served.start("127.0.0.1", 0)
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", served.port)
+    idle_writer.write(_post("/echo", b""))
+    assert (await _response(idle_reader))[0] == 200
+    stuck_reader, stuck_writer = await asyncio.open_connection("127.0.0.1", served.port)
+    stuck_writer.write(_post("/stuck", b""))
+    await asyncio.sleep(0.05)
+    started = asyncio.get_running_loop().time()
+    await served.close(0.2)
+    assert asyncio.get_running_loop().time() - started < 5
+    assert await _closed(idle_reader) and await _closed(stuck_reader)
+    idle_writer.close()
+    stuck_writer.close()
+
+
+async def test_access_lines_at_debug_only(server, caplog):
+    with caplog.at_level(logging.INFO, logger="gpupair.access"):
+        await _exchange(server, _post("/echo", b"quiet"))
+    assert not [r for r in caplog.records if r.name == "gpupair.access"]
+    with caplog.at_level(logging.DEBUG, logger="gpupair.access"):
+        await _exchange(server, _post("/echo", b"loud"))
+    [line] = [r for r in caplog.records if r.name == "gpupair.access"]
+    assert (line.levelno, line.method, line.path, line.status) == (logging.DEBUG, "POST", "/echo", 200)
