@@ -24,7 +24,7 @@ from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_inte
 from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.topology.report import PREFIX
 from gpupair.kubewire.wire import UserInfo, explain
-from gpupair.webhook import claims, sidecar
+from gpupair.webhook import claim_pods, claims, sidecar
 from gpupair.webhook.claims import ClaimOptions, pointer
 
 API_VERSION = "admission.k8s.io/v1"
@@ -160,6 +160,7 @@ class InjectOptions:
     scheduler_name: str | None = None  # route multi-GPU pods to gpupair's own scheduler
     default_intent: Intent = Intent.REQUIRED  # the cluster default placement
     claims: ClaimOptions = field(default_factory=ClaimOptions)  # DRA claims and templates
+    claim_pod_resource: str = ""  # set: pods with resourceClaims request one (webhook.claim_pods)
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -176,6 +177,7 @@ class Plan:
     routed: bool = False  # spec.schedulerName set to gpupair's scheduler
     notes: list[str] = field(default_factory=list)
     placement: str = ""  # the intent written on the pod ("" when none was written)
+    marked: bool = False  # a claim pod given the claim-pod resource, so the extender is asked about it
     refusal: str = ""  # set: the pod is refused with this message
     claim: claims.ClaimPlan | None = None  # for a claim or template: which requests changed, and why not
 
@@ -228,17 +230,20 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
     annotations = (meta or {}).get("annotations") or {}
     unasked = gpus >= 2 and asked_intent(annotations) is None
     placement = {PLACEMENT_KEY: namespace_intent.value} if unasked and namespace_intent else {}
-    if gpus < options.min_gpus:
-        return Plan(_annotation_ops(meta, placement, strip=False), "few-gpus", gpus,
-                    placement=placement.get(PLACEMENT_KEY, ""))
     spec = pod.get("spec") or {}
-    ops: list[dict[str, Any]] = []
-    notes: list[str] = []
-
-    # Only a pod that left the choice to the default scheduler is rerouted.
-    routed = bool(options.scheduler_name) and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)
+    # A pod asking the device plugin's resource reaches the extender through it already.
+    ops = claim_pods.mark_ops(pod, options.claim_pod_resource) if gpus == 0 else []
+    marked = bool(ops)
+    # Only a pod that left the choice to the default scheduler is rerouted: multi-GPU pods, and
+    # marked claim pods (the default scheduler has no extender entry naming their mark).
+    routed = bool(options.scheduler_name) and (gpus >= options.min_gpus or marked) \
+        and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)
     if routed:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": options.scheduler_name})
+    if gpus < options.min_gpus:
+        return Plan(ops + _annotation_ops(meta, placement, strip=False), "claim-pod-marked" if marked else "few-gpus",
+                    gpus, routed, placement=placement.get(PLACEMENT_KEY, ""), marked=marked)
+    notes: list[str] = []
 
     opt_out = isinstance(annotations, Mapping) and str(annotations.get(VERIFY_KEY, "")).strip().lower() == "false"
     containers = _names(spec, "initContainers") | _names(spec, "containers")
@@ -258,7 +263,7 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
     injected = outcome == "injected"
     ops.extend(_annotation_ops(meta, {VERIFIER_KEY: "injected", **placement} if injected else placement,
                                strip=injected))
-    return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""))
+    return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""), marked=marked)
 
 
 def admit(request: AdmissionRequest, options: InjectOptions,

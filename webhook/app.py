@@ -103,7 +103,7 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
     # Objects made by controllers (a Job's pods, a pod's claims) have only generateName at admission.
     name = admission.name or meta.get("name") or f"{meta.get('generateName', '')}*"
     if plan.claim is None:
-        what = {"pod": name, "gpus": plan.gpus, "routed": plan.routed}
+        what = {"pod": name, "gpus": plan.gpus, "routed": plan.routed, "marked": plan.marked}
     else:
         what = {"kind": admission.kind.kind, "claim": name, "gpus": plan.gpus,
                 "requests": list(plan.claim.changed), "left": plan.claim.left}

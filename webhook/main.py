@@ -8,7 +8,7 @@ import argparse
 from gpupair.topology import limits
 from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_gpu_device_classes,
                                    add_reporter_port, add_resource_name, add_tls_flags, add_token_audience,
-                                   listen_address)
+                                   extended_resource, listen_address)
 from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
@@ -32,6 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "the most GPUs one NUMA node holds: a DRA request for more gets no NUMA constraint "
              "(no node could honour it; the extender judges it by the fewest NUMA nodes)",
              bounds=Range(2, limits.MAX_GPUS))
+    add_flag(parser, "--claim-pod-resource", "",
+             "if set (the dra component: gpupair.io/claim), pods with spec.resourceClaims request and limit "
+             "one of this extended resource, which only the extender's scheduler entry names: kube-scheduler "
+             "then asks the extender about claim pods, and still not about other pods", type=extended_resource)
     add_common_flags(parser)
 
 
@@ -60,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         scheduler_name=args.scheduler_name or None,
         default_intent=Intent(args.default_placement),
         claims=ClaimOptions(device_classes=args.gpu_device_classes, gpus_per_numa=args.gpus_per_numa_node),
+        claim_pod_resource=args.claim_pod_resource,
     )
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # both set: never None
     from prometheus_client import CollectorRegistry

@@ -138,8 +138,21 @@ def listen_address(text: str) -> str:
     return text
 
 
+# An extended resource: a domain-prefixed name outside kubernetes.io (the apiserver's rule).
+_EXTENDED_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def extended_resource(text: str) -> str:
+    """An extended resource name (``gpupair.io/claim``); empty for none given."""
+    text = text.strip()
+    if text and (not _EXTENDED_RESOURCE.fullmatch(text) or text.split("/")[0].endswith("kubernetes.io")):
+        raise ValueError(text)
+    return text
+
+
 _KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address",
-               listen_address: "an IP address or a host name"}
+               listen_address: "an IP address or a host name",
+               extended_resource: "an extended resource name (domain/name, outside kubernetes.io)"}
 
 
 class BadValue:

@@ -14,6 +14,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 
 from gpupair.decide.intent import PLACEMENT_KEY, Intent
+from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 
 from tests.deploy_manifests import (
     DEPLOY,
@@ -563,7 +564,9 @@ def check_extender_stanza(extender: dict, objs: list[dict], host_forms: set[str]
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
     assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
     env = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
-    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False}]
+    # The second is what the dra component's webhook marks claim pods with (webhook.claim_pods).
+    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False},
+                                            {"name": CLAIM_POD_RESOURCE, "ignoredByScheduler": True}]
     url = urlparse(extender["urlPrefix"])
     svc = find(objs, "Service", "gpupair-extender", "gpupair-system")
     assert url.scheme == "http" and extender["enableHTTPS"] is False
