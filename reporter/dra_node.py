@@ -40,6 +40,7 @@ from gpupair.decide import verdict
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, allocated_requests, claim_intent, dra_pod_intent
 from gpupair.decide.dra_picture import PictureError, allocation_of, build, claim_names
+from gpupair.decide.scope import pod_scope
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
 from gpupair.reporter.verification import planned_set, record_verdict
@@ -201,7 +202,8 @@ class DraNode:
         intent, problem = dra_pod_intent(pod, asked)  # its claims', else its own annotation, else required
         if problem:
             log.warning("bad placement intent", extra={"pod": _key(pod), "error": problem})
-        result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent, self.nics())
+        result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent, self.nics(),
+                                  pod_scope(pod)[0])
         try:
             await record_verdict(self.api, pod, result, annotations)
         except (ApiException, OSError, asyncio.TimeoutError) as exc:

@@ -22,6 +22,7 @@ from gpupair.decide import verdict
 from gpupair.kubewire import json_body
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.decide.scope import SCOPE_KEY, parse_scope
 from gpupair.topology.report import PREFIX
 from gpupair.kubewire.wire import UserInfo, explain
 from gpupair.webhook import claim_pods, claims, sidecar
@@ -44,6 +45,7 @@ REPORTER_KEYS = (
     verdict.PLAN_MATCH_KEY,
     verdict.PLANNED_KEY,
     verdict.VERDICT_PLACEMENT_KEY,
+    verdict.VERDICT_SCOPE_KEY,
     verdict.GRANTED_NIC_KEY,
     verdict.NIC_LINK_KEY,
 )
@@ -217,7 +219,7 @@ def _annotation_ops(meta: Mapping[str, Any] | None, add: dict[str, str], strip: 
 def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = None) -> Plan:
     """Decide what to change in a pod being created. Raises PodRequestError on a pod that
     cannot be read (the caller lets such a pod through untouched), IntentError on a pod whose
-    gpupair.io/placement gpupair does not know (the caller refuses it).
+    gpupair.io/placement or gpupair.io/scope gpupair does not know (the caller refuses it).
 
     A multi-GPU pod that asks no placement gets the one that applies written on it when that
     matters: its namespace's default (from the webhook entry its namespace label selected),
@@ -229,6 +231,11 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
         raise PodRequestError("metadata: must be an object")
     annotations = (meta or {}).get("annotations") or {}
     unasked = gpus >= 2 and asked_intent(annotations) is None
+    if isinstance(annotations, Mapping) and SCOPE_KEY in annotations:
+        try:
+            parse_scope(annotations[SCOPE_KEY])
+        except ValueError as exc:
+            raise IntentError(str(exc)) from None
     placement = {PLACEMENT_KEY: namespace_intent.value} if unasked and namespace_intent else {}
     spec = pod.get("spec") or {}
     # A pod asking the device plugin's resource reaches the extender through it already.

@@ -7,7 +7,8 @@ import copy
 
 import pytest
 
-from gpupair.webhook.admission import InjectOptions
+from gpupair.decide.intent import IntentError
+from gpupair.webhook.admission import InjectOptions, plan
 from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 from tests.webhook.test_webhook_patch import OPTIONS, patched, pod_with
 
@@ -70,3 +71,12 @@ def test_a_marked_claim_pod_goes_to_gpupairs_own_scheduler_where_there_is_one():
                             scheduler_name="gpupair-scheduler")
     after, _ = patched(claim_pod(), options)
     assert after["spec"]["schedulerName"] == "gpupair-scheduler"
+
+
+def test_a_pod_asking_a_scope_gpupair_does_not_know_is_refused_with_the_choices():
+    pod = claim_pod()
+    pod["metadata"]["annotations"] = {"gpupair.io/scope": "nvlnk"}
+    with pytest.raises(IntentError, match=r"gpupair.io/scope: 'nvlnk' is not a scope gpupair knows \(one of numa, "):
+        plan(pod, MARKING)
+    pod["metadata"]["annotations"] = {"gpupair.io/scope": "nvlink"}
+    assert plan(pod, MARKING).marked
