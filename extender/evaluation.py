@@ -32,6 +32,8 @@ from gpupair.decide.pod_request import PodRequestError
 from gpupair.decide.policies import POLICIES
 from gpupair.decide.scope import Scope, pod_scope
 
+NVLINK_POLICIES = ("dra-nvlink-pairs", "dra-nvlink-pairs-or-first-fit")
+
 log = logging.getLogger("gpupair.extender")
 
 UNCACHED_PROBLEM = "node not in the extender's node cache (not listed yet, or deleted)"
@@ -154,6 +156,8 @@ class Evaluator:
 
     def _decider_for(self, pod: Any) -> Decider:
         policy, ask, scope = self._claim_policy(pod), self._nic_ask(pod), self._scope(pod)
+        if scope is Scope.NUMA and policy in NVLINK_POLICIES:
+            scope = Scope.NVLINK  # the claims carry the webhook's nvlink rewrite; the pod need not say it again
         if policy is None and ask is None and scope is Scope.NUMA:
             return self.decider
         key = (policy or self.decider.dra_policy.name, ask, scope)

@@ -150,9 +150,24 @@ def extended_resource(text: str) -> str:
     return text
 
 
+def index_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """``0+1,2+3`` -> ((0, 1), (2, 3)): pairs of distinct device indices, none used twice."""
+    pairs, seen = [], set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        a, b = (int(n) for n in item.split("+"))  # ValueError unless exactly two integers
+        if a < 0 or b < 0 or a == b or {a, b} & seen:
+            raise ValueError(text)
+        seen |= {a, b}
+        pairs.append((min(a, b), max(a, b)))
+    return tuple(pairs)
+
+
 _KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address",
                listen_address: "an IP address or a host name",
-               extended_resource: "an extended resource name (domain/name, outside kubernetes.io)"}
+               extended_resource: "an extended resource name (domain/name, outside kubernetes.io)",
+               index_pairs: "pairs of GPU indices joined by +, comma-separated, each index once (0+1,2+3)"}
 
 
 class BadValue:

@@ -119,10 +119,14 @@ class Decider:
         (``required``), or ranks by whether it is (``preferred``: 6-10 within, 0-5 not).
         ``taken``: the set is the allocation already made for the pod (bind, a retry)."""
         state = node.available() if not taken else node.state
-        if (self.scope is Scope.NUMA or gpus <= 1 or intent is Intent.NONE or not decision.passes
-                or decision.plan is None or state is None):
+        if self.scope is Scope.NUMA or gpus <= 1 or intent is Intent.NONE or not decision.passes or state is None:
             return decision
         layout = state.layout
+        if decision.plan is None:  # the picker finds no set here (dra-nvlink-pairs: no bridged pair free)
+            if len(state.free) < gpus or intent is Intent.PREFERRED:
+                return decision
+            return NodeDecision(node.name, False, reason=f"need {gpus} GPUs {self.scope.phrase}; free sets "
+                                                         f"{self.scope.phrase}: none (free: {placement.free_summary(state)})")
         if within(layout, decision.plan, self.scope):
             return replace(decision, score=6 + decision.score * 4 // 10)
         if intent is Intent.PREFERRED:

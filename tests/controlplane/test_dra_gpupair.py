@@ -15,6 +15,7 @@ from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
     allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
+    seed_topology_file,
 )
 from tests.controlplane.gpupair_install import Install, scheduler_extender
 from tests.controlplane.workloads import gpu_pod, scheduling_failures, wait_gone, wait_verdict
@@ -26,18 +27,21 @@ FAIL_REASON = "GPUPlacementFailed"
 
 
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
-               every_pod: bool = False, free: dict[str, set[int]] | None = None) -> tuple[Install, str]:
+               every_pod: bool = False, free: dict[str, set[int]] | None = None, topology=seed_topology_file,
+               webhook_env: dict[str, str] | None = None) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
-    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs (the
-    test takes the gpu_device_class fixture: the DeviceClass, removed after it)."""
+    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs and the
+    layout ``topology`` writes (the test takes the gpu_device_class fixture: the DeviceClass,
+    removed after it)."""
     install = gpupair("dra")
-    install.webhook()
+    install.webhook(webhook_env)
     sim = kubelets()
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
                "extenders": [scheduler_extender(url, every_pod=every_pod)]})
-    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()})
+    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()},
+                           topology=topology)
     for node in sim.nodes.values():
         install.reporter(node)
     return install, url

@@ -107,3 +107,15 @@ def test_the_verdict_names_the_scope_asked_and_the_link_got(granted, intent, res
             annotations["gpupair.io/verdict"]) == ("nvlink", A6000.link(*granted), result)
     assert "gpupair.io/verdict-scope" not in classify(A6000, granted, intent=intent).annotations(), \
         "a pod that asked no scope reads as before"
+
+
+def test_the_webhooks_pairs_find_the_bridged_pair_first_fit_would_miss():
+    """dra-nvlink-pairs (the webhook's nvlink rewrite): free {1,2,3} takes GPU2+GPU3; with no
+    bridged pair free it takes nothing, and required says so; or-first-fit falls back."""
+    pairs = Decider(dra_policy=POLICIES["dra-nvlink-pairs"], scope=Scope.NVLINK)
+    assert pairs.decide(2, node({1, 2, 3}, dra=True), Intent.REQUIRED).plan == (2, 3)
+    refused = pairs.decide(2, node({0, 2, 4, 6}, dra=True), Intent.REQUIRED)
+    assert not refused.passes and refused.reason == ("need 2 GPUs joined by NVLink; free sets joined by NVLink: "
+                                                     "none (free: NUMA0=2 NUMA1=2)")
+    fallback = replace(pairs, dra_policy=POLICIES["dra-nvlink-pairs-or-first-fit"])
+    assert fallback.decide(2, node({0, 2, 4, 6}, dra=True), Intent.PREFERRED).plan == (0, 2)

@@ -1,0 +1,93 @@
+"""NVLink pairs on DRA nodes, on the real control plane: three nodes of a recorded 8x RTX A6000
+box whose bridges join GPU0+1, 2+3, 4+5 and 6+7 (tests/fixtures/topo/unige-3741-8x-a6000-nvlink.txt),
+free {1,2,3} | {4,5} | {0,2,4,6}: two bridged pairs free, and on the first node the allocator's
+first fit would take GPU1+GPU2 (NODE) while GPU2+GPU3 is free. A ResourceClaimTemplate asking
+gpupair.io/scope: nvlink, in an opted-in namespace, with the webhook's --nvlink-pairs set: the
+webhook writes one firstAvailable subrequest per bridged pair, the extender predicts the pick
+from the node's measured links, and the reporters judge the verdict against the scope."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.controlplane.api import Api
+from tests.controlplane.dra import (
+    RESOURCE, a6000_topology_file, allocated_devices, claim_pod, claim_template, pod_claims,
+)
+from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented
+from tests.controlplane.workloads import wait_gone, wait_verdict
+
+FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
+PAIRS = "0+1,2+3,4+5,6+7"
+
+
+def nvlink_template(api: Api, namespace: str, name: str, intent: str) -> dict[str, Any]:
+    """A template asking 2 GPUs under gpupair.io/scope: nvlink, created once the webhook admits
+    it under ``intent`` (the apiserver's cached namespace labels may lag a relabel)."""
+    def admitted() -> dict[str, Any] | None:
+        created = api.create(claim_template(namespace, name, 2, constraint=None,
+                                            annotations={"gpupair.io/scope": "nvlink"}))
+        said = (created["spec"].get("metadata") or {}).get("annotations") or {}
+        if said.get(PLACEMENT) == intent:
+            return created
+        api.delete(api.path_of(created))
+        return None
+
+    return api.wait_for(admitted, 20, f"template {name} admitted under {intent}", interval=0.2)
+
+
+def placed(api: Api, namespace: str, names: list[str]) -> dict[str, tuple[str, list[int], dict[str, str]]]:
+    """For each bound pod of ``names``: its node, its devices and its verdict."""
+    found = {}
+    for name in names:
+        pod = api.get("v1", "Pod", name, namespace)
+        if pod["spec"].get("nodeName"):
+            devices = sorted(d for c in pod_claims(api, pod) for d in allocated_devices(c))
+            found[name] = (pod["spec"]["nodeName"], devices, wait_verdict(api, namespace, name, timeout=10.0))
+    return found
+
+
+def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, scheduler, controller_manager, gpupair,
+                                              gpu_device_class):
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
+               topology=a6000_topology_file, webhook_env={"GPUPAIR_WEBHOOK_NVLINK_PAIRS": PAIRS})
+
+    # required: as many placed as there are free bridged pairs, each on one.
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
+    template = nvlink_template(api, namespace, "pair-required", "required")
+    names = [f"required-{i}" for i in range(3)]
+    for name in names:
+        api.create(claim_pod(namespace, name, template="pair-required"))
+    api.wait_for(lambda: len([n for n in names if api.get("v1", "Pod", n, namespace)["spec"].get("nodeName")]) >= 2,
+                 60, "two pods bound")
+    time.sleep(8)  # the third has had its chances
+    required = placed(api, namespace, names)
+    # The waiting pod goes first: freed pairs would otherwise be allocated to it while it is deleted.
+    for group in ([n for n in names if n not in required], list(required)):
+        for name in group:
+            api.delete(api.path("v1", "Pod", name, namespace), grace=0)
+        wait_gone(api, namespace, group)
+    api.wait_for(lambda: not [c for c in api.list(RESOURCE, "ResourceClaim", namespace)
+                              if c["metadata"]["name"].startswith("required-") and allocated_devices(c)],
+                 30, "the required pods' claims deallocated")
+
+    # preferred: every pod placed, the bridged pairs first, each verdict naming the link it got.
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "preferred"}}})
+    nvlink_template(api, namespace, "pair-preferred", "preferred")
+    names = [f"preferred-{i}" for i in range(3)]
+    for name in names:
+        api.create(claim_pod(namespace, name, template="pair-preferred"))
+    bound(api, namespace, names)
+    preferred = placed(api, namespace, names)
+
+    subrequests = [s["name"] for s in template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]]
+    assert subrequests == ["nvlink-0", "nvlink-1", "nvlink-2", "nvlink-3"]
+    assert sorted((node, devices) for node, devices, _ in required.values()) == [("a6000-1", [2, 3]),
+                                                                                   ("a6000-2", [4, 5])], required
+    assert {(v["gpupair.io/link"], v["gpupair.io/verdict"], v["gpupair.io/verdict-scope"])
+            for _, _, v in required.values()} == {("NV4", "PASS", "nvlink")}
+    links = [v["gpupair.io/link"] for _, _, v in preferred.values()]
+    assert len(preferred) == 3 and links.count("NV4") == 2, preferred
+    assert {(v["gpupair.io/verdict"], v["gpupair.io/verdict-placement"], v["gpupair.io/verdict-scope"])
+            for _, _, v in preferred.values()} == {("PASS", "preferred", "nvlink")}
