@@ -280,6 +280,7 @@ class Demand:
 
     gpus: int
     policy: str  # a gpupair.decide.policies name: dra-first-fit, dra-first-fit-numa, dra-first-available, dra-nvlink-*
+    match_attributes: tuple[str, ...] = ()  # matchAttribute constraints over its GPU requests
 
 
 def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Demand:
@@ -288,13 +289,15 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Deman
     webhook's ``preferred`` rewrite (a constrained first subrequest, an unconstrained second) is
     dra-first-available; its ``nvlink`` rewrite (subrequests ``nvlink-<n>``, then perhaps ``any``)
     dra-nvlink-pairs(-or-first-fit)."""
-    gpus, policies = 0, set()
+    gpus, policies, matched = 0, set(), []
     for request in claim.spec.devices.requests:
         if request.exactly is not None:
             asked = request.exactly
             if asked.deviceClassName not in gpu_classes or asked.allocationMode != "ExactCount":
                 continue
             gpus += asked.count
+            matched += [c.matchAttribute for c in claim.spec.devices.constraints
+                        if c.matchAttribute and (not c.requests or request.name in c.requests)]
             policies.add("dra-first-fit-numa" if numa_constrained(claim, request.name) else "dra-first-fit")
         elif request.firstAvailable:
             first = request.firstAvailable[0]
@@ -311,9 +314,10 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Deman
                 policies.add("dra-first-available")
             else:
                 policies.add("dra-first-fit-numa")
+    attributes = tuple(dict.fromkeys(matched))
     if len(policies) == 1:
-        return Demand(gpus, policies.pop())
-    return Demand(gpus, "dra-first-fit")  # several GPU requests: the unconstrained walk bounds them
+        return Demand(gpus, policies.pop(), attributes)
+    return Demand(gpus, "dra-first-fit", attributes)  # several GPU requests: the unconstrained walk bounds them
 
 
 def nics_from_slices(slices: Iterable[dra.ResourceSlice], drivers: frozenset[str], layout: NodeLayout) -> NicLayout | None:

@@ -160,7 +160,9 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
     SYS pair. Not opted in (the extender's default intent, required): the marked claim pod
     reaches the extender, which refuses the node, and the pod waits with gpupair's reason as its
     FailedScheduling message. Opted in under none, then preferred: placed, PASS, the intent
-    named, no Warning. Opted in under required: the webhook's constraint keeps it pending."""
+    named, no Warning. Opted in under required: the webhook's constraint keeps it pending. A claim
+    whose pcieRoot constraint no node meets waits with gpupair's reason too, though DynamicResources
+    refused the node before the extender could be asked."""
     fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free={"dra-node-1": {3, 4}})
     api.create(claim_template(namespace, "as-written", 2, constraint=None))
     api.create(claim_pod(namespace, "as-written", template="as-written"))
@@ -184,7 +186,12 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "required"}}})
     template_under(api, namespace, "under-required", "required")
     api.create(claim_pod(namespace, "under-required", template="under-required"))
-    time.sleep(5)
+    # One pcieRoot per GPU on this board: DynamicResources refuses the node, kube-scheduler never
+    # asks the extender, and the extender's pod watch gives the reason.
+    api.create(claim_template(namespace, "same-root", 2, constraint="resource.kubernetes.io/pcieRoot"))
+    api.create(claim_pod(namespace, "same-root", template="same-root"))
+    same_root = api.wait_for(lambda: [m for m in scheduling_failures(api, namespace, "same-root")
+                                      if m.startswith("gpupair:")], 30, "gpupair's reason for the pcieRoot claim")
     waiting = api.get("v1", "Pod", "under-required", namespace)
 
     assert "1 need 2 GPUs on one NUMA node; free: NUMA0=1 NUMA1=1" in reason[0], reason
@@ -193,6 +200,9 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
         "under-preferred": ([3, 4], "SYS", "PASS", "preferred", False),
     }
     assert not waiting["spec"].get("nodeName")
+    # (each Event is listed twice: core v1 and events.k8s.io/v1 share one storage)
+    assert set(same_root) == {"gpupair: no DRA node can allocate this pod's claims: need 2 GPUs with one "
+                              "resource.kubernetes.io/pcieRoot; dra-node-1: free GPU3 (pci0000:60) | GPU4 (pci0000:80)"}
 
 
 def extender_requests(url: str) -> float:

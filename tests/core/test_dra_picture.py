@@ -233,7 +233,7 @@ def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
 
     classes = frozenset({DRIVER})
     claims = {c["metadata"]["name"].split("-")[0]: dra.parse_claim(c) for c in recorded_claims()}
-    assert claim_demand(claims["numa"], classes) == Demand(2, "dra-first-fit-numa")
+    assert claim_demand(claims["numa"], classes) == Demand(2, "dra-first-fit-numa", ("resource.kubernetes.io/numaNode",))
     assert claim_demand(claims["plain"], classes) == Demand(2, "dra-first-fit")
     assert claim_demand(claims["plain"], frozenset({"other.example.com"})).gpus == 0
     rewritten = recorded_claims()[-1]  # the webhook's preferred rewrite of a 2-GPU request
