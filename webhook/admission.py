@@ -22,7 +22,7 @@ from gpupair.decide import verdict
 from gpupair.kubewire import json_body
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
-from gpupair.decide.scope import SCOPE_KEY, parse_scope
+from gpupair.decide.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.topology.report import PREFIX
 from gpupair.kubewire.wire import UserInfo, explain
 from gpupair.webhook import claim_pods, claims, sidecar
@@ -295,6 +295,31 @@ def admit(request: AdmissionRequest, options: InjectOptions,
     except IntentError as exc:
         return Plan([], "bad-placement", refusal=f"gpupair: {exc}"), []
     return result, result.notes
+
+
+def admit_scope(request: AdmissionRequest, scope: Scope) -> tuple[Plan, list[str]]:
+    """The namespace's default ``gpupair.io/scope`` (the calling entry's path) written on a pod,
+    claim or template being created that asks none; nothing else changes. The scope entries for
+    claims come first in the configuration, so the claim entries plan under the scope recorded."""
+    kind, resource = request.kind, request.resource.resource
+    if request.subResource or request.operation != "CREATE":
+        return Plan([], "not-a-pod-create"), []
+    obj = request.object
+    if claims.is_claim_kind(kind.group, kind.version, kind.kind, resource):
+        try:
+            ops = claims.scope_default_ops(obj, kind.kind, scope)
+        except claims.ClaimError as exc:
+            return Plan([], "claim-unreadable"), [f"gpupair: {kind.kind} left unchanged: {exc}"]
+    elif kind.group == "" and kind.kind == "Pod" and resource == "pods" and isinstance(obj, Mapping):
+        meta = obj.get("metadata")
+        if meta is not None and not isinstance(meta, Mapping):
+            return Plan([], "unreadable"), ["gpupair: pod left unchanged: metadata: must be an object"]
+        annotations = (meta or {}).get("annotations")
+        asked = isinstance(annotations, Mapping) and SCOPE_KEY in annotations
+        ops = [] if asked else _annotation_ops(meta, {SCOPE_KEY: scope.value}, strip=False)
+    else:
+        return Plan([], "not-a-pod-create"), []
+    return Plan(ops, "scope-defaulted" if ops else "scope-unchanged"), []
 
 
 def _admit_claim(request: AdmissionRequest, options: InjectOptions,

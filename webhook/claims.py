@@ -346,6 +346,18 @@ def _pair(request: Mapping[str, Any], path: str, pairs: tuple[tuple[int, int], .
     return [{"op": "remove", "path": f"{path}/exactly"}, {"op": "add", "path": f"{path}/firstAvailable", "value": subrequests}]
 
 
+def scope_default_ops(obj: Any, kind: str, scope: Scope) -> list[dict[str, Any]]:
+    """A namespace's default scope recorded on a claim or template that asks none (a template's
+    in ``spec.metadata``, which its claims get). ClaimError on an object that cannot be read."""
+    parts = _parts(obj, kind)
+    found = [_annotations(parts.meta or {}, ".".join(parts.meta_path))]
+    if kind == "ResourceClaimTemplate":
+        found.append(_annotations(_object(_object(obj, kind).get("metadata"), "metadata"), "metadata"))
+    if any(SCOPE_KEY in annotations for annotations in found):
+        return []
+    return _annotation_ops(parts, {SCOPE_KEY: scope.value})
+
+
 def _annotation_ops(parts: _Parts, add: dict[str, str]) -> list[dict[str, Any]]:
     if parts.meta is None:
         return [{"op": "add", "path": pointer(*parts.meta_path), "value": {"annotations": add}}]

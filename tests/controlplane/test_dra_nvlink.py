@@ -2,7 +2,8 @@
 box whose bridges join GPU0+1, 2+3, 4+5 and 6+7 (tests/fixtures/topo/unige-3741-8x-a6000-nvlink.txt),
 free {1,2,3} | {4,5} | {0,2,4,6}: two bridged pairs free, and on the first node the allocator's
 first fit would take GPU1+GPU2 (NODE) while GPU2+GPU3 is free. A ResourceClaimTemplate asking
-gpupair.io/scope: nvlink, in an opted-in namespace, with the webhook's --nvlink-pairs set: the
+gpupair.io/scope: nvlink (its own annotation, then the namespace's label), in an opted-in
+namespace, with the webhook's --nvlink-pairs set: the
 webhook writes one firstAvailable subrequest per bridged pair, the extender predicts the pick
 from the node's measured links, and the reporters judge the verdict against the scope."""
 
@@ -22,14 +23,15 @@ FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
 PAIRS = "0+1,2+3,4+5,6+7"
 
 
-def nvlink_template(api: Api, namespace: str, name: str, intent: str) -> dict[str, Any]:
-    """A template asking 2 GPUs under gpupair.io/scope: nvlink, created once the webhook admits
-    it under ``intent`` (the apiserver's cached namespace labels may lag a relabel)."""
+def nvlink_template(api: Api, namespace: str, name: str, intent: str, *, own: bool = True) -> dict[str, Any]:
+    """A template asking 2 GPUs under gpupair.io/scope: nvlink (its own annotation, or with
+    ``own=False`` the namespace's label), created once the webhook admits it under ``intent`` and
+    that scope (the apiserver's cached namespace labels may lag a relabel)."""
     def admitted() -> dict[str, Any] | None:
         created = api.create(claim_template(namespace, name, 2, constraint=None,
-                                            annotations={"gpupair.io/scope": "nvlink"}))
+                                            annotations={"gpupair.io/scope": "nvlink"} if own else {}))
         said = (created["spec"].get("metadata") or {}).get("annotations") or {}
-        if said.get(PLACEMENT) == intent:
+        if said.get(PLACEMENT) == intent and said.get("gpupair.io/scope") == "nvlink":
             return created
         api.delete(api.path_of(created))
         return None
@@ -72,9 +74,11 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
                               if c["metadata"]["name"].startswith("required-") and allocated_devices(c)],
                  30, "the required pods' claims deallocated")
 
-    # preferred: every pod placed, the bridged pairs first, each verdict naming the link it got.
-    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "preferred"}}})
-    nvlink_template(api, namespace, "pair-preferred", "preferred")
+    # preferred, the scope now the namespace's default (its label), not the template's: every pod
+    # placed, the bridged pairs first, each verdict naming the link it got.
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "preferred",
+                                                                          "gpupair.io/scope": "nvlink"}}})
+    nvlink_template(api, namespace, "pair-preferred", "preferred", own=False)
     names = [f"preferred-{i}" for i in range(3)]
     for name in names:
         api.create(claim_pod(namespace, name, template="pair-preferred"))
@@ -91,3 +95,5 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
     assert len(preferred) == 3 and links.count("NV4") == 2, preferred
     assert {(v["gpupair.io/verdict"], v["gpupair.io/verdict-placement"], v["gpupair.io/verdict-scope"])
             for _, _, v in preferred.values()} == {("PASS", "preferred", "nvlink")}
+    assert {api.get("v1", "Pod", n, namespace)["metadata"]["annotations"].get("gpupair.io/scope") for n in names} \
+        == {"nvlink"}, "the namespace's scope is recorded on its claim pods too"

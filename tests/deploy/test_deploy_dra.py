@@ -66,8 +66,17 @@ def test_the_component_renders_and_validates_on_every_overlay(overlay, with_dra)
 def test_each_claim_entry_is_its_pod_entrys_twin(overlay, with_dra):
     (config,) = of_kind(with_dra(overlay), "MutatingWebhookConfiguration")
     (plain,) = of_kind(render(overlay), "MutatingWebhookConfiguration")
-    pods, claims = config["webhooks"][:4], config["webhooks"][4:8]
-    assert pods == plain["webhooks"], "the pod entries are left as they are"
+    names = [h["name"] for h in config["webhooks"]]
+    scope_claims, rest = config["webhooks"][:2], config["webhooks"][2:]
+    assert [h["name"] for h in scope_claims] == ["pcie-switch.scope.claims.gpupair.io", "nvlink.scope.claims.gpupair.io"], \
+        "first: the claim entries plan a claim under the scope it carries"
+    assert rest[:len(plain["webhooks"])] == plain["webhooks"], "the pod entries are left as they are"
+    pods, claims = plain["webhooks"][:4], rest[len(plain["webhooks"]):len(plain["webhooks"]) + 4]
+    assert len(names) == len(set(names))
+    for value, entry in zip(("pcie-switch", "nvlink"), scope_claims):
+        assert entry["rules"] == CLAIM_RULES and entry["clientConfig"]["service"]["path"] == f"/mutate/scope/{value}"
+        assert entry["namespaceSelector"]["matchExpressions"][-1] == {"key": "gpupair.io/scope", "operator": "In",
+                                                                       "values": [value]}
     assert [h["name"] for h in claims] == ["claims.gpupair.io"] + [f"{i.value}.claims.gpupair.io" for i in Intent]
     for pod_entry, claim_entry in zip(pods, claims):
         assert claim_entry["rules"] == CLAIM_RULES
@@ -85,7 +94,7 @@ def test_the_claim_pod_entry_marks_claim_pods_in_every_namespace_but_gpupairs(ov
     managedResources reaches every nvidia.com/gpu pod)."""
     (config,) = of_kind(with_dra(overlay), "MutatingWebhookConfiguration")
     entry = config["webhooks"][-1]
-    assert entry["name"] == "claim-pods.gpupair.io" and len(config["webhooks"]) == 9
+    assert entry["name"] == "claim-pods.gpupair.io" and len(config["webhooks"]) == 13
     assert entry["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                "resources": ["pods"], "scope": "Namespaced"}]
     assert entry["failurePolicy"] == "Ignore" and entry["clientConfig"]["service"]["path"] == "/mutate"

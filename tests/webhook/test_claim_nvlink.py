@@ -12,8 +12,10 @@ from gpupair.decide.dra_picture import claim_demand
 from gpupair.decide.intent import Intent, IntentError
 from gpupair.decide.scope import SCOPE_KEY
 from gpupair.kubewire import dra
+from gpupair.decide.scope import Scope
+from gpupair.webhook.admission import AdmissionRequest, admit_scope
 from gpupair.webhook.claims import ClaimOptions
-from tests.webhook.claim_shapes import claim_from_template, plain_claim, plain_template
+from tests.webhook.claim_shapes import apply, claim_from_template, plain_claim, plain_template
 from tests.webhook.test_claims import patched, plan
 
 PAIRED = ClaimOptions(nvlink_pairs=((0, 1), (2, 3)))
@@ -87,3 +89,37 @@ def test_a_scope_gpupair_does_not_know_is_refused():
 def test_too_many_pairs_for_one_request_is_a_clear_error():
     with pytest.raises(ValueError, match="at most 7 NVLink pairs"):
         ClaimOptions(nvlink_pairs=tuple((2 * n, 2 * n + 1) for n in range(8)))
+
+
+def review(obj: dict) -> AdmissionRequest:
+    kind = obj["kind"]
+    group, version = ("", "v1") if kind == "Pod" else ("resource.k8s.io", "v1")
+    resource = {"Pod": "pods", "ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}[kind]
+    return AdmissionRequest.model_validate({
+        "uid": "u", "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "operation": "CREATE", "object": obj})
+
+
+@pytest.mark.parametrize("obj, where", [
+    ({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}, ("metadata",)),
+    (plain_claim(), ("metadata",)),
+    (plain_template(), ("spec", "metadata")),
+])
+def test_a_namespaces_default_scope_is_recorded_where_none_is_asked(obj, where):
+    plan, _ = admit_scope(review(obj), Scope.NVLINK)
+    after = apply(obj, plan.ops)
+    meta = after
+    for part in where:
+        meta = meta[part]
+    assert plan.outcome == "scope-defaulted" and meta["annotations"][SCOPE_KEY] == "nvlink"
+    again, _ = admit_scope(review(after), Scope.PCIE_SWITCH)
+    assert again.ops == [] and again.outcome == "scope-unchanged", "an object's own scope wins"
+
+
+def test_a_templates_default_scope_makes_its_claims_paired():
+    template = plain_template()
+    plan, _ = admit_scope(review(template), Scope.NVLINK)
+    scoped_template = apply(template, plan.ops)
+    after = patched(scoped_template, Intent.REQUIRED, options=PAIRED)
+    assert [name for name, _ in subrequests(after)] == ["nvlink-0", "nvlink-1"]
