@@ -22,7 +22,7 @@ from gpupair.topology.layout_file import read_layout
 from gpupair.topology.report import encode_topology
 from tests.controlplane.api import Api
 from tests.controlplane.kubelet import Kubelets
-from tests.controlplane.workloads import PAUSE_IMAGE, wait_gone
+from tests.controlplane.workloads import A6000_TOPO, PAUSE_IMAGE, wait_gone
 from tests.dra_support import DRIVER, node_slice, recorded
 from tests.layouts import seed_layout
 
@@ -45,9 +45,6 @@ def seed_topology_file(directory: Path, node: str) -> Path:
     path = directory / f"{node}-topology.json"
     path.write_text(encode_topology(seed_layout(f"GPU-{node}")))
     return path
-
-
-A6000_TOPO = Path(__file__).parents[1] / "fixtures" / "topo" / "unige-3741-8x-a6000-nvlink.txt"
 
 
 def a6000_topology_file(directory: Path, node: str) -> Path:
