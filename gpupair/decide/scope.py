@@ -18,6 +18,7 @@ from enum import Enum
 from itertools import combinations
 from typing import Any
 
+from gpupair.decide.placement import min_numa_nodes
 from gpupair.topology import links
 from gpupair.topology.layout import NodeLayout
 
@@ -74,7 +75,6 @@ def within(layout: NodeLayout, chosen: Iterable[int], scope: Scope) -> bool:
     if len(chosen) <= 1:
         return True
     if scope is Scope.NUMA:
-        from gpupair.decide.placement import min_numa_nodes  # placement imports nothing of ours
         needed = min_numa_nodes(layout, len(chosen))
         return needed is not None and len({layout.numa_of(i) for i in chosen}) <= needed
     return all(_pair_within(layout.link(i, j), scope) for i, j in combinations(chosen, 2))
