@@ -27,14 +27,14 @@ FAIL_REASON = "GPUPlacementFailed"
 
 
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
-               every_pod: bool = False, free: dict[str, set[int]] | None = None, topology=seed_topology_file,
-               webhook_env: dict[str, str] | None = None) -> tuple[Install, str]:
+               every_pod: bool = False, free: dict[str, set[int]] | None = None,
+               topology=seed_topology_file) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
     extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs and the
     layout ``topology`` writes (the test takes the gpu_device_class fixture: the DeviceClass,
     removed after it)."""
     install = gpupair("dra")
-    install.webhook(webhook_env)
+    install.webhook()
     sim = kubelets()
     controller_manager("resourceclaim-controller")
     _, url = install.extender()

@@ -157,6 +157,7 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
     assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(sorted(GPU_DEVICE_CLASSES))
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
     assert webhook["GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE"] == CLAIM_POD_RESOURCE
+    assert webhook["GPUPAIR_WEBHOOK_NVLINK_PAIRS"] == "0+1,2+3,4+5,6+7"
     # added to each container's environment; the rest is the overlay's
     plain = render(overlay)
     for kind, name, c, new in (
@@ -164,7 +165,7 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
             ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_REPORTER_DRA_DRIVER"}),
             ("Deployment", "gpupair-webhook", "webhook",
              {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE",
-              "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE"})):
+              "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE", "GPUPAIR_WEBHOOK_NVLINK_PAIRS"})):
         before, after = env_of(container(plain, kind, name, c)), env_of(container(objs, kind, name, c))
         assert set(after) - set(before) == new and before.items() <= after.items(), name
     assert pod_spec(find(objs, "Deployment", "gpupair-webhook"))["automountServiceAccountToken"] is False
