@@ -125,8 +125,9 @@ class Decider:
         if decision.plan is None:  # the picker finds no set here (dra-nvlink-pairs: no bridged pair free)
             if len(state.free) < gpus or intent is Intent.PREFERRED:
                 return decision
-            return NodeDecision(node.name, False, reason=f"need {gpus} GPUs {self.scope.phrase}; free sets "
-                                                         f"{self.scope.phrase}: none (free: {placement.free_summary(state)})")
+            return NodeDecision(node.name, False, reason=(
+                f"need {gpus} GPUs {self.scope.phrase}; free sets {self.scope.phrase}: none "
+                f"(free: {placement.free_summary(state)})"))
         if within(layout, decision.plan, self.scope):
             return replace(decision, score=6 + decision.score * 4 // 10)
         if intent is Intent.PREFERRED:

@@ -156,7 +156,8 @@ class DraNodes:
         newest = {}
         for item in slices:
             newest[item.spec.pool.name] = max(newest.get(item.spec.pool.name, 0), item.spec.pool.generation)
-        taken = {device for pool in newest for key in self._by_pool.get(pool, ()) for device in self._claims[key].devices}
+        taken = {device for pool in newest for key in self._by_pool.get(pool, ())
+                 for device in self._claims[key].devices}
         free = []
         for item in slices:
             pool = item.spec.pool.name
