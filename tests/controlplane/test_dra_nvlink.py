@@ -14,7 +14,8 @@ from typing import Any
 
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
-    RESOURCE, a6000_topology_file, allocated_devices, claim_pod, claim_template, pod_claims,
+    RESOURCE, a6000_topology_file, allocated_devices, claim_pod, claim_template, dra_nodes_with_tenants, pod_claims,
+    run_rounds,
 )
 from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented
 from tests.controlplane.workloads import wait_gone, wait_verdict
@@ -96,3 +97,37 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
             for _, _, v in preferred.values()} == {("PASS", "preferred", "nvlink")}
     assert {api.get("v1", "Pod", n, namespace)["metadata"]["annotations"].get("gpupair.io/scope") for n in names} \
         == {"nvlink"}, "the namespace's scope is recorded on its claim pods too"
+
+
+THREE_PAIRS = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6, 7}}
+BRIDGED = {("a6000-1", (2, 3)), ("a6000-2", (4, 5)), ("a6000-3", (6, 7))}
+
+
+def test_kube_scheduler_alone_misses_bridged_pairs(api, namespace, kubelets, scheduler, controller_manager,
+                                                  gpu_device_class):
+    """The control for the rounds below: the same nodes and rounds, claims as users write them,
+    no gpupair. The allocator's first fit takes GPU1+GPU2 and GPU0+GPU2 where bridged pairs are free."""
+    sim = kubelets()
+    controller_manager("resourceclaim-controller")
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
+    dra_nodes_with_tenants(api, sim, namespace, THREE_PAIRS, topology=a6000_topology_file)
+    api.create(claim_template(namespace, "pair", 2, constraint=None))
+    grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"), rounds=5, per_round=3)
+    bridged = [g for g in grants if (g[1], tuple(g[2])) in BRIDGED]
+    # Only a6000-2's first fit is its bridged pair: at most one pod a round (5 of 15 in two runs).
+    assert len(grants) == 15 and len(bridged) <= 5, grants
+
+
+def test_rounds_of_three_pods_with_three_bridged_pairs_free_all_get_one(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
+    """Three bridged pairs free: GPU2+GPU3 where first fit takes GPU1+GPU2, GPU4+GPU5, and GPU6+GPU7
+    where first fit takes GPU0+GPU2. Five rounds of three 2-GPU claim pods created together, under
+    preferred in a namespace labelled gpupair.io/scope=nvlink: every pod on a bridged pair."""
+    free = THREE_PAIRS
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free,
+               topology=a6000_topology_file)
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {
+        INJECT: "enabled", PLACEMENT: "preferred", "gpupair.io/scope": "nvlink"}}})
+    nvlink_template(api, namespace, "pair", "preferred", own=False)
+    grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"), rounds=5, per_round=3)
+    assert len(grants) == 15 and {(node, tuple(devices)) for _, node, devices in grants} == BRIDGED, grants
