@@ -61,8 +61,9 @@ def mark_ops(pod: Mapping[str, Any], resource: str) -> list[dict[str, Any]]:
                  "value": {"requests": {resource: MARK}, "limits": {resource: MARK}}}]
     ops = []
     for part in ("requests", "limits"):
-        if isinstance(resources.get(part), Mapping):
-            ops.append({"op": "add", "path": pointer("spec", "containers", 0, "resources", part, resource), "value": MARK})
-        else:
-            ops.append({"op": "add", "path": pointer("spec", "containers", 0, "resources", part), "value": {resource: MARK}})
+        path = pointer("spec", "containers", 0, "resources", part)
+        if isinstance(resources.get(part), Mapping):  # add to the table there
+            ops.append({"op": "add", "path": path + pointer(resource), "value": MARK})
+        else:  # absent or null: the table is made
+            ops.append({"op": "add", "path": path, "value": {resource: MARK}})
     return ops

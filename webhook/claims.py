@@ -197,21 +197,24 @@ def resolve_intent(obj: Any, kind: str, namespace_intent: Intent | None, default
     return default, "default"
 
 
-def resolve_scope(obj: Any, kind: str) -> Scope:
-    """The scope a claim or template asks (its own annotation; for a template, that of
-    ``spec.metadata`` or its own metadata), ``numa`` without one. IntentError on a value
-    gpupair does not know (the object is refused, as for a bad placement)."""
+def _asked_scope(obj: Any, kind: str) -> str | None:
+    """The object's own ``gpupair.io/scope`` (for a template, that of ``spec.metadata``, else of
+    its own metadata), None without one."""
     parts = _parts(obj, kind)
     found = [_annotations(parts.meta or {}, ".".join(parts.meta_path)).get(SCOPE_KEY)]
     if kind == "ResourceClaimTemplate":
         found.append(_annotations(_object(_object(obj, kind).get("metadata"), "metadata"), "metadata").get(SCOPE_KEY))
-    for value in found:
-        if value is not None:
-            try:
-                return parse_scope(value)
-            except ValueError as exc:
-                raise IntentError(str(exc)) from None
-    return Scope.NUMA
+    return next((value for value in found if value is not None), None)
+
+
+def resolve_scope(obj: Any, kind: str) -> Scope:
+    """The scope a claim or template asks, ``numa`` without one. IntentError on a value gpupair
+    does not know (the object is refused, as for a bad placement)."""
+    value = _asked_scope(obj, kind)
+    try:
+        return Scope.NUMA if value is None else parse_scope(value)
+    except ValueError as exc:
+        raise IntentError(str(exc)) from None
 
 
 # --- deciding -------------------------------------------------------------------------------------
@@ -339,23 +342,21 @@ def _pair(request: Mapping[str, Any], path: str, pairs: tuple[tuple[int, int], .
     """``exactly`` becomes ``firstAvailable``: each bridged pair in turn, then (``or_any``) any two."""
     sub = {key: value for key, value in request["exactly"].items() if key != "adminAccess"}
     own = list(sub.pop("selectors", None) or [])
-    subrequests = [{"name": NVLINK_SUBREQUEST.format(n), **sub, "selectors": own + [{"cel": {
-        "expression": f"device.attributes[device.driver].index in [{a}, {b}]"}}]} for n, (a, b) in enumerate(pairs)]
+    subrequests = [{"name": NVLINK_SUBREQUEST.format(n), **sub, "selectors": own + [
+        {"cel": {"expression": f"device.attributes[device.driver].index in [{a}, {b}]"}}]}
+        for n, (a, b) in enumerate(pairs)]
     if or_any:
         subrequests.append({"name": ANY_SUBREQUEST, **sub, **({"selectors": own} if own else {})})
-    return [{"op": "remove", "path": f"{path}/exactly"}, {"op": "add", "path": f"{path}/firstAvailable", "value": subrequests}]
+    return [{"op": "remove", "path": f"{path}/exactly"},
+            {"op": "add", "path": f"{path}/firstAvailable", "value": subrequests}]
 
 
 def scope_default_ops(obj: Any, kind: str, scope: Scope) -> list[dict[str, Any]]:
     """A namespace's default scope recorded on a claim or template that asks none (a template's
     in ``spec.metadata``, which its claims get). ClaimError on an object that cannot be read."""
-    parts = _parts(obj, kind)
-    found = [_annotations(parts.meta or {}, ".".join(parts.meta_path))]
-    if kind == "ResourceClaimTemplate":
-        found.append(_annotations(_object(_object(obj, kind).get("metadata"), "metadata"), "metadata"))
-    if any(SCOPE_KEY in annotations for annotations in found):
+    if _asked_scope(obj, kind) is not None:
         return []
-    return _annotation_ops(parts, {SCOPE_KEY: scope.value})
+    return _annotation_ops(_parts(obj, kind), {SCOPE_KEY: scope.value})
 
 
 def _annotation_ops(parts: _Parts, add: dict[str, str]) -> list[dict[str, Any]]:
