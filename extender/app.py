@@ -174,6 +174,10 @@ def assemble(
         if cache is not None:
             cache.usage = evaluator.usage
     pods = PodWatch(reservations, requests, evaluator.usage) if api is not None else None
+    if pods is not None and dra is not None:
+        from gpupair.extender.unallocatable import UnallocatableClaims
+
+        pods.unallocatable = UnallocatableClaims(api, dra.why_unallocatable, api_timeout)
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
                     pod_watch_wait=pod_watch_wait)

@@ -30,6 +30,9 @@ from gpupair.decide.intent import Intent
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
 from gpupair.decide.pod_request import PodRequestError
 from gpupair.decide.policies import POLICIES
+from gpupair.decide.scope import Scope, pod_scope
+
+NVLINK_POLICIES = ("dra-nvlink-pairs", "dra-nvlink-pairs-or-first-fit")
 
 log = logging.getLogger("gpupair.extender")
 
@@ -152,13 +155,15 @@ class Evaluator:
         return variant
 
     def _decider_for(self, pod: Any) -> Decider:
-        policy, ask = self._claim_policy(pod), self._nic_ask(pod)
-        if policy is None and ask is None:
+        policy, ask, scope = self._claim_policy(pod), self._nic_ask(pod), self._scope(pod)
+        if scope is Scope.NUMA and policy in NVLINK_POLICIES:
+            scope = Scope.NVLINK  # the claims carry the webhook's nvlink rewrite; the pod need not say it again
+        if policy is None and ask is None and scope is Scope.NUMA:
             return self.decider
-        key = (policy or self.decider.dra_policy.name, ask)
+        key = (policy or self.decider.dra_policy.name, ask, scope)
         variant = self._variants.get(key)
         if variant is None:
-            variant = self._variants[key] = replace(self.decider, dra_policy=POLICIES[key[0]], nic=ask)
+            variant = self._variants[key] = replace(self.decider, dra_policy=POLICIES[key[0]], nic=ask, scope=scope)
         uid = (pod.get("metadata") or {}).get("uid")
         if isinstance(uid, str) and uid:
             self._pod_deciders[uid] = variant
@@ -174,11 +179,14 @@ class Evaluator:
     def _nic_ask(self, pod: Any) -> NicAsk | None:
         ask, problem = nic_ask(pod, self.rdma_resources, self.nic_level)
         if problem:
-            meta = pod.get("metadata") if isinstance(pod, dict) else None
-            meta = meta if isinstance(meta, dict) else {}
-            log.warning("bad NIC ask", extra={"pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-                                              "error": problem})
+            _warn_bad(pod, "bad NIC ask", problem)
         return ask
+
+    def _scope(self, pod: Any) -> Scope:
+        scope, problem = pod_scope(pod)
+        if problem:
+            _warn_bad(pod, "bad scope", problem)
+        return scope
 
     def _offer(self, args: ExtenderArgs) -> Offer:
         if args.NodeNames is not None:
@@ -300,3 +308,9 @@ def _freshness(entry: ReportEntry) -> tuple[int, float]:
     if entry.report is None:
         return (0, 0.0)
     return (1, entry.report.reported_at.timestamp())
+
+
+def _warn_bad(pod: Any, what: str, problem: str) -> None:
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    log.warning(what, extra={"pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}", "error": problem})

@@ -23,6 +23,7 @@ from gpupair.decide.pod_request import PodRequestError
 
 if TYPE_CHECKING:
     from gpupair.extender.cluster_usage import ClusterUsage
+    from gpupair.extender.unallocatable import UnallocatableClaims
 
 log = logging.getLogger("gpupair.extender.pods")
 
@@ -36,6 +37,7 @@ class PodWatch:
         self.usage = usage  # every pod's CPU and shape, for --score fragmentation
         self.listed = False
         self.progress = WatchProgress()  # advanced by the ListWatch that feeds this handler
+        self.unallocatable: UnallocatableClaims | None = None  # DRA: claim pods no node can allocate
 
     # ---- WatchHandler
 
@@ -76,6 +78,8 @@ class PodWatch:
             self.requests.bound_or_gone(uid)
             self.reservations.pod_gone(uid, "deleted" if event_type == "DELETED" else "finished")
             return
+        if self.unallocatable is not None and not node:
+            self.unallocatable.observe(pod)
         if gpus <= 0:
             return
         if not node:

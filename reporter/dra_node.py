@@ -40,6 +40,7 @@ from gpupair.decide import verdict
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, allocated_requests, claim_intent, dra_pod_intent
 from gpupair.decide.dra_picture import PictureError, allocation_of, build, claim_names
+from gpupair.decide.scope import SCOPE_KEY, Scope, pod_scope
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
 from gpupair.reporter.verification import planned_set, record_verdict
@@ -178,6 +179,7 @@ class DraNode:
         namespace = pod["metadata"].get("namespace", "")
         devices: set[tuple[str, str]] = set()
         asked: list[ClaimIntent | None] = []  # what each claim holding the pod's GPUs asks
+        scopes: set[str] = set()  # the gpupair.io/scope those claims carry (the webhook's nvlink rewrite)
         for name in claim_names(pod):
             claim = await self._claim(namespace, name)
             if claim is None:
@@ -186,6 +188,7 @@ class DraNode:
             if allocation is not None:
                 devices |= set(allocation.devices)
                 asked.append(claim_intent(claim, allocated_requests(claim, self.driver)))
+                scopes.add(claim.metadata.annotations.get(SCOPE_KEY, ""))
         if len(devices) < 2:
             return True
         mapping = self._mapping(layout)
@@ -201,7 +204,10 @@ class DraNode:
         intent, problem = dra_pod_intent(pod, asked)  # its claims', else its own annotation, else required
         if problem:
             log.warning("bad placement intent", extra={"pod": _key(pod), "error": problem})
-        result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent, self.nics())
+        scope = pod_scope(pod)[0]
+        if scope is Scope.NUMA and Scope.NVLINK.value in scopes:
+            scope = Scope.NVLINK  # asked on the template, which the webhook rewrote into bridged pairs
+        result = verdict.classify(layout, indices, planned_set(annotations, _key(pod)), intent, self.nics(), scope)
         try:
             await record_verdict(self.api, pod, result, annotations)
         except (ApiException, OSError, asyncio.TimeoutError) as exc:

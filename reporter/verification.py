@@ -42,6 +42,7 @@ from gpupair.decide import verdict
 
 from gpupair.kubewire import json_body
 from gpupair.decide.intent import pod_intent
+from gpupair.decide.scope import pod_scope
 from gpupair.kubeclient.kube import create_event, patch_annotations
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
@@ -169,7 +170,8 @@ class VerifyService:
         if problem:
             log.warning("bad placement intent", extra={"pod": f"{identity.namespace}/{identity.pod_name}",
                                                        "error": problem})
-        result = verdict.classify(layout, indices, _planned(annotations, identity), intent, self.nics())
+        result = verdict.classify(layout, indices, _planned(annotations, identity), intent, self.nics(),
+                                  pod_scope(pod)[0])
         await self._record(pod, identity, result, annotations)
         return {
             "apiVersion": API_VERSION,

@@ -22,9 +22,10 @@ from gpupair.decide import verdict
 from gpupair.kubewire import json_body
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.decide.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.topology.report import PREFIX
 from gpupair.kubewire.wire import UserInfo, explain
-from gpupair.webhook import claims, sidecar
+from gpupair.webhook import claim_pods, claims, sidecar
 from gpupair.webhook.claims import ClaimOptions, pointer
 
 API_VERSION = "admission.k8s.io/v1"
@@ -44,6 +45,7 @@ REPORTER_KEYS = (
     verdict.PLAN_MATCH_KEY,
     verdict.PLANNED_KEY,
     verdict.VERDICT_PLACEMENT_KEY,
+    verdict.VERDICT_SCOPE_KEY,
     verdict.GRANTED_NIC_KEY,
     verdict.NIC_LINK_KEY,
 )
@@ -160,6 +162,7 @@ class InjectOptions:
     scheduler_name: str | None = None  # route multi-GPU pods to gpupair's own scheduler
     default_intent: Intent = Intent.REQUIRED  # the cluster default placement
     claims: ClaimOptions = field(default_factory=ClaimOptions)  # DRA claims and templates
+    claim_pod_resource: str = ""  # set: pods with resourceClaims request one (webhook.claim_pods)
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -176,6 +179,7 @@ class Plan:
     routed: bool = False  # spec.schedulerName set to gpupair's scheduler
     notes: list[str] = field(default_factory=list)
     placement: str = ""  # the intent written on the pod ("" when none was written)
+    marked: bool = False  # a claim pod given the claim-pod resource, so the extender is asked about it
     refusal: str = ""  # set: the pod is refused with this message
     claim: claims.ClaimPlan | None = None  # for a claim or template: which requests changed, and why not
 
@@ -215,7 +219,7 @@ def _annotation_ops(meta: Mapping[str, Any] | None, add: dict[str, str], strip: 
 def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = None) -> Plan:
     """Decide what to change in a pod being created. Raises PodRequestError on a pod that
     cannot be read (the caller lets such a pod through untouched), IntentError on a pod whose
-    gpupair.io/placement gpupair does not know (the caller refuses it).
+    gpupair.io/placement or gpupair.io/scope gpupair does not know (the caller refuses it).
 
     A multi-GPU pod that asks no placement gets the one that applies written on it when that
     matters: its namespace's default (from the webhook entry its namespace label selected),
@@ -227,18 +231,26 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
         raise PodRequestError("metadata: must be an object")
     annotations = (meta or {}).get("annotations") or {}
     unasked = gpus >= 2 and asked_intent(annotations) is None
+    if isinstance(annotations, Mapping) and SCOPE_KEY in annotations:
+        try:
+            parse_scope(annotations[SCOPE_KEY])
+        except ValueError as exc:
+            raise IntentError(str(exc)) from None
     placement = {PLACEMENT_KEY: namespace_intent.value} if unasked and namespace_intent else {}
-    if gpus < options.min_gpus:
-        return Plan(_annotation_ops(meta, placement, strip=False), "few-gpus", gpus,
-                    placement=placement.get(PLACEMENT_KEY, ""))
     spec = pod.get("spec") or {}
-    ops: list[dict[str, Any]] = []
-    notes: list[str] = []
-
-    # Only a pod that left the choice to the default scheduler is rerouted.
-    routed = bool(options.scheduler_name) and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)
+    # A pod asking the device plugin's resource reaches the extender through it already.
+    ops = claim_pods.mark_ops(pod, options.claim_pod_resource) if gpus == 0 else []
+    marked = bool(ops)
+    # Only a pod that left the choice to the default scheduler is rerouted: multi-GPU pods, and
+    # marked claim pods (the default scheduler has no extender entry naming their mark).
+    routed = bool(options.scheduler_name) and (gpus >= options.min_gpus or marked) \
+        and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)
     if routed:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": options.scheduler_name})
+    if gpus < options.min_gpus:
+        return Plan(ops + _annotation_ops(meta, placement, strip=False), "claim-pod-marked" if marked else "few-gpus",
+                    gpus, routed, placement=placement.get(PLACEMENT_KEY, ""), marked=marked)
+    notes: list[str] = []
 
     opt_out = isinstance(annotations, Mapping) and str(annotations.get(VERIFY_KEY, "")).strip().lower() == "false"
     containers = _names(spec, "initContainers") | _names(spec, "containers")
@@ -258,7 +270,7 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
     injected = outcome == "injected"
     ops.extend(_annotation_ops(meta, {VERIFIER_KEY: "injected", **placement} if injected else placement,
                                strip=injected))
-    return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""))
+    return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""), marked=marked)
 
 
 def admit(request: AdmissionRequest, options: InjectOptions,
@@ -283,6 +295,31 @@ def admit(request: AdmissionRequest, options: InjectOptions,
     except IntentError as exc:
         return Plan([], "bad-placement", refusal=f"gpupair: {exc}"), []
     return result, result.notes
+
+
+def admit_scope(request: AdmissionRequest, scope: Scope) -> tuple[Plan, list[str]]:
+    """The namespace's default ``gpupair.io/scope`` (the calling entry's path) written on a pod,
+    claim or template being created that asks none; nothing else changes. The scope entries for
+    claims come first in the configuration, so the claim entries plan under the scope recorded."""
+    kind, resource = request.kind, request.resource.resource
+    if request.subResource or request.operation != "CREATE":
+        return Plan([], "not-a-pod-create"), []
+    obj = request.object
+    if claims.is_claim_kind(kind.group, kind.version, kind.kind, resource):
+        try:
+            ops = claims.scope_default_ops(obj, kind.kind, scope)
+        except claims.ClaimError as exc:
+            return Plan([], "claim-unreadable"), [f"gpupair: {kind.kind} left unchanged: {exc}"]
+    elif kind.group == "" and kind.kind == "Pod" and resource == "pods" and isinstance(obj, Mapping):
+        meta = obj.get("metadata")
+        if meta is not None and not isinstance(meta, Mapping):
+            return Plan([], "unreadable"), ["gpupair: pod left unchanged: metadata: must be an object"]
+        annotations = (meta or {}).get("annotations")
+        asked = isinstance(annotations, Mapping) and SCOPE_KEY in annotations
+        ops = [] if asked else _annotation_ops(meta, {SCOPE_KEY: scope.value}, strip=False)
+    else:
+        return Plan([], "not-a-pod-create"), []
+    return Plan(ops, "scope-defaulted" if ops else "scope-unchanged"), []
 
 
 def _admit_claim(request: AdmissionRequest, options: InjectOptions,

@@ -8,6 +8,8 @@ message naming the allowed ones. ``/mutate/placement/VALUE`` is how the apiserve
 namespace's default placement: deploy/ has one webhook entry per value of the namespace label
 ``gpupair.io/placement``, each selecting its namespaces and calling its own path (a webhook
 service path may hold no query), so the webhook reads no Namespace from the API.
+``/mutate/scope/VALUE`` likewise carries the namespace label ``gpupair.io/scope``: those entries
+only record it on a pod, claim or template that asks no scope of its own.
 
 A body that is not an AdmissionReview gets HTTP 400 and an AdmissionReview whose response
 holds a Status 400 with the reason (the apiserver then applies failurePolicy, which gpupair
@@ -26,11 +28,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpupair.decide.intent import Intent, IntentError, parse_intent
+from gpupair.decide.scope import Scope, parse_scope
 from gpupair.command.service import add_health_routes
 from gpupair.webhook.admission import (
     InjectOptions,
     ReviewError,
     admit,
+    admit_scope,
     parse_review,
     refusal_review,
     response_review,
@@ -71,6 +75,7 @@ def create_app(options: InjectOptions, registry: CollectorRegistry | None = None
 
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/mutate/placement/{placement}", mutate)
+    app.router.add_post("/mutate/scope/{scope}", mutate)
     add_health_routes(app, registry)
     return app
 
@@ -90,9 +95,12 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
         admission = parse_review(body)
     except ReviewError as exc:
         return _bad_request(str(exc), metrics)
-    namespace_intent = _namespace_intent(request)
+    namespace_intent, namespace_scope = _namespace_intent(request), _namespace_scope(request)
     try:
-        plan, warnings = admit(admission, options, namespace_intent)
+        if namespace_scope is not None:
+            plan, warnings = admit_scope(admission, namespace_scope)
+        else:
+            plan, warnings = admit(admission, options, namespace_intent)
     except Exception:  # a bug here must not block pods: let this one through unchanged
         log.exception("planning the patch failed; object allowed unchanged", extra={"uid": admission.uid})
         metrics.reviews.labels("error").inc()
@@ -103,7 +111,7 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
     # Objects made by controllers (a Job's pods, a pod's claims) have only generateName at admission.
     name = admission.name or meta.get("name") or f"{meta.get('generateName', '')}*"
     if plan.claim is None:
-        what = {"pod": name, "gpus": plan.gpus, "routed": plan.routed}
+        what = {"pod": name, "gpus": plan.gpus, "routed": plan.routed, "marked": plan.marked}
     else:
         what = {"kind": admission.kind.kind, "claim": name, "gpus": plan.gpus,
                 "requests": list(plan.claim.changed), "left": plan.claim.left}
@@ -121,6 +129,18 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
         },
     )
     return web.json_response(response_review(admission.uid, plan.ops, warnings, plan.refusal))
+
+
+def _namespace_scope(request: web.Request) -> Scope | None:
+    """The namespace's default scope the calling webhook entry carries in its path, if any."""
+    raw = request.match_info.get("scope")
+    if raw is None:
+        return None
+    try:
+        return parse_scope(raw)
+    except ValueError as exc:  # a MutatingWebhookConfiguration mistake: nothing is written
+        log.warning("ignoring a bad namespace scope in the webhook path", extra={"error": str(exc)})
+        return None
 
 
 def _namespace_intent(request: web.Request) -> Intent | None:

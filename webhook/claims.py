@@ -17,6 +17,12 @@ reads it, in the claim, once, at creation (a claim's spec is immutable):
 - ``none``, a request some constraint of the claim already covers, a request already written as
   ``firstAvailable``, ``allocationMode: All``, an unknown mode and other DeviceClasses: left as
   written.
+- ``gpupair.io/scope: nvlink`` on the object, with ``--nvlink-pairs`` set: a request for 2 GPUs
+  becomes ``firstAvailable`` of one subrequest per bridged pair (``nvlink-<n>``, a selector naming
+  its two devices by ``index``), and under ``preferred`` the unconstrained ``any`` last. The
+  allocator then takes the first free bridged pair on a node; nothing in DRA names links, so the
+  pairs must be the nodes' bridges (the reporters' topology shows them). Other counts are
+  handled as under ``numa``.
 
 The intent is the object's own ``gpupair.io/placement`` annotation (for a template, its own or
 that of ``spec.metadata``, the metadata its claims get), else the namespace default the
@@ -42,6 +48,7 @@ from pydantic import ValidationError
 
 from gpupair.kubewire import dra
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
+from gpupair.decide.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.kubewire.wire import KubeWire, explain
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
@@ -51,6 +58,8 @@ RESOURCES = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resour
 NUMA_ATTRIBUTE = dra.NUMA_ATTRIBUTE
 CLOSE_SUBREQUEST = "numa"  # tried first: the devices on one NUMA node
 ANY_SUBREQUEST = "any"  # then the same devices anywhere on the node
+NVLINK_SUBREQUEST = "nvlink-{}"  # one per bridged pair (gpupair/decide/dra_picture.py reads the prefix)
+MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
 EXACT_COUNT = "ExactCount"
 MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
 # Set by kube-scheduler on the claim it makes for a pod asking an extended resource that a
@@ -66,10 +75,14 @@ class ClaimError(ValueError):
 class ClaimOptions:
     device_classes: frozenset[str] = GPU_DEVICE_CLASSES
     gpus_per_numa: int = DEFAULT_GPUS_PER_NUMA_NODE  # the most devices one NUMA constraint can hold
+    nvlink_pairs: tuple[tuple[int, int], ...] = ()  # device indices joined by NVLink bridges, in order
 
     def __post_init__(self) -> None:
         if self.gpus_per_numa < 2:
             raise ValueError(f"gpus_per_numa must be at least 2, got {self.gpus_per_numa}")
+        if len(self.nvlink_pairs) > MAX_SUBREQUESTS - 1:
+            raise ValueError(f"at most {MAX_SUBREQUESTS - 1} NVLink pairs (a request holds {MAX_SUBREQUESTS} "
+                             f"subrequests, one kept for 'any'), got {len(self.nvlink_pairs)}")
 
 
 @dataclass(frozen=True)
@@ -184,6 +197,26 @@ def resolve_intent(obj: Any, kind: str, namespace_intent: Intent | None, default
     return default, "default"
 
 
+def _asked_scope(obj: Any, kind: str) -> str | None:
+    """The object's own ``gpupair.io/scope`` (for a template, that of ``spec.metadata``, else of
+    its own metadata), None without one."""
+    parts = _parts(obj, kind)
+    found = [_annotations(parts.meta or {}, ".".join(parts.meta_path)).get(SCOPE_KEY)]
+    if kind == "ResourceClaimTemplate":
+        found.append(_annotations(_object(_object(obj, kind).get("metadata"), "metadata"), "metadata").get(SCOPE_KEY))
+    return next((value for value in found if value is not None), None)
+
+
+def resolve_scope(obj: Any, kind: str) -> Scope:
+    """The scope a claim or template asks, ``numa`` without one. IntentError on a value gpupair
+    does not know (the object is refused, as for a bad placement)."""
+    value = _asked_scope(obj, kind)
+    try:
+        return Scope.NUMA if value is None else parse_scope(value)
+    except ValueError as exc:
+        raise IntentError(str(exc)) from None
+
+
 # --- deciding -------------------------------------------------------------------------------------
 
 
@@ -223,6 +256,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
         raise ClaimError(f"{kind}: not a ResourceClaim or ResourceClaimTemplate")
     parts = _parts(obj, kind)
     intent, _ = resolve_intent(obj, kind, namespace_intent, default)
+    pairs = options.nvlink_pairs if resolve_scope(obj, kind) is Scope.NVLINK else ()
     annotations = _annotations(parts.meta or {}, ".".join(parts.meta_path))
     try:
         devices = DeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
@@ -236,6 +270,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     notes: list[str] = []
     changed: list[str] = []
     added: list[dict[str, Any]] = []
+    paired: list[str] = []
     count = 0
     extended = kind == "ResourceClaim" and annotations.get(EXTENDED_RESOURCE_CLAIM_KEY) == "true"
     if extended:
@@ -257,6 +292,11 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
                 continue
             changed.append(request.name)
             count += exact.count
+            if pairs and exact.count == 2:
+                paired.append(request.name)
+                ops += _pair(parts.spec["devices"]["requests"][index], pointer(*base, "requests", index), pairs,
+                             intent is Intent.PREFERRED)
+                continue
             if intent is Intent.REQUIRED:
                 added.append({"matchAttribute": NUMA_ATTRIBUTE, "requests": [request.name]})
                 continue
@@ -274,11 +314,16 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     # its claims (gpupair/decide/claim_intent.py), and a template's claims carry what it says, not
     # whatever the namespace's default is when they are made. kube-scheduler's own claim is the
     # exception: nothing was asked of it.
-    if not extended and PLACEMENT_KEY not in annotations:
-        ops += _annotation_ops(parts, {PLACEMENT_KEY: intent.value})
+    record = {} if extended or PLACEMENT_KEY in annotations else {PLACEMENT_KEY: intent.value}
+    if pairs and SCOPE_KEY not in annotations:  # a template's own metadata only: its claims carry it too
+        record[SCOPE_KEY] = Scope.NVLINK.value
+    if record:
+        ops += _annotation_ops(parts, record)
     outcome = "claim-annotated" if ops else "claim-unchanged"  # annotated: the intent recorded, no request changed
     if changed:
         outcome = "claim-constrained" if intent is Intent.REQUIRED else "claim-prioritized"
+    if paired and len(paired) == len(changed):
+        outcome = "claim-paired"
     return ClaimPlan(ops, outcome, intent.value, count, tuple(changed), left, notes)
 
 
@@ -290,6 +335,28 @@ def _prioritize(request: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
         {"op": "add", "path": f"{path}/firstAvailable",
          "value": [{"name": CLOSE_SUBREQUEST, **sub}, {"name": ANY_SUBREQUEST, **sub}]},
     ]
+
+
+def _pair(request: Mapping[str, Any], path: str, pairs: tuple[tuple[int, int], ...], or_any: bool
+          ) -> list[dict[str, Any]]:
+    """``exactly`` becomes ``firstAvailable``: each bridged pair in turn, then (``or_any``) any two."""
+    sub = {key: value for key, value in request["exactly"].items() if key != "adminAccess"}
+    own = list(sub.pop("selectors", None) or [])
+    subrequests = [{"name": NVLINK_SUBREQUEST.format(n), **sub, "selectors": own + [
+        {"cel": {"expression": f"device.attributes[device.driver].index in [{a}, {b}]"}}]}
+        for n, (a, b) in enumerate(pairs)]
+    if or_any:
+        subrequests.append({"name": ANY_SUBREQUEST, **sub, **({"selectors": own} if own else {})})
+    return [{"op": "remove", "path": f"{path}/exactly"},
+            {"op": "add", "path": f"{path}/firstAvailable", "value": subrequests}]
+
+
+def scope_default_ops(obj: Any, kind: str, scope: Scope) -> list[dict[str, Any]]:
+    """A namespace's default scope recorded on a claim or template that asks none (a template's
+    in ``spec.metadata``, which its claims get). ClaimError on an object that cannot be read."""
+    if _asked_scope(obj, kind) is not None:
+        return []
+    return _annotation_ops(_parts(obj, kind), {SCOPE_KEY: scope.value})
 
 
 def _annotation_ops(parts: _Parts, add: dict[str, str]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import argparse
 from gpupair.topology import limits
 from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_gpu_device_classes,
                                    add_reporter_port, add_resource_name, add_tls_flags, add_token_audience,
-                                   listen_address)
+                                   extended_resource, index_pairs, listen_address)
 from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
@@ -32,6 +32,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "the most GPUs one NUMA node holds: a DRA request for more gets no NUMA constraint "
              "(no node could honour it; the extender judges it by the fewest NUMA nodes)",
              bounds=Range(2, limits.MAX_GPUS))
+    add_flag(parser, "--claim-pod-resource", "",
+             "if set (the dra component: gpupair.io/claim), pods with spec.resourceClaims request and limit "
+             "one of this extended resource, which only the extender's scheduler entry names: kube-scheduler "
+             "then asks the extender about claim pods, and still not about other pods", type=extended_resource)
+    add_flag(parser, "--nvlink-pairs", "",
+             "GPU indices joined by NVLink bridges on the DRA nodes (0+1,2+3,...; at most 7 pairs): a claim "
+             "asking gpupair.io/scope: nvlink gets one firstAvailable subrequest per pair for a request of 2 "
+             "(empty: none; the extender still judges the allocator's first fit)", type=index_pairs)
     add_common_flags(parser)
 
 
@@ -42,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.command.service import serve, setup_logging
     from gpupair.command.tls import serving_tls
     from gpupair.webhook.admission import InjectOptions
-    from gpupair.webhook.claims import ClaimOptions
     from gpupair.webhook.app import create_app
     from gpupair.webhook.cert_expiry import CertificateExpiry
     from gpupair.webhook.sidecar import SidecarOptions
@@ -59,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         resource_name=args.resource_name,
         scheduler_name=args.scheduler_name or None,
         default_intent=Intent(args.default_placement),
-        claims=ClaimOptions(device_classes=args.gpu_device_classes, gpus_per_numa=args.gpus_per_numa_node),
+        claims=claim_options(args),
+        claim_pod_resource=args.claim_pod_resource,
     )
     tls = serving_tls(args.tls_cert_file, args.tls_private_key_file)  # both set: never None
     from prometheus_client import CollectorRegistry
@@ -68,3 +76,13 @@ def run(args: argparse.Namespace) -> int:
     registry.register(CertificateExpiry(args.tls_cert_file))  # what the monitoring component alerts on
     asyncio.run(serve(create_app(options, registry), args.host, args.port, ssl_context=tls.context))
     return 0
+
+
+def claim_options(args: argparse.Namespace):
+    from gpupair.webhook.claims import ClaimOptions
+
+    try:
+        return ClaimOptions(device_classes=args.gpu_device_classes, gpus_per_numa=args.gpus_per_numa_node,
+                            nvlink_pairs=args.nvlink_pairs)
+    except ValueError as exc:
+        raise UsageError(f"--nvlink-pairs: {exc}") from None

@@ -138,8 +138,36 @@ def listen_address(text: str) -> str:
     return text
 
 
+# An extended resource: a domain-prefixed name outside kubernetes.io (the apiserver's rule).
+_EXTENDED_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def extended_resource(text: str) -> str:
+    """An extended resource name (``gpupair.io/claim``); empty for none given."""
+    text = text.strip()
+    if text and (not _EXTENDED_RESOURCE.fullmatch(text) or text.split("/")[0].endswith("kubernetes.io")):
+        raise ValueError(text)
+    return text
+
+
+def index_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """``0+1,2+3`` -> ((0, 1), (2, 3)): pairs of distinct device indices, none used twice."""
+    pairs, seen = [], set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        a, b = (int(n) for n in item.split("+"))  # ValueError unless exactly two integers
+        if a < 0 or b < 0 or a == b or {a, b} & seen:
+            raise ValueError(text)
+        seen |= {a, b}
+        pairs.append((min(a, b), max(a, b)))
+    return tuple(pairs)
+
+
 _KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address",
-               listen_address: "an IP address or a host name"}
+               listen_address: "an IP address or a host name",
+               extended_resource: "an extended resource name (domain/name, outside kubernetes.io)",
+               index_pairs: "pairs of GPU indices joined by +, comma-separated, each index once (0+1,2+3)"}
 
 
 class BadValue:

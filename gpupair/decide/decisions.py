@@ -11,6 +11,10 @@ pod's placement intent (gpupair/decide/intent.py):
   usable report passes unscored;
 - ``none``: topology plays no part: a node passes with enough GPUs free and scores 0.
 
+A pod's ``gpupair.io/scope`` (gpupair/decide/scope.py) narrows "close": under ``pcie-switch`` or
+``nvlink`` the set the node's picker would take must be within it (``required``), or nodes where
+it is rank above the others (``preferred``).
+
 Under every intent a node with fewer free GPUs than asked (after reservations) fails, and one
 whose hardware has fewer GPUs than asked is unresolvable.
 """
@@ -28,6 +32,7 @@ from gpupair.topology.layout import NodeState
 from gpupair.decide.nic_ask import NicAsk
 from gpupair.topology.nics import NICS_KEY, NicLayout
 from gpupair.decide.policies import POLICIES, Policy
+from gpupair.decide.scope import Scope, free_sets, within
 
 from gpupair.decide.verdict import format_set
 
@@ -95,6 +100,7 @@ class Decider:
     unreported: Unreported = Unreported.FAIL
     dra_policy: Policy = POLICIES["dra-first-fit"]  # the allocator's, on DRA nodes
     nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/decide/nic_ask.py)
+    scope: Scope = Scope.NUMA  # how close the set must be (gpupair/decide/scope.py)
 
     def policy_for(self, node: NodeView) -> Policy:
         return self.dra_policy if node.source == DRA else self.policy
@@ -102,10 +108,38 @@ class Decider:
     def decide(self, gpus: int, node: NodeView, intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """Whether a pod asking ``gpus`` under ``intent`` (and, with ``nic``, near a NIC) may go
         to ``node``, and how well it would fit there."""
-        decision = self._decide(gpus, node, intent)
+        decision = self._within_scope(gpus, node, self._decide(gpus, node, intent), intent)
         if self.nic is None or gpus <= 0 or not decision.passes:
             return decision
         return self._near_nic(gpus, node, decision)
+
+    def _within_scope(self, gpus: int, node: NodeView, decision: NodeDecision, intent: Intent,
+                      taken: bool = False) -> NodeDecision:
+        """The decision under a scope narrower than NUMA: the picker's set must be within it
+        (``required``), or ranks by whether it is (``preferred``: 6-10 within, 0-5 not).
+        ``taken``: the set is the allocation already made for the pod (bind, a retry)."""
+        state = node.available() if not taken else node.state
+        if self.scope is Scope.NUMA or gpus <= 1 or intent is Intent.NONE or not decision.passes or state is None:
+            return decision
+        layout = state.layout
+        if decision.plan is None:  # the picker finds no set here (dra-nvlink-pairs: no bridged pair free)
+            if len(state.free) < gpus or intent is Intent.PREFERRED:
+                return decision
+            return NodeDecision(node.name, False, reason=(
+                f"need {gpus} GPUs {self.scope.phrase}; free sets {self.scope.phrase}: none "
+                f"(free: {placement.free_summary(state)})"))
+        if within(layout, decision.plan, self.scope):
+            return replace(decision, score=6 + decision.score * 4 // 10)
+        if intent is Intent.PREFERRED:
+            return replace(decision, score=decision.score * 5 // 10)
+        picker = "allocator" if node.source == DRA else "device plugin"
+        got = f"{format_set(decision.plan)} ({layout.worst_link(decision.plan)})"
+        sets = free_sets(layout, state.free, gpus, self.scope)
+        free = (", ".join(format_set(s) for s in sets) if sets else "none")
+        verb = "took" if taken else "would take"
+        return NodeDecision(node.name, False, reason=(
+            f"need {gpus} GPUs {self.scope.phrase}; the {picker} {verb} {got}; "
+            f"free sets {self.scope.phrase}: {free}"))
 
     def _near_nic(self, gpus: int, node: NodeView, decision: NodeDecision) -> NodeDecision:
         """The decision for a pod that asks for the network: only a set whose every GPU has a NIC
@@ -171,6 +205,7 @@ class Decider:
             score = placement.score(state, plan)
             decision = NodeDecision(node.name, True, plan=plan,
                                     score=max(score, 1) if intent is Intent.PREFERRED else score)
+        decision = self._within_scope(gpus, replace(node, state=state), decision, intent, taken=True)
         if self.nic is None or not decision.passes:
             return decision
         return self._near_nic(gpus, replace(node, state=state, reserved=frozenset(), held=0), decision)

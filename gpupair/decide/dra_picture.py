@@ -271,42 +271,53 @@ def _dicts(value: Any) -> list[dict]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
+NVLINK_SUBREQUEST_PREFIX = "nvlink-"  # the webhook's subrequests naming one bridged pair each
+
+
 @dataclass(frozen=True)
 class Demand:
     """What a claim asks of GPU DeviceClasses, and how the allocator will pick for it."""
 
     gpus: int
-    policy: str  # a gpupair.decide.policies name: dra-first-fit, dra-first-fit-numa or dra-first-available
+    policy: str  # a gpupair.decide.policies name: dra-first-fit, dra-first-fit-numa, dra-first-available, dra-nvlink-*
+    match_attributes: tuple[str, ...] = ()  # matchAttribute constraints over its GPU requests
 
 
 def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Demand:
     """The claim's GPUs (ExactCount requests of a GPU class; a firstAvailable request counts its
     first subrequest, the one the allocator tries first) and the allocator's pick for them. The
     webhook's ``preferred`` rewrite (a constrained first subrequest, an unconstrained second) is
-    dra-first-available."""
-    gpus, policies = 0, set()
+    dra-first-available; its ``nvlink`` rewrite (subrequests ``nvlink-<n>``, then perhaps ``any``)
+    dra-nvlink-pairs(-or-first-fit)."""
+    gpus, policies, matched = 0, set(), []
     for request in claim.spec.devices.requests:
         if request.exactly is not None:
             asked = request.exactly
             if asked.deviceClassName not in gpu_classes or asked.allocationMode != "ExactCount":
                 continue
             gpus += asked.count
+            matched += [c.matchAttribute for c in claim.spec.devices.constraints
+                        if c.matchAttribute and (not c.requests or request.name in c.requests)]
             policies.add("dra-first-fit-numa" if numa_constrained(claim, request.name) else "dra-first-fit")
         elif request.firstAvailable:
             first = request.firstAvailable[0]
             if first.deviceClassName not in gpu_classes or first.allocationMode != "ExactCount":
                 continue
             gpus += first.count
-            if not numa_constrained(claim, request.name, first.name):
+            if first.name.startswith(NVLINK_SUBREQUEST_PREFIX):
+                policies.add("dra-nvlink-pairs-or-first-fit" if request.firstAvailable[-1].name == "any"
+                             else "dra-nvlink-pairs")
+            elif not numa_constrained(claim, request.name, first.name):
                 policies.add("dra-first-fit")
             elif len(request.firstAvailable) > 1 and not numa_constrained(claim, request.name,
                                                                          request.firstAvailable[1].name):
                 policies.add("dra-first-available")
             else:
                 policies.add("dra-first-fit-numa")
+    attributes = tuple(dict.fromkeys(matched))
     if len(policies) == 1:
-        return Demand(gpus, policies.pop())
-    return Demand(gpus, "dra-first-fit")  # several GPU requests: the unconstrained walk bounds them
+        return Demand(gpus, policies.pop(), attributes)
+    return Demand(gpus, "dra-first-fit", attributes)  # several GPU requests: the unconstrained walk bounds them
 
 
 def nics_from_slices(slices: Iterable[dra.ResourceSlice], drivers: frozenset[str], layout: NodeLayout) -> NicLayout | None:

@@ -25,6 +25,7 @@ from typing import Any
 from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
+from gpupair.decide.claim_explain import FreeDevice, why_unallocatable
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
@@ -136,7 +137,40 @@ class DraNodes:
         if not demands:
             return None
         policies = {d.policy for d in demands}
-        return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit")
+        return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit",
+                      tuple(dict.fromkeys(a for d in demands for a in d.match_attributes)))
+
+    def why_unallocatable(self, pod: Any) -> str:
+        """gpupair's reason no DRA node can allocate the pod's GPU claims (claim_explain), from
+        the slices and the allocations watched; "" where some node could, or nothing is known."""
+        demand = self.pod_demand(pod, known_only=True)
+        if demand is None or demand.gpus <= 0:
+            return ""
+        return why_unallocatable(demand.gpus, demand.match_attributes,
+                                 {node: self._free_gpus(node, demand.match_attributes) for node in self.nodes()})
+
+    def _free_gpus(self, node: str, attributes: tuple[str, ...]) -> list[FreeDevice]:
+        """The node's GPUs no allocation holds and no NoSchedule/NoExecute taint blocks, in
+        slice order (each pool at its newest generation), with their values of ``attributes``."""
+        slices = sorted(self._by_node.get(node, {}).values(), key=lambda s: (s.spec.pool.name, s.metadata.name))
+        newest = {}
+        for item in slices:
+            newest[item.spec.pool.name] = max(newest.get(item.spec.pool.name, 0), item.spec.pool.generation)
+        taken = {device for pool in newest for key in self._by_pool.get(pool, ())
+                 for device in self._claims[key].devices}
+        free = []
+        for item in slices:
+            pool = item.spec.pool.name
+            if item.spec.pool.generation != newest[pool]:
+                continue
+            for device in item.spec.devices:
+                kind = device.attribute("type", self.driver)
+                if (pool, device.name) in taken or device.blocking_taints() or kind not in (None, "gpu"):
+                    continue
+                index = device.attribute("index", self.driver)
+                free.append((f"GPU{index}" if index is not None else device.name,
+                             {a: device.attribute(a, self.driver) for a in attributes}))
+        return free
 
     def pod_claim_intents(self, pod: Any) -> list[ClaimIntent]:
         """What the pod's own GPU claims say of its placement (gpupair/decide/claim_intent.py: their

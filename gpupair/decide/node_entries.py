@@ -122,10 +122,11 @@ class ReportEntry:
         shared = None if stale else self._shared
         if shared is not None:
             memo, limit = shared.decisions, shared.limit
-            key: tuple = (self._shape, gpus, hold, intent, decider.policy.name, decider.dra_policy.name, decider.nic)
+            key: tuple = (self._shape, gpus, hold, intent, decider.policy.name, decider.dra_policy.name, decider.nic,
+                          decider.scope)
         else:
             memo, limit = self._memo, MEMO_LIMIT
-            key = (gpus, hold, stale, intent, decider.dra_policy.name, decider.nic)  # per-pod decider variants
+            key = (gpus, hold, stale, intent, decider.dra_policy.name, decider.nic, decider.scope)  # per-pod variants
         decision = memo.get(key)
         if decision is None:
             decision = decider.decide(gpus, self.view(name, hold, stale, alive), intent)

@@ -16,6 +16,10 @@ simulator and the extender share:
   constraint, the first k free ones in that order; with ``matchAttribute:
   resource.kubernetes.io/numaNode`` (``dra-first-fit-numa``), the first k free devices of the
   first NUMA node, in that order, that has k free. Nothing scores topology or fragmentation.
+- ``dra-nvlink-pairs``: the webhook's ``nvlink`` rewrite of a 2-device request, one
+  ``firstAvailable`` subrequest per NVLink-bridged pair (``nvlink-<n>``, selectors naming its
+  two devices), so the allocator takes the first free bridged pair in that order, or nothing;
+  ``dra-nvlink-pairs-or-first-fit`` adds the unconstrained ``any`` last (``preferred``).
 """
 
 from __future__ import annotations
@@ -190,10 +194,28 @@ class FirstAvailablePolicy:
         return FirstFitPolicy(same_numa=True).pick(layout, free, k) or FirstFitPolicy().pick(layout, free, k)
 
 
+class NvlinkPairsPolicy:
+    """The first free NVLink-bridged pair in index order, as the webhook lists the pairs
+    (``--nvlink-pairs``, which must name the node's bridges: the prediction reads the node's
+    measured links); ``or_first_fit``: else the first fit, as the ``any`` subrequest takes."""
+
+    def __init__(self, or_first_fit: bool = False):
+        self.or_first_fit = or_first_fit
+        self.name = "dra-nvlink-pairs-or-first-fit" if or_first_fit else "dra-nvlink-pairs"
+
+    def pick(self, layout: NodeLayout, free: frozenset[int], k: int) -> tuple[int, ...] | None:
+        if k == 2:
+            for pair in combinations(sorted(free), 2):
+                if layout.link(*pair).startswith("NV"):
+                    return pair
+        return FirstFitPolicy().pick(layout, free, k) if self.or_first_fit or k != 2 else None
+
+
 POLICIES: dict[str, Policy] = {
     "naive": NaivePolicy(), "aligned": AlignedPolicy(),
     "dra-first-fit": FirstFitPolicy(), "dra-first-fit-numa": FirstFitPolicy(same_numa=True),
     "dra-first-available": FirstAvailablePolicy(),
+    "dra-nvlink-pairs": NvlinkPairsPolicy(), "dra-nvlink-pairs-or-first-fit": NvlinkPairsPolicy(or_first_fit=True),
 }
 
 

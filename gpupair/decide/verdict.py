@@ -7,6 +7,11 @@ in ``gpupair.io/verdict-placement`` next to the verdict):
 - any other grant is FAIL under ``required``, and PASS under ``preferred`` or ``none``: those
   pods asked to run rather than wait, so a SYS pair is the expected price, not a failure. The
   link and NUMA annotations still show it, and only a FAIL raises a Warning Event.
+
+A pod that asks a scope narrower than NUMA (``gpupair.io/scope``: ``pcie-switch``, ``nvlink``)
+is judged the same way against it, and ``gpupair.io/verdict-scope`` names it beside the link
+granted (``gpupair.io/link``): under ``required`` a pair that is close but not joined by NVLink
+is FAIL for a pod that asked ``nvlink``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from gpupair.decide.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
 from gpupair.decide.placement import numa_label
+from gpupair.decide.scope import Scope, within
 from gpupair.topology.report import PREFIX
 
 GRANTED_KEY = PREFIX + "granted"
@@ -29,6 +35,7 @@ VERDICT_KEY = PREFIX + "verdict"
 PLANNED_KEY = PREFIX + "planned"  # left by the extender at bind time
 PLAN_MATCH_KEY = PREFIX + "plan-match"
 VERDICT_PLACEMENT_KEY = PREFIX + "verdict-placement"  # the intent the verdict was judged against
+VERDICT_SCOPE_KEY = PREFIX + "verdict-scope"  # the scope judged against, where the pod asked one beyond numa
 GRANTED_NIC_KEY = PREFIX + "granted-nic"  # each granted GPU's nearest RDMA NIC and link: GPU0:mlx5_0=PIX GPU1:mlx5_0=PIX
 NIC_LINK_KEY = PREFIX + "nic-link"  # the worst of those links: how close the network is for the pod
 
@@ -50,6 +57,7 @@ class Verdict:
     close: bool = True  # one NUMA node, no SYS link: what ``required`` demands
     nic: str | None = None  # None: the node's NICs are not known
     nic_link: str | None = None
+    scope: str = Scope.NUMA.value  # the scope judged against
 
     def annotations(self) -> dict[str, str]:
         values = {
@@ -63,6 +71,8 @@ class Verdict:
         }
         if self.plan_match is not None:
             values[PLAN_MATCH_KEY] = self.plan_match
+        if self.scope != Scope.NUMA.value:
+            values[VERDICT_SCOPE_KEY] = self.scope
         if self.nic is not None and self.nic_link is not None:
             values[GRANTED_NIC_KEY] = self.nic
             values[NIC_LINK_KEY] = self.nic_link
@@ -91,7 +101,7 @@ def parse_set(text: str) -> tuple[int, ...]:
 
 def classify(
     layout: NodeLayout, granted: tuple[int, ...] | list[int], planned: tuple[int, ...] | None = None,
-    intent: Intent = Intent.REQUIRED, nics: NicLayout | None = None,
+    intent: Intent = Intent.REQUIRED, nics: NicLayout | None = None, scope: Scope = Scope.NUMA,
 ) -> Verdict:
     members = tuple(sorted(set(granted)))
     if not members:
@@ -103,7 +113,7 @@ def classify(
     numas = [layout.numa_of(i) for i in members]
     p2p = layout.p2p_of(members)
     same_numa = len(set(numas)) == 1
-    close = same_numa and (worst is None or not links.crosses_sockets(worst))
+    close = same_numa and (worst is None or not links.crosses_sockets(worst)) and within(layout, members, scope)
     result = PASS if close or intent is not Intent.REQUIRED else FAIL
     return Verdict(
         granted=format_set(members),
@@ -115,6 +125,7 @@ def classify(
         plan_match=None if planned is None else str(tuple(sorted(planned)) == members).lower(),
         placement=intent.value,
         close=close,
+        scope=scope.value,
         **nic_facts(nics, members),
     )
 

@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpupair.topology.layout import NodeLayout
+from gpupair.topology.layout_file import read_layout
 from gpupair.topology.report import encode_topology
 from tests.controlplane.api import Api
 from tests.controlplane.kubelet import Kubelets
-from tests.controlplane.workloads import PAUSE_IMAGE, wait_gone
+from tests.controlplane.workloads import A6000_TOPO, PAUSE_IMAGE, wait_gone
 from tests.dra_support import DRIVER, node_slice, recorded
 from tests.layouts import seed_layout
 
@@ -42,6 +44,15 @@ def seed_topology_file(directory: Path, node: str) -> Path:
     and `nvidia-smi topo -m` output carries neither."""
     path = directory / f"{node}-topology.json"
     path.write_text(encode_topology(seed_layout(f"GPU-{node}")))
+    return path
+
+
+def a6000_topology_file(directory: Path, node: str) -> Path:
+    """The recorded 8x RTX A6000 box (NVLink bridges on 0+1, 2+3, 4+5, 6+7; NUMA as the seed's)
+    as JSON, its devices named as the node's slice names them (the seed's UUIDs and PCI ids)."""
+    links = read_layout(str(A6000_TOPO)).links
+    path = directory / f"{node}-topology.json"
+    path.write_text(encode_topology(NodeLayout(devices=seed_layout(f"GPU-{node}").devices, links=links)))
     return path
 
 
@@ -145,12 +156,12 @@ def remove_slices(api: Api, node: str) -> None:
 
 
 def dra_nodes_with_tenants(api: Api, sim: Kubelets, namespace: str, free: dict[str, set[int]],
-                           timeout: float = 90.0) -> None:
+                           timeout: float = 90.0, topology=seed_topology_file) -> None:
     """DRA nodes in this order (seed-like, slices published, no device plugin), every GPU outside
     ``free`` held by a tenant's one-GPU claim pod, which the test's kube-scheduler must be
     running to place (tests/dra_support.FRAGMENTED is the acceptance's table)."""
     for node in free:
-        sim.add_node(node, seed_topology_file(sim.directory, node), gpus=None)
+        sim.add_node(node, topology(sim.directory, node), gpus=None)
     publish_slices(api, list(free))
     tenants = [name for node, keep in free.items() for name in hold_devices(api, namespace, node, sorted(set(range(8)) - keep))]
     api.wait_for(lambda: all(api.get("v1", "Pod", n, namespace)["spec"].get("nodeName") for n in tenants),

@@ -17,7 +17,7 @@ from gpupair.decide.verdict import PLANNED_KEY, format_set, parse_set
 from tests.controlplane.gpupair_install import scheduler_extender
 from tests.controlplane.kubelet import Grant, Kubelets
 from tests.controlplane.workloads import (
-    SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported, wait_verdict,
+    A6000_TOPO, SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported, wait_verdict,
 )
 
 FRAGMENTED = {"fn-1": {3, 4}, "fn-2": {2, 3, 4, 5}, "fn-3": {0, 1}, "fn-4": {4, 5, 6, 7}}
@@ -155,3 +155,41 @@ def test_a_burst_after_pinned_pods_gets_no_sys_pair_and_no_set_twice(api, namesp
         assert len(taken) == len(set(taken)), f"{node}: one GPU planned for two pods: {sets}"
     for name in still_pending:
         assert scheduling_failures(api, namespace, name), f"{name} waits with no FailedScheduling event"
+
+
+def test_nvlink_scope_takes_a_bridged_pair_or_waits_saying_which_are_free(api, namespace, kubelets, scheduler,
+                                                                          gpupair):
+    """gpupair.io/scope: nvlink on the device-plugin path, on two nodes of the recorded 8x RTX A6000
+    box (bridges on 0+1, 2+3, 4+5, 6+7): dp-1 keeps {1,2,3}, one bridged pair, and dp-2 keeps
+    {0,2,4,6}, none. The first pod gets GPU2+GPU3 (NV4), its verdict naming the scope; the
+    second waits with gpupair's reason."""
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": INJECT}})
+    install = gpupair("device-plugin")
+    install.webhook()
+    sim = kubelets(policy="aligned")
+    free = {"dp-1": {1, 2, 3}, "dp-2": {0, 2, 4, 6}}
+    names = []
+    for node, keep in free.items():
+        sim.add_node(node, A6000_TOPO)
+        install.reporter(sim.nodes[node])
+        for index in sorted(set(range(8)) - keep):
+            names.append(f"tenant-{node}-gpu{index}")
+            api.create(gpu_pod(namespace, names[-1], 1, node=node, devices=(index,)))
+    _, url = install.extender()
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    sim.wait_admitted(namespace, names, timeout=30)
+    wait_reported(api, free)
+
+    nvlink = {"gpupair.io/scope": "nvlink", "gpupair.io/placement": "required"}
+    api.create(gpu_pod(namespace, "bridged", 2, annotations=nvlink))
+    [grant] = sim.wait_admitted(namespace, ["bridged"], timeout=60)
+    verdict = wait_verdict(api, namespace, "bridged")
+    api.create(gpu_pod(namespace, "waits", 2, annotations=nvlink))
+    reason = api.wait_for(lambda: [m for m in scheduling_failures(api, namespace, "waits") if "NVLink" in m],
+                          30, "gpupair's reason in a FailedScheduling event")
+
+    assert (grant.node, grant.devices, grant.link) == ("dp-1", (2, 3), "NV4"), grant
+    assert (verdict["gpupair.io/verdict"], verdict["gpupair.io/verdict-scope"], verdict["gpupair.io/link"]) == \
+        ("PASS", "nvlink", "NV4")
+    assert "need 2 GPUs joined by NVLink; the device plugin would take" in reason[0], reason
+    assert "free sets joined by NVLink: none" in reason[0], reason

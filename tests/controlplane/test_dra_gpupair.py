@@ -11,12 +11,14 @@ import time
 import urllib.request
 from typing import Any
 
+from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
     allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
+    seed_topology_file,
 )
 from tests.controlplane.gpupair_install import Install, scheduler_extender
-from tests.controlplane.workloads import gpu_pod, wait_gone, wait_verdict
+from tests.controlplane.workloads import gpu_pod, scheduling_failures, wait_gone, wait_verdict
 from tests.dra_support import FRAGMENTED
 
 INJECT = "gpupair.io/inject"
@@ -25,10 +27,12 @@ FAIL_REASON = "GPUPlacementFailed"
 
 
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
-               every_pod: bool = False, free: dict[str, set[int]] | None = None) -> tuple[Install, str]:
+               every_pod: bool = False, free: dict[str, set[int]] | None = None,
+               topology=seed_topology_file) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
-    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs (the
-    test takes the gpu_device_class fixture: the DeviceClass, removed after it)."""
+    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs and the
+    layout ``topology`` writes (the test takes the gpu_device_class fixture: the DeviceClass,
+    removed after it)."""
     install = gpupair("dra")
     install.webhook()
     sim = kubelets()
@@ -36,7 +40,8 @@ def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager
     _, url = install.extender()
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
                "extenders": [scheduler_extender(url, every_pod=every_pod)]})
-    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()})
+    dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()},
+                           topology=topology)
     for node in sim.nodes.values():
         install.reporter(node)
     return install, url
@@ -135,9 +140,9 @@ def test_ext_pods_get_close_pairs_their_verdicts_and_no_reservation_outlives_the
 def test_claims_as_written_in_a_preferred_namespace_are_placed_with_their_intent_named(
         api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """Claim pods from a template asking count: 2 with no constraint, as users write them, in a
-    namespace opted in under preferred (test_dra.py has the same under required). The extender,
-    registered as shipped, never sees them: the webhook's firstAvailable rewrite of the template
-    does the work at allocation, and each verdict names the intent, PASS with no Warning."""
+    namespace opted in under preferred (test_dra.py has the same under required). The webhook
+    rewrites the template as firstAvailable and marks the pods, so the extender, registered as
+    shipped, best-fits them; each verdict names the intent, PASS with no Warning."""
     fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair)
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "preferred"}}})
     template_under(api, namespace, "pair-preferred", "preferred")
@@ -151,24 +156,29 @@ def test_claims_as_written_in_a_preferred_namespace_are_placed_with_their_intent
 
 def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
         api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
-    """One DRA node with GPU3 and GPU4 free: a two-GPU claim without a constraint gets the SYS
-    pair. Not opted in (the default intent, required): FAIL and a Warning Event. Opted in under
-    none, then preferred: PASS, the intent named, no Warning. Opted in under required: the
-    webhook's constraint keeps the pod pending rather than granted a SYS pair."""
+    """One DRA node with GPU3 and GPU4 free: a two-GPU claim without a constraint would get the
+    SYS pair. Not opted in (the extender's default intent, required): the marked claim pod
+    reaches the extender, which refuses the node, and the pod waits with gpupair's reason as its
+    FailedScheduling message. Opted in under none, then preferred: placed, PASS, the intent
+    named, no Warning. Opted in under required: the webhook's constraint keeps it pending. A claim
+    whose pcieRoot constraint no node meets waits with gpupair's reason too, though DynamicResources
+    refused the node before the extender could be asked."""
     fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free={"dra-node-1": {3, 4}})
+    api.create(claim_template(namespace, "as-written", 2, constraint=None))
+    api.create(claim_pod(namespace, "as-written", template="as-written"))
+    reason = api.wait_for(lambda: [m for m in scheduling_failures(api, namespace, "as-written") if "NUMA" in m],
+                          30, "gpupair's reason in a FailedScheduling event")
+    assert not api.get("v1", "Pod", "as-written", namespace)["spec"].get("nodeName")
+    api.delete(api.path("v1", "Pod", "as-written", namespace), grace=0)
+    wait_gone(api, namespace, ["as-written"])
     outcomes = {}
-    for label, template in ((None, "as-written"), ("none", "under-none"), ("preferred", "under-preferred")):
-        if label is None:
-            api.create(claim_template(namespace, template, 2, constraint=None))
-        else:
-            api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: label}}})
-            template_under(api, namespace, template, label)
+    for label, template in (("none", "under-none"), ("preferred", "under-preferred")):
+        api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: label}}})
+        template_under(api, namespace, template, label)
         api.create(claim_pod(namespace, template, template=template))
         [pod] = bound(api, namespace, [template])
         devices = [d for c in pod_claims(api, pod) for d in allocated_devices(c)]
         verdict = wait_verdict(api, namespace, template, timeout=10.0)
-        if label is None:  # the Warning goes with the FAIL verdict
-            api.wait_for(lambda: warnings_on(api, namespace, template), 10, "the Warning Event")
         outcomes[template] = (sorted(devices), verdict["gpupair.io/link"], verdict["gpupair.io/verdict"],
                               verdict["gpupair.io/verdict-placement"], bool(warnings_on(api, namespace, template)))
         api.delete(api.path("v1", "Pod", template, namespace), grace=0)
@@ -176,24 +186,41 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {PLACEMENT: "required"}}})
     template_under(api, namespace, "under-required", "required")
     api.create(claim_pod(namespace, "under-required", template="under-required"))
-    time.sleep(5)
+    # One pcieRoot per GPU on this board: DynamicResources refuses the node, kube-scheduler never
+    # asks the extender, and the extender's pod watch gives the reason.
+    api.create(claim_template(namespace, "same-root", 2, constraint="resource.kubernetes.io/pcieRoot"))
+    api.create(claim_pod(namespace, "same-root", template="same-root"))
+    same_root = api.wait_for(lambda: [m for m in scheduling_failures(api, namespace, "same-root")
+                                      if m.startswith("gpupair:")], 30, "gpupair's reason for the pcieRoot claim")
     waiting = api.get("v1", "Pod", "under-required", namespace)
 
+    assert "1 need 2 GPUs on one NUMA node; free: NUMA0=1 NUMA1=1" in reason[0], reason
     assert outcomes == {
-        "as-written": ([3, 4], "SYS", "FAIL", "required", True),
         "under-none": ([3, 4], "SYS", "PASS", "none", False),
         "under-preferred": ([3, 4], "SYS", "PASS", "preferred", False),
     }
     assert not waiting["spec"].get("nodeName")
+    # (each Event is listed twice: core v1 and events.k8s.io/v1 share one storage)
+    assert set(same_root) == {"gpupair: no DRA node can allocate this pod's claims: need 2 GPUs with one "
+                              "resource.kubernetes.io/pcieRoot; dra-node-1: free GPU3 (pci0000:60) | GPU4 (pci0000:80)"}
 
 
-def test_frag_with_the_every_pod_entry_places_seven_four_gpu_claims_of_eight(
+def extender_requests(url: str) -> float:
+    """Every request the extender has answered, by its own gpupair_extender_requests_total."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in response.read().decode().splitlines()
+                   if line.startswith("gpupair_extender_requests_total{"))
+
+
+def test_as_installed_claim_pods_reach_the_extender_and_cpu_pods_never_do(
         api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
-    """Four empty nodes; 4 one-GPU claims, then 8 four-GPU claims under a numaNode constraint,
-    the extender registered for every pod (docs/dra.md). Its best fit packs the one-GPU claims
-    into one NUMA node, so 7 of the 8 fit (kube-scheduler alone placed 6)."""
+    """Four empty nodes, gpupair as the dra component installs it (the shipped scheduler entry,
+    no every-pod entry). 4 one-GPU claims, then 8 four-GPU claims under a numaNode constraint:
+    the webhook marks every claim pod, the extender best-fits the one-GPU claims into one NUMA
+    node, so 7 of the 8 fit (kube-scheduler alone placed 6). Then 20 CPU-only pods at once: all
+    placed, and the extender's own request counter does not move."""
     empty = {name: set(range(8)) for name in FRAGMENTED}
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, every_pod=True, free=empty)
+    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty)
     api.create(claim_template(namespace, "one", 1, constraint=None))
     api.create(claim_template(namespace, "four", 4))
     for i in range(4):
@@ -214,3 +241,12 @@ def test_frag_with_the_every_pod_entry_places_seven_four_gpu_claims_of_eight(
         assert verdict["gpupair.io/granted"] == granted(sorted(devices)) and verdict["gpupair.io/verdict"] == "PASS"
     assert len(placed) == 7 and len(waiting) == 1, (placed, waiting)
     assert not cross_numa(placed)
+    marked = api.get("v1", "Pod", "four-0", namespace)["spec"]["containers"][0]["resources"]["limits"]
+    assert marked.get(CLAIM_POD_RESOURCE) == "1"
+
+    before = extender_requests(url)
+    cpu = [f"cpu-{i}" for i in range(20)]
+    for name in cpu:
+        api.create(gpu_pod(namespace, name, 0))
+    bound(api, namespace, cpu)
+    assert before > 0 and extender_requests(url) == before

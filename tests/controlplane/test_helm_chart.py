@@ -266,7 +266,8 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     assert ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "gpupair-certs") in removed, "cluster-scoped removed"
     assert ("apps/v1", "Deployment", CHART_NAMESPACE, "gpupair-scheduler") in upgraded
     hook = api.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "gpupair-webhook")
-    assert len(hook["webhooks"]) == 8 and hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+    # 4 verifier + 2 scope entries for pods; dra: 2 scope + 4 claim entries and the claim-pod entry
+    assert len(hook["webhooks"]) == 13 and hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         f"{CHART_NAMESPACE}/gpupair-webhook"
     assert "gpupair.io/verdict" in forged_verdict_refused(api, namespace)
 

@@ -13,6 +13,8 @@ from tests.controlplane.kubelet import DEVICES_HINT, GPU
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet runs it
 SEED_TOPO = Path(__file__).resolve().parent.parent / "fixtures" / "topo" / "seed-5090d.txt"  # the field report's node
+# 8x RTX A6000 with NVLink bridges on 0+1, 2+3, 4+5, 6+7 (tests/fixtures/topo/SOURCES.md)
+A6000_TOPO = SEED_TOPO.parent / "unige-3741-8x-a6000-nvlink.txt"
 
 
 def gpu_pod(namespace: str, name: str, gpus: int, *, node: str = "", devices: tuple[int, ...] = (),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timezone
 
 import pytest
@@ -233,7 +234,7 @@ def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
 
     classes = frozenset({DRIVER})
     claims = {c["metadata"]["name"].split("-")[0]: dra.parse_claim(c) for c in recorded_claims()}
-    assert claim_demand(claims["numa"], classes) == Demand(2, "dra-first-fit-numa")
+    assert claim_demand(claims["numa"], classes) == Demand(2, "dra-first-fit-numa", ("resource.kubernetes.io/numaNode",))
     assert claim_demand(claims["plain"], classes) == Demand(2, "dra-first-fit")
     assert claim_demand(claims["plain"], frozenset({"other.example.com"})).gpus == 0
     rewritten = recorded_claims()[-1]  # the webhook's preferred rewrite of a 2-GPU request
@@ -251,3 +252,24 @@ def test_first_available_takes_the_close_set_where_one_is_free_and_any_set_other
     layout = seed_layout()
     assert POLICIES["dra-first-available"].pick(layout, frozenset({3, 4, 5}), 2) == (4, 5)
     assert POLICIES["dra-first-available"].pick(layout, frozenset({3, 4}), 2) == (3, 4)
+
+
+def test_partitionable_gpus_and_attributes_gpupair_does_not_read_change_nothing():
+    """NVIDIA's driver with partitionable devices (KEP-4815; cmd/gpu-kubelet-plugin/partitions.go):
+    the slice declares a counter set per GPU, each full GPU consumes it, MIG partitions (type
+    mig) consume from it too, and attributes come and go by version and gate. gpupair reads the
+    GPUs (type gpu) and the standard attributes it knows; nothing else is required."""
+    claims = busy_claims("n", {0, 1, 2, 5, 6, 7})
+    plain = picture([node_slice("n")], claims, node="n")
+    obj = node_slice("n")
+    obj["spec"]["sharedCounters"] = [{"name": f"gpu-{i}-counter-set", "counters": {"memory": {"value": "48Gi"}}}
+                                     for i in range(8)]
+    for i, device in enumerate(obj["spec"]["devices"]):
+        device["consumesCounters"] = [{"counterSet": f"gpu-{i}-counter-set", "counters": {"memory": {"value": "48Gi"}}}]
+        device["attributes"]["addressingMode"] = {"string": "HMM"}
+        device["attributes"][f"partition{i // 2}"] = {"bool": True}  # an attribute of a gate gpupair does not read
+    mig = copy.deepcopy(obj["spec"]["devices"][7])
+    mig["name"], mig["attributes"]["type"] = "gpu-7-mig-19-0-1", {"string": "mig"}
+    obj["spec"]["devices"].append(mig)
+    partitioned = picture([obj], claims, node="n")
+    assert partitioned.report.layout == plain.report.layout and partitioned.report.state == plain.report.state

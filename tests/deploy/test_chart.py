@@ -247,7 +247,8 @@ DEPLOYMENT_SETTINGS = {
                   "priorityClassName": "system-cluster-critical"}}
 GLOBAL_SETTINGS = {"resourceName": "nvidia.com/mig-3g.40gb", "defaultPlacement": "preferred", "logLevel": "debug"}
 DRA_SETTINGS = {"dra": {"enabled": True, "driver": "gpu.example.com",
-                        "gpuDeviceClasses": ["gpu.example.com", "big-gpu.example.com"], "gpusPerNumaNode": 8}}
+                        "gpuDeviceClasses": ["gpu.example.com", "big-gpu.example.com"], "gpusPerNumaNode": 8,
+                        "nvlinkPairs": "0+1,2+3"}}
 MONITORING_SETTINGS = {"monitoring": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                                       "podMonitor": {"enabled": False},
                                       "dashboard": {"labels": {"grafana_dashboard": "1", "team": "gpu"}}}}
@@ -296,7 +297,7 @@ def test_values_reach_their_fields():
     assert config["extenders"][0]["managedResources"][0]["name"] == "nvidia.com/mig-3g.40gb"
     hook = find(objs, "MutatingWebhookConfiguration", "gpupair-webhook")
     for entry in hook["webhooks"]:
-        condition = next(c for c in entry["matchConditions"] if c["name"] == "asks-for-gpus")
+        condition = next(c for c in entry["matchConditions"] if c["name"].startswith("asks-for-gpus"))
         assert "'nvidia.com/mig-3g.40gb' in c.resources.limits" in condition["expression"]
         assert "nvidia.com/gpu'" not in condition["expression"]
     for kind, name in (("Deployment", "gpupair-extender"), ("DaemonSet", "gpupair-reporter"),
@@ -311,6 +312,7 @@ def test_dra_settings_reach_the_containers():
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == "gpu.example.com,big-gpu.example.com"
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == "8"
+    assert webhook["GPUPAIR_WEBHOOK_NVLINK_PAIRS"] == "0+1,2+3"
 
 
 def test_monitoring_labels_and_parts():
@@ -376,6 +378,7 @@ BAD_VALUES = [
     ('certificates={"source": "vault"}', "/certificates/source"),
     ('defaultPlacement="strict"', "/defaultPlacement"),
     ('dra={"enabled": true, "gpusPerNumaNode": 0}', "/dra/gpusPerNumaNode"),
+    ('dra={"nvlinkPairs": "0,1"}', "/dra/nvlinkPairs"),
     ('dra={"gpuDeviceClasses": []}', "/dra/gpuDeviceClasses"),
     ('dra={"driver": "Not A DNS Name"}', "/dra/driver"),
     ('reporter={"port": 70000}', "/reporter/port"),

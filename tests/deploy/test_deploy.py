@@ -14,6 +14,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 
 from gpupair.decide.intent import PLACEMENT_KEY, Intent
+from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 
 from tests.deploy_manifests import (
     DEPLOY,
@@ -263,10 +264,28 @@ def test_every_pod_runs_as_its_own_service_account(overlay):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scope_entries_record_a_namespaces_default_scope(overlay):
+    """After the four verifier entries: one per gpupair.io/scope namespace label value, as the
+    first verifier entry but for its name, path, the label it selects, and pods with GPUs or
+    claims."""
+    (config,) = of_kind(render(overlay), "MutatingWebhookConfiguration")
+    hook, scopes = config["webhooks"][0], config["webhooks"][4:]
+    assert [h["name"] for h in scopes] == ["pcie-switch.scope.gpupair.io", "nvlink.scope.gpupair.io"]
+    for value, entry in zip(("pcie-switch", "nvlink"), scopes):
+        assert entry["clientConfig"]["service"]["path"] == f"/mutate/scope/{value}"
+        expressions = entry["namespaceSelector"]["matchExpressions"]
+        assert expressions[-1] == {"key": "gpupair.io/scope", "operator": "In", "values": [value]}
+        assert expressions[:-1] == hook["namespaceSelector"]["matchExpressions"][:-1]
+        assert [c["name"] for c in entry["matchConditions"]] == ["asks-for-gpus-or-claims"]
+        same = {k: v for k, v in entry.items() if k not in ("name", "clientConfig", "namespaceSelector", "matchConditions")}
+        assert same == {k: v for k, v in hook.items() if k not in ("name", "clientConfig", "namespaceSelector", "matchConditions")}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_mutating_webhook_configuration(overlay):
     objs = render(overlay)
     (config,) = of_kind(objs, "MutatingWebhookConfiguration")
-    hook, *by_placement = config["webhooks"]
+    hook, *by_placement = config["webhooks"][:4]
     # One entry per namespace placement default, the same as the first but for name, path and
     # the label value it selects (the first takes every other namespace).
     assert [h["name"] for h in by_placement] == [f"{i.value}.verifier.gpupair.io" for i in Intent]
@@ -563,7 +582,9 @@ def check_extender_stanza(extender: dict, objs: list[dict], host_forms: set[str]
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
     assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
     env = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
-    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False}]
+    # The second is what the dra component's webhook marks claim pods with (webhook.claim_pods).
+    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False},
+                                            {"name": CLAIM_POD_RESOURCE, "ignoredByScheduler": True}]
     url = urlparse(extender["urlPrefix"])
     svc = find(objs, "Service", "gpupair-extender", "gpupair-system")
     assert url.scheme == "http" and extender["enableHTTPS"] is False

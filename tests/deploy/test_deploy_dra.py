@@ -27,6 +27,7 @@ from tests.deploy_manifests import (
 from tests.webhook.claim_shapes import plain_claim
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
+from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 
 pytestmark = needs_kubectl
 
@@ -65,8 +66,17 @@ def test_the_component_renders_and_validates_on_every_overlay(overlay, with_dra)
 def test_each_claim_entry_is_its_pod_entrys_twin(overlay, with_dra):
     (config,) = of_kind(with_dra(overlay), "MutatingWebhookConfiguration")
     (plain,) = of_kind(render(overlay), "MutatingWebhookConfiguration")
-    pods, claims = config["webhooks"][:4], config["webhooks"][4:]
-    assert pods == plain["webhooks"], "the pod entries are left as they are"
+    names = [h["name"] for h in config["webhooks"]]
+    scope_claims, rest = config["webhooks"][:2], config["webhooks"][2:]
+    assert [h["name"] for h in scope_claims] == ["pcie-switch.scope.claims.gpupair.io", "nvlink.scope.claims.gpupair.io"], \
+        "first: the claim entries plan a claim under the scope it carries"
+    assert rest[:len(plain["webhooks"])] == plain["webhooks"], "the pod entries are left as they are"
+    pods, claims = plain["webhooks"][:4], rest[len(plain["webhooks"]):len(plain["webhooks"]) + 4]
+    assert len(names) == len(set(names))
+    for value, entry in zip(("pcie-switch", "nvlink"), scope_claims):
+        assert entry["rules"] == CLAIM_RULES and entry["clientConfig"]["service"]["path"] == f"/mutate/scope/{value}"
+        assert entry["namespaceSelector"]["matchExpressions"][-1] == {"key": "gpupair.io/scope", "operator": "In",
+                                                                       "values": [value]}
     assert [h["name"] for h in claims] == ["claims.gpupair.io"] + [f"{i.value}.claims.gpupair.io" for i in Intent]
     for pod_entry, claim_entry in zip(pods, claims):
         assert claim_entry["rules"] == CLAIM_RULES
@@ -75,6 +85,36 @@ def test_each_claim_entry_is_its_pod_entrys_twin(overlay, with_dra):
         assert {k: v for k, v in claim_entry.items() if k not in ("name", "rules")} == twin
         assert claim_entry["failurePolicy"] == "Ignore" and claim_entry["timeoutSeconds"] == 5
     assert "caBundle" not in str(claims)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_claim_pod_entry_marks_claim_pods_in_every_namespace_but_gpupairs(overlay, with_dra):
+    """The last entry: pods with resourceClaims and no nvidia.com/gpu (those reach the extender
+    already), in every namespace but gpupair-system and kube-system, opted in or not (as
+    managedResources reaches every nvidia.com/gpu pod)."""
+    (config,) = of_kind(with_dra(overlay), "MutatingWebhookConfiguration")
+    entry = config["webhooks"][-1]
+    assert entry["name"] == "claim-pods.gpupair.io" and len(config["webhooks"]) == 13
+    assert entry["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["pods"], "scope": "Namespaced"}]
+    assert entry["failurePolicy"] == "Ignore" and entry["clientConfig"]["service"]["path"] == "/mutate"
+    assert entry["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["gpupair-system", "kube-system"]}]}
+    env = celpy.Environment()
+    programs = [env.program(env.compile(c["expression"])) for c in entry["matchConditions"]]
+
+    def matches(spec: dict) -> bool:
+        pod = celpy.json_to_cel({"metadata": {"name": "p"}, "spec": spec})
+        return all(bool(p.evaluate({"object": pod})) for p in programs)
+
+    main = {"name": "main", "image": "pause"}
+    claims = [{"name": "gpus", "resourceClaimTemplateName": "two"}]
+    gpus = {**main, "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+    assert matches({"containers": [main], "resourceClaims": claims})
+    assert not matches({"containers": [main]}), "a CPU-only pod never reaches it"
+    assert not matches({"containers": [main], "resourceClaims": []})
+    assert not matches({"containers": [gpus], "resourceClaims": claims})
+    assert not matches({"containers": [main], "initContainers": [gpus], "resourceClaims": claims})
 
 
 def test_the_pod_entries_match_conditions_would_skip_every_claim():
@@ -116,13 +156,16 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
     assert extender["GPUPAIR_EXTENDER_DRA_DRIVER"] == reporter["GPUPAIR_REPORTER_DRA_DRIVER"] == "gpu.nvidia.com"
     assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(sorted(GPU_DEVICE_CLASSES))
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
+    assert webhook["GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE"] == CLAIM_POD_RESOURCE
+    assert webhook["GPUPAIR_WEBHOOK_NVLINK_PAIRS"] == "0+1,2+3,4+5,6+7"
     # added to each container's environment; the rest is the overlay's
     plain = render(overlay)
     for kind, name, c, new in (
             ("Deployment", "gpupair-extender", "extender", {"GPUPAIR_EXTENDER_DRA_DRIVER"}),
             ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_REPORTER_DRA_DRIVER"}),
             ("Deployment", "gpupair-webhook", "webhook",
-             {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"})):
+             {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE",
+              "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE", "GPUPAIR_WEBHOOK_NVLINK_PAIRS"})):
         before, after = env_of(container(plain, kind, name, c)), env_of(container(objs, kind, name, c))
         assert set(after) - set(before) == new and before.items() <= after.items(), name
     assert pod_spec(find(objs, "Deployment", "gpupair-webhook"))["automountServiceAccountToken"] is False

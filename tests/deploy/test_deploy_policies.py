@@ -304,7 +304,7 @@ def test_reporter_may_not_change_a_pods_labels_or_spec(objs, field):
 USER = "alice@example.com"
 VERDICT_KEYS = (verdict.GRANTED_KEY, verdict.PCI_KEY, verdict.NUMA_KEY, verdict.LINK_KEY, verdict.P2P_KEY,
                 verdict.VERDICT_KEY, verdict.PLAN_MATCH_KEY, verdict.PLANNED_KEY, verdict.VERDICT_PLACEMENT_KEY,
-                verdict.GRANTED_NIC_KEY, verdict.NIC_LINK_KEY)
+                verdict.GRANTED_NIC_KEY, verdict.NIC_LINK_KEY, verdict.VERDICT_SCOPE_KEY)
 # Everything a bound, verified pod carries: the reporter's six keys and the plan, with its match.
 BOUND = {**VERDICT, verdict.PCI_KEY: "00000000:21:00.0+00000000:31:00.0", verdict.P2P_KEY: "supported",
          verdict.PLANNED_KEY: "GPU0+GPU1", verdict.PLAN_MATCH_KEY: "true"}

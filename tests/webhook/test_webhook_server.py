@@ -441,3 +441,15 @@ def test_a_bad_placement_is_refused_with_the_allowed_values(server, ca):
         "metadata": {}, "status": "Failure", "code": 400, "reason": "BadRequest",
         "message": "gpupair: gpupair.io/placement: 'prefered' is not a placement gpupair knows "
                    "(one of required, preferred, none)"}
+
+
+@pytest.mark.parametrize("path, written", [
+    ("/mutate/scope/nvlink?timeout=5s", "nvlink"),  # the entry for namespaces labelled gpupair.io/scope=nvlink
+    ("/mutate/scope/bogus?timeout=5s", None),  # a config mistake: logged; the pod is planned as on /mutate
+])
+def test_the_namespace_scope_arrives_in_the_path(server, ca, path, written):
+    status, body = post(server, ca, json.dumps(fixture_review()).encode(), path=path)
+    answer = json.loads(body)
+    after = jsonpatch.apply_patch(fixture_review()["request"]["object"], decode_patch(answer))
+    assert status == 200 and answer["response"]["allowed"] is True
+    assert after["metadata"].get("annotations", {}).get("gpupair.io/scope") == written
