@@ -65,6 +65,15 @@ def _ready(url: str, context=None) -> bool:
         return response.status == 200
 
 
+def wait_extender_ready(process: Process, url: str) -> None:
+    wait_until(lambda: _ready(f"{url}/readyz"), 60, "gpupair extender /readyz", process, interval=0.1)
+
+
+def wait_reporter_ready(process: Process, node: SimNode, port: int) -> None:
+    wait_until(lambda: _ready(f"http://{node.ip}:{port}/readyz"), 60, f"gpupair reporter on {node.name} /readyz",
+               process, interval=0.1)
+
+
 class Install:
     """gpupair from one rendering of deploy/ (``objects``) on ``plane``."""
 
@@ -132,17 +141,18 @@ class Install:
         token = self.api.request_token(NAMESPACE, service_account, bound_pod=bound_pod)
         return str(self.plane.token_kubeconfig(name, token))
 
-    def extender(self, env: dict[str, str] | None = None) -> tuple[Process, str]:
-        """`gpupair extender` as the gpupair-extender Deployment runs it; (process, its URL)."""
+    def extender(self, env: dict[str, str] | None = None, name: str = "extender") -> tuple[Process, str]:
+        """`gpupair extender` as the gpupair-extender Deployment runs it; (process, its URL);
+        ``name``: its log's, for a second replica."""
         spec = self._container("Deployment", "gpupair-extender", "extender")
         port = free_port()
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
         values.update(GPUPAIR_EXTENDER_HOST=LOOPBACK, GPUPAIR_EXTENDER_PORT=str(port),
-                      KUBECONFIG=self._token_kubeconfig("extender", "gpupair-extender"))
+                      KUBECONFIG=self._token_kubeconfig(name, "gpupair-extender"))
         values.update(env or {})
-        process = self._start("extender", spec, values)
+        process = self._start(name, spec, values)
         url = f"http://{LOOPBACK}:{port}"
-        wait_until(lambda: _ready(f"{url}/readyz"), 60, "gpupair extender /readyz", process, interval=0.1)
+        wait_extender_ready(process, url)
         return process, url
 
     def webhook(self, env: dict[str, str] | None = None) -> Process:
@@ -189,8 +199,7 @@ class Install:
         )
         values.update(env or {})
         process = self._start(f"reporter-{node.name}", spec, values)
-        wait_until(lambda: _ready(f"http://{node.ip}:{self.reporter_port}/readyz"), 60,
-                   f"gpupair reporter on {node.name} /readyz", process, interval=0.1)
+        wait_reporter_ready(process, node, self.reporter_port)
         return process
 
     def stop(self) -> None:

@@ -1,0 +1,306 @@
+"""One cluster and one burst for the chaos matrix (test_chaos.py), shared by every row so the
+matrix pays for its set-up once.
+
+``BurstCluster`` is gpupair as deploy/ runs it on eight seed-like nodes (GPU0-3 on NUMA node 0,
+GPU4-7 on NUMA node 1): the webhook, a reporter per node, the extender behind a ``Balancer``
+(one replica, or two for the replica row) and a kube-scheduler of its own that calls it.
+``burst`` creates 40 GPU pods at once (24 asking one GPU, 16 asking two: 56 of the 64 GPUs, so
+that however the singles spread, two of them per NUMA node at most, every NUMA node keeps a
+close pair and every pod fits), injects the row's fault once ``after_bound`` of them are bound,
+waits for the rest, and measures what the row reports. ``clear`` deletes the pods and waits
+until the reports and the extenders' holds are back to an empty cluster.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupair.topology.report import ALLOCATIONS_KEY
+from tests.controlplane.api import Api, ApiError
+from tests.controlplane.control_plane import ControlPlane
+from tests.controlplane.faults import Balancer, apiserver_requests, metric_total, requests_between, scrape
+from tests.controlplane.gpupair_install import Install, scheduler_extender, wait_extender_ready, wait_reporter_ready
+from tests.controlplane.kubelet import Grant, Kubelets
+from tests.controlplane.pki import LOOPBACK
+from tests.controlplane.processes import Process, kill
+from tests.controlplane.workloads import SEED_TOPO, gpu_pod, scheduling_failures, wait_reported
+
+NODES = 8
+PODS, TWO_GPU_EVERY = 40, (0, 2)  # of each five pods, the first and third ask two GPUs: 16 of 40
+NAMESPACE = "chaos"
+INJECT = {"gpupair.io/inject": "enabled"}
+
+
+@dataclass
+class Outcome:
+    """What one row measured."""
+
+    row: str
+    pods: int
+    placed: list[str]
+    waiting: dict[str, list[str]]  # pod -> its FailedScheduling messages, oldest first
+    grants: list[Grant]
+    refusals: list[str]  # pods the harness kubelet could not admit: a set promised twice
+    fault_s: float  # how long the fault lasted
+    next_bind_s: float | None  # from the fault's end to the first bind after it
+    all_placed_s: float | None  # from the fault's end to the last pod bound
+    requests: dict[str, int]  # the apiserver's, from the fault's end to the last pod bound
+    signals: dict[str, float] = field(default_factory=dict)  # what an operator would watch
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sys_grants(self) -> list[Grant]:
+        return [g for g in self.grants if g.link == "SYS"]
+
+
+def _bound(api: Api, namespace: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.list("v1", "Pod", namespace)
+            if p["spec"].get("nodeName")}
+
+
+def _timestamp(value: str) -> float:
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+class BurstCluster:
+    def __init__(self, plane: ControlPlane, objects: list[dict[str, Any]], directory: Path) -> None:
+        self.plane = plane
+        self.api = plane.admin
+        self.directory = directory
+        self.install = Install(plane, objects, directory)
+        self.sim: Kubelets | None = None
+        self.reporters: dict[str, Process] = {}
+        self.extenders: dict[str, tuple[Process, str]] = {}
+        self.balancer = Balancer()
+        self.scheduler: Process | None = None
+        self.webhook: Process | None = None
+        self._replicas = 0
+
+    # --- set-up and tear-down
+
+    def start(self) -> None:
+        self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": INJECT}})
+        self.api.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "default", "namespace": NAMESPACE}})
+        self.install.apply()
+        self.webhook = self.install.webhook()
+        self.sim = Kubelets(self.api, self.directory / "nodes")
+        for index in range(1, NODES + 1):
+            node = self.sim.add_node(f"chaos-{index}", SEED_TOPO)
+            self.reporters[node.name] = self.install.reporter(node)
+        self.add_extender()
+        self.scheduler = self.plane.scheduler(
+            {"profiles": [{"schedulerName": "default-scheduler"}],
+             "extenders": [scheduler_extender(self.balancer.url)]}, name="kube-scheduler-chaos")
+        self.wait_empty()
+
+    def close(self) -> None:
+        from tests.controlplane.conftest import delete_pods
+
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        self.install.stop()
+        self.install.remove_webhook_configuration()
+        self.balancer.close()
+        with contextlib.suppress(Exception):
+            delete_pods(self.api, NAMESPACE)
+        if self.sim is not None:
+            self.sim.close()
+            for name in self.sim.nodes:
+                delete_pods(self.api, field_selector=f"spec.nodeName={name}")
+                self.api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{self.install_namespace}/leases/{name}")
+                self.api.delete(f"/api/v1/nodes/{name}")
+        self.api.delete(f"/api/v1/namespaces/{NAMESPACE}")
+
+    @property
+    def install_namespace(self) -> str:
+        from tests.controlplane.gpupair_install import NAMESPACE as GPUPAIR_NAMESPACE
+
+        return GPUPAIR_NAMESPACE
+
+    # --- gpupair's processes
+
+    def add_extender(self) -> str:
+        """One more extender replica behind the balancer; its name."""
+        self._replicas += 1
+        name = f"extender-{self._replicas}"
+        process, url = self.install.extender(name=name)
+        self.extenders[name] = (process, url)
+        self.balancer.backends.append((LOOPBACK, int(url.rsplit(":", 1)[1])))
+        return name
+
+    def remove_extender(self, name: str) -> None:
+        process, url = self.extenders.pop(name)
+        process.stop()
+        self.balancer.backends.remove((LOOPBACK, int(url.rsplit(":", 1)[1])))
+
+    def restart_extender(self, name: str, *, down: float = 0.0) -> None:
+        """SIGKILL the replica, and start it again (same port, token, flags) after ``down`` s."""
+        process, url = self.extenders[name]
+        kill(process)
+        time.sleep(down)
+        again = process.respawn()
+        self.install.processes[self.install.processes.index(process)] = again
+        self.extenders[name] = (again, url)
+        wait_extender_ready(again, url)
+
+    def restart_reporter(self, node: str) -> None:
+        process = self.reporters[node]
+        kill(process)
+        again = process.respawn()
+        self.install.processes[self.install.processes.index(process)] = again
+        self.reporters[node] = again
+        assert self.sim is not None
+        wait_reporter_ready(again, self.sim.nodes[node], self.install.reporter_port)
+
+    def extender_metrics(self) -> dict[str, str]:
+        return {name: scrape(url) for name, (process, url) in self.extenders.items() if process.alive()}
+
+    # --- the burst
+
+    def pod_names(self, row: str) -> list[str]:
+        return [f"{row}-{i:02d}" for i in range(PODS)]
+
+    def create_pods(self, names: list[str]) -> None:
+        for name in names:
+            gpus = 2 if int(name.rsplit("-", 1)[1]) % 5 in TWO_GPU_EVERY else 1
+            self.api.create(gpu_pod(NAMESPACE, name, gpus))
+
+    def burst(self, row: str, fault: Callable[[], None], *, rate: float = 8.0, after_bound: int = 8,
+              timeout: float = 180.0, settle: float = 0.0) -> Outcome:
+        """The row's burst: its pods created ``rate`` a second (as a Job controller creates them;
+        a create the apiserver cannot take is tried again), and ``fault()`` run once
+        ``after_bound`` are bound, while the rest are being created and scheduled. Then every
+        pod is waited for, up to ``timeout`` s, and ``settle`` s more where some still wait."""
+        assert self.sim is not None
+        names = self.pod_names(row)
+        creator = threading.Thread(target=self._create_paced, args=(names, rate), name="burst", daemon=True)
+        creator.start()
+        self.api.wait_for(lambda: len(self._bound_quietly()) >= after_bound, 120,
+                          f"{after_bound} pods of {row} bound", interval=0.05)
+        bound_at_fault = len(self._bound_quietly())
+        began = time.time()
+        fault()
+        ended = time.time()
+        before = self._requests()
+        deadline = time.monotonic() + timeout
+        bound: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            bound = self._bound_quietly() or bound
+            if len(bound) == len(names):
+                break
+            time.sleep(0.25)
+        all_placed = time.time() - ended if len(bound) == len(names) else None
+        creator.join(60)
+        if len(bound) < len(names) and settle:
+            time.sleep(settle)
+            bound = _bound(self.api, NAMESPACE)
+        after = self._requests()
+        placed = [n for n in names if n in bound]
+        grants = self.sim.wait_admitted(NAMESPACE, placed, timeout=60)
+        waiting = {n: scheduling_failures(self.api, NAMESPACE, n) for n in names if n not in bound}
+        return Outcome(
+            row=row, pods=len(names), placed=placed, waiting=waiting, grants=grants,
+            refusals=[e for e in self.sim.errors if "would refuse" in e],
+            fault_s=round(ended - began, 2), next_bind_s=self._next_bind(ended),
+            all_placed_s=None if all_placed is None else round(all_placed, 2),
+            requests=requests_between(before, after), notes={"bound_at_fault": bound_at_fault})
+
+    def _create_paced(self, names: list[str], rate: float) -> None:
+        for name in names:
+            began = time.monotonic()
+            self._create_until_taken(name)
+            time.sleep(max(0.0, 1 / rate - (time.monotonic() - began)))
+
+    def _create_until_taken(self, name: str, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.create_pods([name])
+                return
+            except ApiError as exc:
+                if exc.status == 409:  # taken by an earlier try whose answer was lost
+                    return
+                if time.monotonic() > deadline:
+                    raise
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+    def _bound_quietly(self) -> dict[str, str]:
+        try:
+            return _bound(self.api, NAMESPACE)
+        except Exception:  # noqa: BLE001 - the apiserver down for the row's fault
+            return {}
+
+    def _requests(self) -> collections.Counter:
+        try:
+            return apiserver_requests(self.api)
+        except Exception:  # noqa: BLE001 - the apiserver still down: counts start again with it
+            return collections.Counter()
+
+    def _next_bind(self, since: float) -> float | None:
+        """Seconds from ``since`` to the first `bound` line any extender replica logged after it."""
+        times = []
+        for log in self.directory.glob("extender-*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if '"msg":"bound"' not in line:
+                    continue
+                with contextlib.suppress(ValueError, KeyError):
+                    entry = json.loads(line)
+                    moment = _timestamp(entry["ts"])
+                    if moment >= since and entry.get("pod", "").startswith(f"{NAMESPACE}/"):
+                        times.append(moment)
+        return round(min(times) - since, 2) if times else None
+
+    # --- what is checked after each burst
+
+    def ledgers(self) -> dict[str, dict[tuple[str, str], list[int]]]:
+        """Every node's allocation ledger as its reporter published it: (namespace, pod) -> devices."""
+        assert self.sim is not None
+        found = {}
+        for name in self.sim.nodes:
+            annotations = self.api.get("v1", "Node", name)["metadata"].get("annotations") or {}
+            raw = annotations.get(ALLOCATIONS_KEY)
+            pods = json.loads(raw)["pods"] if raw else []
+            found[name] = {(p["namespace"], p["name"]): sorted(p["devices"]) for p in pods}
+        return found
+
+    def held(self) -> dict[str, dict[tuple[str, str], list[int]]]:
+        """What the harness kubelet has handed out, in the ledger's shape."""
+        assert self.sim is not None
+        with self.sim._lock:
+            return {name: {key: sorted(i for _, devices in containers for i in devices)
+                           for key, containers in node.held.items() if containers}
+                    for name, node in self.sim.nodes.items()}
+
+    def wait_ledgers_match(self, timeout: float = 60.0) -> dict[str, dict[tuple[str, str], list[int]]]:
+        """The ledgers, once every node's equals what its kubelet handed out."""
+        return self.api.wait_for(lambda: (lambda mine: mine if mine == self.held() else None)(self.ledgers()),
+                                 timeout, "every node's allocation ledger matching its kubelet's grants", interval=0.3)
+
+    def reservations(self) -> float:
+        return sum(metric_total(text, "gpupair_extender_reservations") for text in self.extender_metrics().values())
+
+    def wait_empty(self, timeout: float = 90.0) -> None:
+        assert self.sim is not None
+        wait_reported(self.api, {name: set(range(8)) for name in self.sim.nodes}, timeout)
+        self.api.wait_for(lambda: self.reservations() == 0, timeout, "the extenders' holds all ended", interval=0.3)
+
+    def clear(self) -> None:
+        """Every pod of the namespace gone, the reports and holds back to an empty cluster."""
+        for pod in self.api.list("v1", "Pod", NAMESPACE):
+            self.api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}", grace=0)
+        self.api.wait_for(lambda: not self.api.list("v1", "Pod", NAMESPACE), 60, "the burst's pods deleted")
+        self.wait_empty()

@@ -1,0 +1,125 @@
+"""The fault matrix (marker ``chaos``): each fault in the middle of a burst of 40 GPU pods on
+eight nodes, on the real etcd, kube-apiserver and kube-scheduler, with gpupair as deploy/ runs it
+(tests/controlplane/burst.py has the cluster and the burst; faults.py how each fault is made).
+
+Every row asserts what must hold whatever the fault: no GPU handed out twice (the harness
+kubelet refused no pod, and every node's allocation ledger equals what its kubelet handed out),
+no SYS pair for a pod under ``required`` (the default), and every pod placed or waiting with
+a reason that names the fault's effect. Every row records the time from the fault's end to the
+next bind, the apiserver's lists, watches and writes until the last pod was bound, and the signal
+an operator would watch; with GPUPAIR_CHAOS_RESULTS set to a file the rows are written there as
+JSON, which bench/chaos_table.py renders into docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.controlplane.burst import BurstCluster, Outcome
+from tests.controlplane.faults import compact_etcd, metric_total, stalled
+
+pytestmark = pytest.mark.chaos
+
+RESULTS_ENV = "GPUPAIR_CHAOS_RESULTS"
+_results: list[dict[str, Any]] = []
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane, deploy_renders) -> Iterator[BurstCluster]:
+    directory = control_plane.directory / "chaos"
+    directory.mkdir()
+    made = BurstCluster(control_plane, deploy_renders("device-plugin"), directory)
+    began = time.time()
+    try:
+        made.start()
+        yield made
+    finally:
+        made.close()
+        keep = os.environ.get("GPUPAIR_CONTROLPLANE_LOGS")
+        if keep:
+            from pathlib import Path
+
+            from tests.controlplane.conftest import copy_logs
+
+            copy_logs(control_plane.directory, began, Path(keep) / "chaos")
+        target = os.environ.get(RESULTS_ENV)
+        if target and _results:
+            with open(target, "w") as out:
+                json.dump(_results, out, indent=1)
+
+
+@pytest.fixture
+def fresh(cluster: BurstCluster) -> BurstCluster:
+    """The shared cluster, emptied of the last row's pods (and their holds)."""
+    cluster.clear()
+    return cluster
+
+
+def check(cluster: BurstCluster, outcome: Outcome, effects: tuple[str, ...], signal: str, value: float) -> None:
+    """The row's invariants, then its figures recorded."""
+    assert not outcome.refusals, f"{outcome.row}: the kubelet was sent pods it could not admit: {outcome.refusals}"
+    assert outcome.sys_grants == [], f"{outcome.row}: SYS pairs under required: {outcome.sys_grants}"
+    for pod, messages in outcome.waiting.items():
+        assert messages and any(effect in messages[-1] for effect in effects), \
+            f"{outcome.row}: {pod} waits without a reason naming {effects}: {messages[-1:]}"
+    ledgers = cluster.wait_ledgers_match()
+    for node, pods in ledgers.items():
+        devices = [i for held in pods.values() for i in held]
+        assert len(devices) == len(set(devices)), f"{outcome.row}: {node}'s ledger lists a GPU twice: {pods}"
+    record = {
+        "row": outcome.row, "pods": outcome.pods, "placed": len(outcome.placed), "waiting": len(outcome.waiting),
+        "gpus_twice": 0, "sys": 0, "fault_s": outcome.fault_s, "next_bind_s": outcome.next_bind_s,
+        "all_placed_s": outcome.all_placed_s, **outcome.requests, "signal": signal, "signal_value": value,
+        **outcome.notes,
+    }
+    _results.append(record)
+    print(json.dumps(record))
+
+
+def counter(cluster: BurstCluster, name: str, **labels: str) -> float:
+    return sum(metric_total(text, name, **labels) for text in cluster.extender_metrics().values())
+
+
+def test_apiserver_killed_and_restarted_mid_burst(fresh: BurstCluster):
+    def fault() -> None:
+        fresh.plane.restart_apiserver()
+
+    outcome = fresh.burst("apiserver", fault)
+    check(fresh, outcome, ("stale",), "gpupair_extender_watch_restarts_total",
+          counter(fresh, "gpupair_extender_watch_restarts_total"))
+    assert len(outcome.placed) == outcome.pods
+
+
+def test_watches_expire_mid_burst(fresh: BurstCluster):
+    """etcd compacted past every resourceVersion the extender and the reporters hold, then every
+    connection dropped (the apiserver restarted): each watch resumes from a compacted version,
+    gets 410 Gone and lists again."""
+    gone_before = counter(fresh, "gpupair_extender_watch_restarts_total", reason="gone")
+
+    def fault() -> None:
+        compact_etcd(fresh.plane)
+        fresh.plane.restart_apiserver()
+
+    outcome = fresh.burst("watches", fault)
+    gone = counter(fresh, "gpupair_extender_watch_restarts_total", reason="gone") - gone_before
+    check(fresh, outcome, ("stale",), 'gpupair_extender_watch_restarts_total{reason="gone"}', gone)
+    assert gone >= 1, "no watch of the extender was answered 410 Gone and relisted"
+    assert len(outcome.placed) == outcome.pods
+
+
+def test_etcd_stalls_for_five_seconds_mid_burst(fresh: BurstCluster):
+    def fault() -> None:
+        with stalled(fresh.plane.etcd):
+            time.sleep(5)
+
+    errors_before = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed")
+    outcome = fresh.burst("etcd", fault)
+    failed = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed") - errors_before
+    check(fresh, outcome, ("stale",), 'gpupair_extender_decisions_total{verb="bind",outcome="failed"}', failed)
+    assert len(outcome.placed) == outcome.pods
