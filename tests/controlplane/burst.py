@@ -144,11 +144,11 @@ class BurstCluster:
         process.stop()
         self.balancer.backends.remove((LOOPBACK, int(url.rsplit(":", 1)[1])))
 
-    def restart_extender(self, name: str, *, down: float = 0.0) -> None:
-        """SIGKILL the replica, and start it again (same port, token, flags) after ``down`` s."""
+    def restart_extender(self, name: str, while_down: Callable[[], None] = lambda: None) -> None:
+        """SIGKILL the replica, run ``while_down``, and start it again (same port, token, flags)."""
         process, url = self.extenders[name]
         kill(process)
-        time.sleep(down)
+        while_down()
         again = process.respawn()
         self.install.processes[self.install.processes.index(process)] = again
         self.extenders[name] = (again, url)
@@ -162,6 +162,20 @@ class BurstCluster:
         self.reporters[node] = again
         assert self.sim is not None
         wait_reporter_ready(again, self.sim.nodes[node], self.install.reporter_port)
+
+    def restart_webhook(self, down: float) -> None:
+        """SIGKILL the webhook, and start it again ``down`` seconds later."""
+        assert self.webhook is not None
+        kill(self.webhook)
+        time.sleep(down)
+        self.install.processes.remove(self.webhook)
+        self.webhook = self.install.webhook()
+
+    def failed_scheduling(self, row: str) -> list[str]:
+        """The FailedScheduling messages of the row's pods."""
+        events = self.api.list("events.k8s.io/v1", "Event", NAMESPACE)
+        return [e.get("note") or "" for e in events
+                if e.get("reason") == "FailedScheduling" and e["regarding"]["name"].startswith(f"{row}-")]
 
     def extender_metrics(self) -> dict[str, str]:
         return {name: scrape(url) for name, (process, url) in self.extenders.items() if process.alive()}

@@ -65,7 +65,11 @@ def stalled(process: Process) -> Iterator[None]:
 class Balancer:
     """A TCP relay on 127.0.0.1 in front of ``backends`` (host, port): each connection goes to
     the next backend in turn that accepts it; one that refuses is skipped, as an endpoint whose
-    pod died drops out of a Service."""
+    pod died drops out of a Service.
+
+    ``hold_answers(b"/bind")`` makes it keep back the answer to the next request whose bytes
+    contain that path: ``held`` is then set, with the request in ``held_request``, and the
+    answer goes on only after ``release()``, or never after ``release(drop=True)``."""
 
     def __init__(self, backends: list[tuple[str, int]] | None = None) -> None:
         self.backends = list(backends or [])
@@ -76,9 +80,25 @@ class Balancer:
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.connections: collections.Counter[tuple[str, int]] = collections.Counter()
         self._closed = False
+        self._hold: bytes | None = None
+        self.held = threading.Event()
+        self.held_request = b""
+        self._released = threading.Event()
+        self._drop = False
         threading.Thread(target=self._accept, name="balancer", daemon=True).start()
 
-    def _next_backend(self) -> socket.socket | None:
+    def hold_answers(self, path: bytes) -> None:
+        self.held.clear()
+        self._released.clear()
+        self._drop = False
+        self._hold = path
+
+    def release(self, *, drop: bool = False) -> None:
+        self._drop = drop
+        self._hold = None
+        self._released.set()
+
+    def _next_backend(self) -> tuple[socket.socket, tuple[str, int]] | None:
         with self._lock:
             order = self.backends[self._turn:] + self.backends[:self._turn]
             self._turn = (self._turn + 1) % max(1, len(self.backends))
@@ -87,7 +107,7 @@ class Balancer:
                 upstream = socket.create_connection(backend, timeout=2)
                 upstream.settimeout(None)
                 self.connections[backend] += 1
-                return upstream
+                return upstream, backend
         return None
 
     def _accept(self) -> None:
@@ -96,23 +116,44 @@ class Balancer:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = self._next_backend()
-            if upstream is None:
+            found = self._next_backend()
+            if found is None:
                 client.close()
                 continue
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+            upstream, _ = found
+            holding = threading.Event()  # this connection's next answer is held
+            threading.Thread(target=self._requests, args=(client, upstream, holding), daemon=True).start()
+            threading.Thread(target=self._answers, args=(upstream, client, holding), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket, holding: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if self._hold is not None and self._hold in data and not self.held.is_set():
+                    self.held_request = data
+                    holding.set()
+                    self.held.set()
+                upstream.sendall(data)
+        _close(client, upstream)
+
+    def _answers(self, upstream: socket.socket, client: socket.socket, holding: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                if holding.is_set():
+                    self._released.wait()
+                    holding.clear()
+                    if self._drop:
+                        break
+                client.sendall(data)
+        _close(upstream, client)
 
     def close(self) -> None:
         self._closed = True
+        self.release()
         self._listener.close()
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    for end in (source, sink):
+def _close(*ends: socket.socket) -> None:
+    for end in ends:
         with contextlib.suppress(OSError):
             end.shutdown(socket.SHUT_RDWR)
         end.close()

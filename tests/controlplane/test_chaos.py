@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.controlplane.burst import BurstCluster, Outcome
+from tests.controlplane.burst import NAMESPACE, BurstCluster, Outcome
 from tests.controlplane.faults import compact_etcd, metric_total, stalled
+from tests.controlplane.kubelet import gpu_ask
+from tests.controlplane.processes import kill
+from gpupair.webhook.sidecar import CONTAINER_NAME
 
 pytestmark = pytest.mark.chaos
 
@@ -123,3 +127,81 @@ def test_etcd_stalls_for_five_seconds_mid_burst(fresh: BurstCluster):
     failed = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed") - errors_before
     check(fresh, outcome, ("stale",), 'gpupair_extender_decisions_total{verb="bind",outcome="failed"}', failed)
     assert len(outcome.placed) == outcome.pods
+
+
+def test_extender_killed_between_a_binding_and_its_answer(fresh: BurstCluster):
+    """The Binding is written, the extender dies before kube-scheduler reads its answer: the
+    scheduler sees a failed bind for a pod that is bound; the restarted extender must hold
+    that pod's GPUs (it rebuilds its holds from the pods bound and not in a ledger yet)."""
+    [name] = fresh.extenders
+    caught: dict[str, str] = {}
+
+    def fault() -> None:
+        fresh.balancer.hold_answers(b"/bind")
+        assert fresh.balancer.held.wait(60), "no bind reached the extender"
+        pod = re.search(rb'"PodName":\s*"([^"]+)"', fresh.balancer.held_request)
+        assert pod is not None, fresh.balancer.held_request
+        caught["pod"] = pod.group(1).decode()
+        fresh.api.wait_for(lambda: fresh.api.get("v1", "Pod", caught["pod"], NAMESPACE)["spec"].get("nodeName"),
+                           30, f"the Binding of {caught['pod']} written")
+        fresh.restart_extender(name, while_down=lambda: fresh.balancer.release(drop=True))
+
+    outcome = fresh.burst("extender", fault)
+    failures = fresh.failed_scheduling("extender")
+    outcome.notes["unanswered_bind"] = caught["pod"]
+    check(fresh, outcome, ("connection refused", "EOF"), "FailedScheduling events", len(failures))
+    assert len(outcome.placed) == outcome.pods
+    assert caught["pod"] in {g.pod for g in outcome.grants}
+
+
+def test_one_of_two_replicas_killed_behind_the_round_robin(fresh: BurstCluster):
+    [first] = fresh.extenders
+    second = fresh.add_extender()
+    try:
+        def fault() -> None:
+            kill(fresh.extenders[first][0])
+
+        outcome = fresh.burst("replica", fault)
+        check(fresh, outcome, ("connection refused", "EOF"), "FailedScheduling events",
+              len(fresh.failed_scheduling("replica")))
+        assert len(outcome.placed) == outcome.pods
+        assert fresh.balancer.connections[("127.0.0.1", int(fresh.extenders[second][1].rsplit(":", 1)[1]))] > 0
+    finally:
+        fresh.remove_extender(first)
+
+
+def test_a_reporter_restarted_mid_burst(fresh: BurstCluster):
+    node = "chaos-1"
+
+    def fault() -> None:
+        fresh.restart_reporter(node)
+
+    outcome = fresh.burst("reporter", fault)
+    stale = counter(fresh, "gpupair_extender_nodes", state="stale")
+    check(fresh, outcome, ("stale",), 'gpupair_extender_nodes{state="stale"}', stale)
+    assert len(outcome.placed) == outcome.pods
+
+
+def test_the_webhook_down_for_ten_seconds(fresh: BurstCluster):
+    """failurePolicy Ignore: pods created while the webhook is down are created without the
+    verifier sidecar; they are scheduled as any other."""
+    def fault() -> None:
+        fresh.restart_webhook(down=10)
+
+    before = apiserver_requests_metric(fresh, "apiserver_admission_webhook_fail_open_count")
+    outcome = fresh.burst("webhook", fault)
+    fail_open = apiserver_requests_metric(fresh, "apiserver_admission_webhook_fail_open_count") - before
+    check(fresh, outcome, ("stale",), "apiserver_admission_webhook_fail_open_count", fail_open)
+    assert len(outcome.placed) == outcome.pods
+    unverified = [p["metadata"]["name"] for p in fresh.api.list("v1", "Pod", NAMESPACE)
+                  if gpu_ask(p["spec"]["containers"][0]) > 1 and not has_verifier(p)]
+    outcome.notes["without_verifier"] = len(unverified)
+    assert fail_open >= 1 and unverified, "no pod was created while the webhook was down"
+
+
+def has_verifier(pod: dict[str, Any]) -> bool:
+    return any(c["name"] == CONTAINER_NAME for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"])
+
+
+def apiserver_requests_metric(cluster: BurstCluster, name: str) -> float:
+    return metric_total(cluster.api.request("GET", "/metrics"), name)
