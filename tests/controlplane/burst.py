@@ -144,19 +144,24 @@ class BurstCluster:
         process.stop()
         self.balancer.backends.remove((LOOPBACK, int(url.rsplit(":", 1)[1])))
 
-    def restart_extender(self, name: str, while_down: Callable[[], None] = lambda: None) -> None:
-        """SIGKILL the replica, run ``while_down``, and start it again (same port, token, flags)."""
+    def restart_extender(self, name: str, while_down: Callable[[], None] = lambda: None,
+                         stop: Callable[[Process], Any] = kill) -> None:
+        """Stop the replica (SIGKILL), run ``while_down``, and start it again (same port, token,
+        flags), as its Deployment would."""
         process, url = self.extenders[name]
-        kill(process)
+        stop(process)
         while_down()
         again = process.respawn()
         self.install.processes[self.install.processes.index(process)] = again
         self.extenders[name] = (again, url)
         wait_extender_ready(again, url)
 
-    def restart_reporter(self, node: str) -> None:
+    def restart_reporter(self, node: str, while_down: Callable[[], None] = lambda: None,
+                         stop: Callable[[Process], Any] = kill) -> None:
+        """The same for the node's reporter, as its DaemonSet would."""
         process = self.reporters[node]
-        kill(process)
+        stop(process)
+        while_down()
         again = process.respawn()
         self.install.processes[self.install.processes.index(process)] = again
         self.reporters[node] = again

@@ -69,7 +69,9 @@ class Balancer:
 
     ``hold_answers(b"/bind")`` makes it keep back the answer to the next request whose bytes
     contain that path: ``held`` is then set, with the request in ``held_request``, and the
-    answer goes on only after ``release()``, or never after ``release(drop=True)``."""
+    answer goes on only after ``release()``, or never after ``release(drop=True)``.
+    ``hold_answers(b"/bind", request_too=True)`` keeps back the request itself as well (until
+    ``release()``: the backend then gets it, and its answer is not held)."""
 
     def __init__(self, backends: list[tuple[str, int]] | None = None) -> None:
         self.backends = list(backends or [])
@@ -85,12 +87,14 @@ class Balancer:
         self.held_request = b""
         self._released = threading.Event()
         self._drop = False
+        self._request_too = False
         threading.Thread(target=self._accept, name="balancer", daemon=True).start()
 
-    def hold_answers(self, path: bytes) -> None:
+    def hold_answers(self, path: bytes, *, request_too: bool = False) -> None:
         self.held.clear()
         self._released.clear()
         self._drop = False
+        self._request_too = request_too
         self._hold = path
 
     def release(self, *, drop: bool = False) -> None:
@@ -130,8 +134,11 @@ class Balancer:
             while data := client.recv(65536):
                 if self._hold is not None and self._hold in data and not self.held.is_set():
                     self.held_request = data
-                    holding.set()
                     self.held.set()
+                    if self._request_too:
+                        self._released.wait()
+                    else:
+                        holding.set()
                 upstream.sendall(data)
         _close(client, upstream)
 

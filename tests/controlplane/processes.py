@@ -108,6 +108,18 @@ def kill(process: Process) -> None:
     process.stop()
 
 
+def terminate(process: Process, grace: float = 20.0, *, signalled: bool = False) -> int:
+    """SIGTERM, once, as the kubelet stops a container (``signalled``: it was sent already),
+    and the exit code once the process has drained (subprocess.TimeoutExpired if it takes
+    longer than ``grace``)."""
+    if not signalled:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    code = process.popen.wait(grace)
+    process.stop()
+    return code
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, process: Process | None = None,
                interval: float = 0.05) -> None:
     """Poll ``check`` until it holds; TimeoutError naming ``what`` (and the child's log if it died)."""

@@ -13,20 +13,24 @@ JSON, which bench/chaos_table.py renders into docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpupair.topology.report import FREE_KEY
+from gpupair.webhook.sidecar import CONTAINER_NAME
 from tests.controlplane.burst import NAMESPACE, BurstCluster, Outcome
 from tests.controlplane.faults import compact_etcd, metric_total, stalled
 from tests.controlplane.kubelet import gpu_ask
-from tests.controlplane.processes import kill
-from gpupair.webhook.sidecar import CONTAINER_NAME
+from tests.controlplane.processes import Process, kill, terminate
 
 pytestmark = pytest.mark.chaos
 
@@ -47,8 +51,6 @@ def cluster(control_plane, deploy_renders) -> Iterator[BurstCluster]:
         made.close()
         keep = os.environ.get("GPUPAIR_CONTROLPLANE_LOGS")
         if keep:
-            from pathlib import Path
-
             from tests.controlplane.conftest import copy_logs
 
             copy_logs(control_plane.directory, began, Path(keep) / "chaos")
@@ -205,3 +207,92 @@ def has_verifier(pod: dict[str, Any]) -> bool:
 
 def apiserver_requests_metric(cluster: BurstCluster, name: str) -> float:
     return metric_total(cluster.api.request("GET", "/metrics"), name)
+
+
+def test_extender_sigterm_mid_burst_finishes_the_binds_in_flight(fresh: BurstCluster):
+    """SIGTERM while a Binding waits on etcd: the extender stops taking requests, finishes that
+    bind, answers it, and exits 0; every bind it answered as bound is a pod bound there."""
+    [name] = fresh.extenders
+    process, _ = fresh.extenders[name]
+    seen: dict[str, Any] = {}
+
+    def fault() -> None:
+        def stop(extender: Process) -> None:
+            fresh.balancer.hold_answers(b"/bind", request_too=True)
+            assert fresh.balancer.held.wait(60), "no bind reached the extender"
+            seen["pod"] = re.search(rb'"PodName":\s*"([^"]+)"', fresh.balancer.held_request).group(1).decode()
+            with stalled(fresh.plane.etcd):
+                fresh.balancer.release()  # the bind reaches the extender; its Binding waits on etcd
+                time.sleep(0.5)
+                os.killpg(extender.pid, signal.SIGTERM)
+                time.sleep(1)
+            seen["exit"] = terminate(extender, signalled=True)
+
+        fresh.restart_extender(name, stop=stop)
+
+    outcome = fresh.burst("sigterm", fault)
+    answered = bound_after_shutdown(process.log, process.pid)
+    check(fresh, outcome, ("connection refused", "EOF"), "binds answered while draining", len(answered))
+    assert seen["exit"] == 0, f"the extender exited {seen['exit']} on SIGTERM"
+    assert seen["pod"] in answered, f"the bind in flight ({seen['pod']}) was not finished: {answered}"
+    for pod, node in answered.items():
+        assert fresh.api.get("v1", "Pod", pod, NAMESPACE)["spec"].get("nodeName") == node, (pod, node)
+    scheduler_log = fresh.scheduler.log.read_text(errors="replace")
+    assert f'"Failed to bind pod" pod="{NAMESPACE}/{seen["pod"]}"' not in scheduler_log
+    assert len(outcome.placed) == outcome.pods
+
+
+def bound_after_shutdown(log: Path, pid: int) -> dict[str, str]:
+    """The pods (name -> node) a process's log says it bound after its "shutting down" line;
+    ``pid`` picks the run of that process out of a log that restarts append to."""
+    lines = log.read_text(errors="replace").splitlines()
+    bound: dict[str, str] = {}
+    draining = False
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if entry.get("msg") == "shutting down":
+                draining = True
+            elif draining and entry.get("msg") == "bound":
+                bound[entry["pod"].split("/", 1)[1]] = entry["node"]
+            elif draining and entry.get("msg") == "serving":
+                break  # the next run
+    return bound
+
+
+def test_reporter_sigterm_leaves_its_lease_to_expire(fresh: BurstCluster):
+    """SIGTERM to a reporter mid-burst: it exits 0 and leaves its Lease as it was (the node
+    goes stale after --stale-after if it does not come back), and the report it leaves names
+    no GPU free that a pod held when it stopped."""
+    node = "chaos-2"
+    left: dict[str, Any] = {}
+
+    def fault() -> None:
+        def stop(reporter: Process) -> None:
+            held = fresh.held()[node]
+            left["exit"] = terminate(reporter)
+            left["lease"] = lease_of(fresh, node)
+            left["held"] = held
+            annotations = fresh.api.get("v1", "Node", node)["metadata"].get("annotations") or {}
+            left["free"] = json.loads(annotations[FREE_KEY])["free"]
+            left["ledger"] = fresh.ledgers()[node]
+            time.sleep(2)
+            left["lease_after"] = lease_of(fresh, node)
+
+        fresh.restart_reporter(node, stop=stop)
+
+    outcome = fresh.burst("reporter-sigterm", fault)
+    assert left["exit"] == 0
+    assert left["lease"] is not None and left["lease_after"] == left["lease"], "the Lease changed after the reporter stopped"
+    taken = {i for devices in left["held"].values() for i in devices}
+    assert not taken & set(left["free"]), f"the report left names taken GPUs free: {left['free']} of {left['held']}"
+    now = fresh.held()[node]
+    for pod, devices in left["ledger"].items():
+        assert now.get(pod, devices) == devices, f"the ledger left names {pod} on {devices}, the kubelet {now.get(pod)}"
+    check(fresh, outcome, ("stale",), "the Lease's renewTime, unchanged while stopped (s)", outcome.fault_s)
+    assert len(outcome.placed) == outcome.pods
+
+
+def lease_of(cluster: BurstCluster, node: str) -> str | None:
+    lease = cluster.api.find("coordination.k8s.io/v1", "Lease", node, cluster.install_namespace)
+    return None if lease is None else lease["spec"].get("renewTime")
