@@ -173,7 +173,10 @@ class Install:
 
     def reporter_pod(self, node: SimNode) -> dict[str, Any]:
         """A gpupair-reporter Pod from the DaemonSet's template, on ``node`` (as the DaemonSet
-        controller would make it, with spec.nodeName set)."""
+        controller would make it, with spec.nodeName set); the one there already, if any."""
+        existing = self.api.find("v1", "Pod", f"gpupair-reporter-{node.name}", NAMESPACE)
+        if existing is not None:
+            return existing
         daemonset = find(self.objects, "DaemonSet", "gpupair-reporter")
         template = daemonset["spec"]["template"]
         pod = {"apiVersion": "v1", "kind": "Pod",
@@ -182,9 +185,9 @@ class Install:
                "spec": {**copy.deepcopy(pod_spec(daemonset)), "nodeName": node.name}}
         return self.api.create(pod)
 
-    def reporter(self, node: SimNode, env: dict[str, str] | None = None) -> Process:
+    def reporter(self, node: SimNode, env: dict[str, str] | None = None, wait_ready: bool = True) -> Process:
         """`gpupair reporter --topology-file` for ``node``, as the DaemonSet runs it there, with a
-        token bound to its reporter Pod."""
+        token bound to its reporter Pod; ``wait_ready``: return once it has published."""
         pod = self.reporter_pod(node)
         spec = self._container("DaemonSet", "gpupair-reporter", "reporter")
         values = resolved_env(spec, {"spec.nodeName": node.name, "status.hostIP": node.ip,
@@ -199,7 +202,8 @@ class Install:
         )
         values.update(env or {})
         process = self._start(f"reporter-{node.name}", spec, values)
-        wait_reporter_ready(process, node, self.reporter_port)
+        if wait_ready:
+            wait_reporter_ready(process, node, self.reporter_port)
         return process
 
     def stop(self) -> None:
