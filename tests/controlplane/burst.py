@@ -28,15 +28,16 @@ from gpupair.topology.report import ALLOCATIONS_KEY
 from tests.controlplane.api import Api, ApiError
 from tests.controlplane.control_plane import ControlPlane
 from tests.controlplane.faults import Balancer, apiserver_requests, metric_total, requests_between, scrape
+from tests.controlplane.gpupair_install import NAMESPACE as GPUPAIR_NAMESPACE
 from tests.controlplane.gpupair_install import Install, scheduler_extender, wait_extender_ready, wait_reporter_ready
-from tests.controlplane.kubelet import Grant, Kubelets
+from tests.controlplane.dra import remove_claims, remove_slices
+from tests.controlplane.kubelet import Grant, Kubelets, SimNode
 from tests.controlplane.pki import LOOPBACK
 from tests.controlplane.processes import Process, kill
 from tests.controlplane.workloads import SEED_TOPO, gpu_pod, scheduling_failures, wait_reported
 
 NODES = 8
 PODS, TWO_GPU_EVERY = 40, (0, 2)  # of each five pods, the first and third ask two GPUs: 16 of 40
-NAMESPACE = "chaos"
 INJECT = {"gpupair.io/inject": "enabled"}
 
 
@@ -73,7 +74,9 @@ def _timestamp(value: str) -> float:
 
 
 class BurstCluster:
-    def __init__(self, plane: ControlPlane, objects: list[dict[str, Any]], directory: Path) -> None:
+    def __init__(self, plane: ControlPlane, objects: list[dict[str, Any]], directory: Path, *,
+                 namespace: str = "chaos") -> None:
+        self.namespace = namespace  # where the bursts' pods go; its name is also the nodes' prefix
         self.plane = plane
         self.api = plane.admin
         self.directory = directory
@@ -89,20 +92,25 @@ class BurstCluster:
     # --- set-up and tear-down
 
     def start(self) -> None:
-        self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": INJECT}})
+        self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace, "labels": INJECT}})
         self.api.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                         "metadata": {"name": "default", "namespace": NAMESPACE}})
+                         "metadata": {"name": "default", "namespace": self.namespace}})
         self.install.apply()
         self.webhook = self.install.webhook()
         self.sim = Kubelets(self.api, self.directory / "nodes")
         for index in range(1, NODES + 1):
-            node = self.sim.add_node(f"chaos-{index}", SEED_TOPO)
+            node = self.add_node(f"{self.namespace}-{index}")
             self.reporters[node.name] = self.install.reporter(node)
         self.add_extender()
         self.scheduler = self.plane.scheduler(
             {"profiles": [{"schedulerName": "default-scheduler"}],
              "extenders": [scheduler_extender(self.balancer.url)]}, name="kube-scheduler-chaos")
         self.wait_empty()
+
+    def add_node(self, name: str) -> SimNode:
+        """A GPU node as the burst's pods find it (here: the device plugin's 8 nvidia.com/gpu)."""
+        assert self.sim is not None
+        return self.sim.add_node(name, SEED_TOPO)
 
     def close(self) -> None:
         from tests.controlplane.conftest import delete_pods
@@ -113,20 +121,16 @@ class BurstCluster:
         self.install.remove_webhook_configuration()
         self.balancer.close()
         with contextlib.suppress(Exception):
-            delete_pods(self.api, NAMESPACE)
+            delete_pods(self.api, self.namespace)
         if self.sim is not None:
             self.sim.close()
             for name in self.sim.nodes:
                 delete_pods(self.api, field_selector=f"spec.nodeName={name}")
-                self.api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{self.install_namespace}/leases/{name}")
+                remove_slices(self.api, name)
+                self.api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{GPUPAIR_NAMESPACE}/leases/{name}")
                 self.api.delete(f"/api/v1/nodes/{name}")
-        self.api.delete(f"/api/v1/namespaces/{NAMESPACE}")
-
-    @property
-    def install_namespace(self) -> str:
-        from tests.controlplane.gpupair_install import NAMESPACE as GPUPAIR_NAMESPACE
-
-        return GPUPAIR_NAMESPACE
+        remove_claims(self.api, self.namespace)
+        self.api.delete(f"/api/v1/namespaces/{self.namespace}")
 
     # --- gpupair's processes
 
@@ -178,7 +182,7 @@ class BurstCluster:
 
     def failed_scheduling(self, row: str) -> list[str]:
         """The FailedScheduling messages of the row's pods."""
-        events = self.api.list("events.k8s.io/v1", "Event", NAMESPACE)
+        events = self.api.list("events.k8s.io/v1", "Event", self.namespace)
         return [e.get("note") or "" for e in events
                 if e.get("reason") == "FailedScheduling" and e["regarding"]["name"].startswith(f"{row}-")]
 
@@ -193,7 +197,7 @@ class BurstCluster:
     def create_pods(self, names: list[str]) -> None:
         for name in names:
             gpus = 2 if int(name.rsplit("-", 1)[1]) % 5 in TWO_GPU_EVERY else 1
-            self.api.create(gpu_pod(NAMESPACE, name, gpus))
+            self.api.create(gpu_pod(self.namespace, name, gpus))
 
     def burst(self, row: str, fault: Callable[[], None], *, rate: float = 8.0, after_bound: int = 8,
               timeout: float = 180.0, settle: float = 0.0) -> Outcome:
@@ -223,11 +227,11 @@ class BurstCluster:
         creator.join(60)
         if len(bound) < len(names) and settle:
             time.sleep(settle)
-            bound = _bound(self.api, NAMESPACE)
+            bound = _bound(self.api, self.namespace)
         after = self._requests()
         placed = [n for n in names if n in bound]
-        grants = self.sim.wait_admitted(NAMESPACE, placed, timeout=60)
-        waiting = {n: scheduling_failures(self.api, NAMESPACE, n) for n in names if n not in bound}
+        grants = self.grants(placed)
+        waiting = {n: scheduling_failures(self.api, self.namespace, n) for n in names if n not in bound}
         return Outcome(
             row=row, pods=len(names), placed=placed, waiting=waiting, grants=grants,
             refusals=[e for e in self.sim.errors if "would refuse" in e],
@@ -259,7 +263,7 @@ class BurstCluster:
 
     def _bound_quietly(self) -> dict[str, str]:
         try:
-            return _bound(self.api, NAMESPACE)
+            return _bound(self.api, self.namespace)
         except Exception:  # noqa: BLE001 - the apiserver down for the row's fault
             return {}
 
@@ -279,11 +283,16 @@ class BurstCluster:
                 with contextlib.suppress(ValueError, KeyError):
                     entry = json.loads(line)
                     moment = _timestamp(entry["ts"])
-                    if moment >= since and entry.get("pod", "").startswith(f"{NAMESPACE}/"):
+                    if moment >= since and entry.get("pod", "").startswith(f"{self.namespace}/"):
                         times.append(moment)
         return round(min(times) - since, 2) if times else None
 
     # --- what is checked after each burst
+
+    def grants(self, placed: list[str]) -> list[Grant]:
+        """What each placed pod was given (here: by the harness's device plugin)."""
+        assert self.sim is not None
+        return self.sim.wait_admitted(self.namespace, placed, timeout=60)
 
     def ledgers(self) -> dict[str, dict[tuple[str, str], list[int]]]:
         """Every node's allocation ledger as its reporter published it: (namespace, pod) -> devices."""
@@ -304,22 +313,26 @@ class BurstCluster:
                            for key, containers in node.held.items() if containers}
                     for name, node in self.sim.nodes.items()}
 
-    def wait_ledgers_match(self, timeout: float = 60.0) -> dict[str, dict[tuple[str, str], list[int]]]:
-        """The ledgers, once every node's equals what its kubelet handed out."""
+    def holdings(self, timeout: float = 60.0) -> dict[str, dict[tuple[str, str], list[int]]]:
+        """Who holds which GPUs on every node, once the record gpupair decides by agrees with
+        the node: here, every node's allocation ledger equal to what its kubelet handed out."""
         return self.api.wait_for(lambda: (lambda mine: mine if mine == self.held() else None)(self.ledgers()),
                                  timeout, "every node's allocation ledger matching its kubelet's grants", interval=0.3)
-
-    def reservations(self) -> float:
-        return sum(metric_total(text, "gpupair_extender_reservations") for text in self.extender_metrics().values())
 
     def wait_empty(self, timeout: float = 90.0) -> None:
         assert self.sim is not None
         wait_reported(self.api, {name: set(range(8)) for name in self.sim.nodes}, timeout)
+        self.wait_no_holds(timeout)
+
+    def wait_no_holds(self, timeout: float = 90.0) -> None:
         self.api.wait_for(lambda: self.reservations() == 0, timeout, "the extenders' holds all ended", interval=0.3)
+
+    def reservations(self) -> float:
+        return sum(metric_total(text, "gpupair_extender_reservations") for text in self.extender_metrics().values())
 
     def clear(self) -> None:
         """Every pod of the namespace gone, the reports and holds back to an empty cluster."""
-        for pod in self.api.list("v1", "Pod", NAMESPACE):
-            self.api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}", grace=0)
-        self.api.wait_for(lambda: not self.api.list("v1", "Pod", NAMESPACE), 60, "the burst's pods deleted")
+        for pod in self.api.list("v1", "Pod", self.namespace):
+            self.api.delete(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}", grace=0)
+        self.api.wait_for(lambda: not self.api.list("v1", "Pod", self.namespace), 60, "the burst's pods deleted")
         self.wait_empty()

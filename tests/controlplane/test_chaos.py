@@ -1,14 +1,8 @@
-"""The fault matrix (marker ``chaos``): each fault in the middle of a burst of 40 GPU pods on
-eight nodes, on the real etcd, kube-apiserver and kube-scheduler, with gpupair as deploy/ runs it
-(tests/controlplane/burst.py has the cluster and the burst; faults.py how each fault is made).
-
-Every row asserts what must hold whatever the fault: no GPU handed out twice (the harness
-kubelet refused no pod, and every node's allocation ledger equals what its kubelet handed out),
-no SYS pair for a pod under ``required`` (the default), and every pod placed or waiting with
-a reason that names the fault's effect. Every row records the time from the fault's end to the
-next bind, the apiserver's lists, watches and writes until the last pod was bound, and the signal
-an operator would watch; with GPUPAIR_CHAOS_RESULTS set to a file the rows are written there as
-JSON, which bench/chaos_table.py renders into docs/reliability.md.
+"""The fault matrix on device-plugin nodes (marker ``chaos``): each fault in the middle of a
+burst of 40 GPU pods on eight nodes, on the real etcd, kube-apiserver and kube-scheduler, with
+gpupair as deploy/ runs it. burst.py has the shared cluster and the burst, faults.py how each
+fault is made, chaos_rows.py what every row asserts and records; the DRA rows are in
+test_chaos_dra.py.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,37 +22,21 @@ import pytest
 
 from gpupair.topology.report import FREE_KEY
 from gpupair.webhook.sidecar import CONTAINER_NAME
-from tests.controlplane.burst import NAMESPACE, BurstCluster, Outcome
+from tests.controlplane.burst import BurstCluster
+from tests.controlplane.chaos_rows import check, counter, running
+from tests.controlplane.containers import base_env, gpupair_argv
 from tests.controlplane.faults import compact_etcd, metric_total, stalled
+from tests.controlplane.gpupair_install import NAMESPACE as GPUPAIR_NAMESPACE
 from tests.controlplane.kubelet import gpu_ask
 from tests.controlplane.processes import Process, kill, terminate
 
 pytestmark = pytest.mark.chaos
 
-RESULTS_ENV = "GPUPAIR_CHAOS_RESULTS"
-_results: list[dict[str, Any]] = []
-
-
 @pytest.fixture(scope="module")
 def cluster(control_plane, deploy_renders) -> Iterator[BurstCluster]:
     directory = control_plane.directory / "chaos"
     directory.mkdir()
-    made = BurstCluster(control_plane, deploy_renders("device-plugin"), directory)
-    began = time.time()
-    try:
-        made.start()
-        yield made
-    finally:
-        made.close()
-        keep = os.environ.get("GPUPAIR_CONTROLPLANE_LOGS")
-        if keep:
-            from tests.controlplane.conftest import copy_logs
-
-            copy_logs(control_plane.directory, began, Path(keep) / "chaos")
-        target = os.environ.get(RESULTS_ENV)
-        if target and _results:
-            with open(target, "w") as out:
-                json.dump(_results, out, indent=1)
+    yield from running(BurstCluster(control_plane, deploy_renders("device-plugin"), directory), "chaos")
 
 
 @pytest.fixture
@@ -67,38 +46,14 @@ def fresh(cluster: BurstCluster) -> BurstCluster:
     return cluster
 
 
-def check(cluster: BurstCluster, outcome: Outcome, effects: tuple[str, ...], signal: str, value: float) -> None:
-    """The row's invariants, then its figures recorded."""
-    assert not outcome.refusals, f"{outcome.row}: the kubelet was sent pods it could not admit: {outcome.refusals}"
-    assert outcome.sys_grants == [], f"{outcome.row}: SYS pairs under required: {outcome.sys_grants}"
-    for pod, messages in outcome.waiting.items():
-        assert messages and any(effect in messages[-1] for effect in effects), \
-            f"{outcome.row}: {pod} waits without a reason naming {effects}: {messages[-1:]}"
-    ledgers = cluster.wait_ledgers_match()
-    for node, pods in ledgers.items():
-        devices = [i for held in pods.values() for i in held]
-        assert len(devices) == len(set(devices)), f"{outcome.row}: {node}'s ledger lists a GPU twice: {pods}"
-    record = {
-        "row": outcome.row, "pods": outcome.pods, "placed": len(outcome.placed), "waiting": len(outcome.waiting),
-        "gpus_twice": 0, "sys": 0, "fault_s": outcome.fault_s, "next_bind_s": outcome.next_bind_s,
-        "all_placed_s": outcome.all_placed_s, **outcome.requests, "signal": signal, "signal_value": value,
-        **outcome.notes,
-    }
-    _results.append(record)
-    print(json.dumps(record))
-
-
-def counter(cluster: BurstCluster, name: str, **labels: str) -> float:
-    return sum(metric_total(text, name, **labels) for text in cluster.extender_metrics().values())
-
-
 def test_apiserver_killed_and_restarted_mid_burst(fresh: BurstCluster):
     def fault() -> None:
         fresh.plane.restart_apiserver()
 
+    before = counter(fresh, "gpupair_extender_watch_restarts_total")
     outcome = fresh.burst("apiserver", fault)
     check(fresh, outcome, ("stale",), "gpupair_extender_watch_restarts_total",
-          counter(fresh, "gpupair_extender_watch_restarts_total"))
+          counter(fresh, "gpupair_extender_watch_restarts_total") - before)
     assert len(outcome.placed) == outcome.pods
 
 
@@ -144,7 +99,7 @@ def test_extender_killed_between_a_binding_and_its_answer(fresh: BurstCluster):
         pod = re.search(rb'"PodName":\s*"([^"]+)"', fresh.balancer.held_request)
         assert pod is not None, fresh.balancer.held_request
         caught["pod"] = pod.group(1).decode()
-        fresh.api.wait_for(lambda: fresh.api.get("v1", "Pod", caught["pod"], NAMESPACE)["spec"].get("nodeName"),
+        fresh.api.wait_for(lambda: fresh.api.get("v1", "Pod", caught["pod"], fresh.namespace)["spec"].get("nodeName"),
                            30, f"the Binding of {caught['pod']} written")
         fresh.restart_extender(name, while_down=lambda: fresh.balancer.release(drop=True))
 
@@ -195,10 +150,22 @@ def test_the_webhook_down_for_ten_seconds(fresh: BurstCluster):
     fail_open = apiserver_requests_metric(fresh, "apiserver_admission_webhook_fail_open_count") - before
     check(fresh, outcome, ("stale",), "apiserver_admission_webhook_fail_open_count", fail_open)
     assert len(outcome.placed) == outcome.pods
-    unverified = [p["metadata"]["name"] for p in fresh.api.list("v1", "Pod", NAMESPACE)
+    unverified = [p["metadata"]["name"] for p in fresh.api.list("v1", "Pod", fresh.namespace)
                   if gpu_ask(p["spec"]["containers"][0]) > 1 and not has_verifier(p)]
     outcome.notes["without_verifier"] = len(unverified)
     assert fail_open >= 1 and unverified, "no pod was created while the webhook was down"
+    shown = status_json(fresh)["summary"]["notVerified"]
+    assert sorted(p["name"] for p in shown) == sorted(unverified)
+    assert {p["verdict"] for p in shown} == {"not verified"}
+
+
+def status_json(cluster: BurstCluster) -> dict[str, Any]:
+    """`gpupair status -o json` on the burst's namespace, run as a user runs it."""
+    done = subprocess.run(gpupair_argv(["status", "-o", "json", "-n", cluster.namespace,
+                                        "--kubeconfig", str(cluster.plane.admin_kubeconfig)]),
+                          capture_output=True, text=True, timeout=60, env=base_env())
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def has_verifier(pod: dict[str, Any]) -> bool:
@@ -214,6 +181,7 @@ def test_extender_sigterm_mid_burst_finishes_the_binds_in_flight(fresh: BurstClu
     bind, answers it, and exits 0; every bind it answered as bound is a pod bound there."""
     [name] = fresh.extenders
     process, _ = fresh.extenders[name]
+    offset = process.log.stat().st_size
     seen: dict[str, Any] = {}
 
     def fault() -> None:
@@ -231,21 +199,23 @@ def test_extender_sigterm_mid_burst_finishes_the_binds_in_flight(fresh: BurstClu
         fresh.restart_extender(name, stop=stop)
 
     outcome = fresh.burst("sigterm", fault)
-    answered = bound_after_shutdown(process.log, process.pid)
+    answered = bound_after_shutdown(process.log, offset)
     check(fresh, outcome, ("connection refused", "EOF"), "binds answered while draining", len(answered))
     assert seen["exit"] == 0, f"the extender exited {seen['exit']} on SIGTERM"
     assert seen["pod"] in answered, f"the bind in flight ({seen['pod']}) was not finished: {answered}"
     for pod, node in answered.items():
-        assert fresh.api.get("v1", "Pod", pod, NAMESPACE)["spec"].get("nodeName") == node, (pod, node)
+        assert fresh.api.get("v1", "Pod", pod, fresh.namespace)["spec"].get("nodeName") == node, (pod, node)
     scheduler_log = fresh.scheduler.log.read_text(errors="replace")
-    assert f'"Failed to bind pod" pod="{NAMESPACE}/{seen["pod"]}"' not in scheduler_log
+    assert f'"Failed to bind pod" pod="{fresh.namespace}/{seen["pod"]}"' not in scheduler_log
     assert len(outcome.placed) == outcome.pods
 
 
-def bound_after_shutdown(log: Path, pid: int) -> dict[str, str]:
-    """The pods (name -> node) a process's log says it bound after its "shutting down" line;
-    ``pid`` picks the run of that process out of a log that restarts append to."""
-    lines = log.read_text(errors="replace").splitlines()
+def bound_after_shutdown(log: Path, offset: int) -> dict[str, str]:
+    """The pods (name -> node) a process's log says it bound after the first "shutting down"
+    line past ``offset`` (and before it served again: restarts append to the same log)."""
+    with log.open("rb") as text:
+        text.seek(offset)
+        lines = text.read().decode(errors="replace").splitlines()
     bound: dict[str, str] = {}
     draining = False
     for line in lines:
@@ -294,5 +264,5 @@ def test_reporter_sigterm_leaves_its_lease_to_expire(fresh: BurstCluster):
 
 
 def lease_of(cluster: BurstCluster, node: str) -> str | None:
-    lease = cluster.api.find("coordination.k8s.io/v1", "Lease", node, cluster.install_namespace)
+    lease = cluster.api.find("coordination.k8s.io/v1", "Lease", node, GPUPAIR_NAMESPACE)
     return None if lease is None else lease["spec"].get("renewTime")
