@@ -1,13 +1,14 @@
-"""One cluster and one burst for the chaos matrix (test_chaos.py), shared by every row so the
-matrix pays for its set-up once.
+"""One cluster and one burst for the chaos matrix (test_chaos.py; dra_burst.py on DRA nodes),
+shared by every row so the matrix pays for its set-up once.
 
 ``BurstCluster`` is gpupair as deploy/ runs it on eight seed-like nodes (GPU0-3 on NUMA node 0,
 GPU4-7 on NUMA node 1): the webhook, a reporter per node, the extender behind a ``Balancer``
 (one replica, or two for the replica row) and a kube-scheduler of its own that calls it.
-``burst`` creates 40 GPU pods at once (24 asking one GPU, 16 asking two: 56 of the 64 GPUs, so
-that however the singles spread, two of them per NUMA node at most, every NUMA node keeps a
-close pair and every pod fits), injects the row's fault once ``after_bound`` of them are bound,
-waits for the rest, and measures what the row reports. ``clear`` deletes the pods and waits
+``burst`` creates 40 GPU pods, 8 a second (24 asking one GPU, 16 asking two: 56 of the 64 GPUs,
+so that however the singles spread, two of them per NUMA node at most, every NUMA node keeps a
+close pair and every pod fits), injects the row's fault once ``after_bound`` of them are bound
+(while the rest are created, scheduled and bound), waits for the rest, and measures what the row
+reports. ``clear`` deletes the pods and waits
 until the reports and the extenders' holds are back to an empty cluster.
 """
 
@@ -55,8 +56,7 @@ class Outcome:
     next_bind_s: float | None  # from the fault's end to the first bind after it
     all_placed_s: float | None  # from the fault's end to the last pod bound
     requests: dict[str, int]  # the apiserver's, from the fault's end to the last pod bound
-    signals: dict[str, float] = field(default_factory=dict)  # what an operator would watch
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)  # the row's own facts, recorded beside its figures
 
     @property
     def sys_grants(self) -> list[Grant]:

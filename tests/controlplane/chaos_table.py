@@ -12,9 +12,9 @@ from typing import Any
 MATRIX: dict[str, str] = {
     "apiserver": "kube-apiserver SIGKILLed, restarted on the same etcd",
     "watches": "watches expire: etcd compacted past every resourceVersion, connections dropped",
-    "etcd": "etcd stopped (SIGSTOP) 5 s, then continued",
+    "etcd": "etcd stopped (SIGSTOP) 5 s with a bind in flight, then continued",
     "extender": "extender SIGKILLed between a Binding and its answer, restarted",
-    "replica": "one of two extender replicas SIGKILLed behind a round robin",
+    "replica": "one of two extender replicas behind a round robin SIGKILLed between a Binding and its answer",
     "reporter": "a reporter SIGKILLed and restarted",
     "webhook": "the webhook down 10 s (failurePolicy Ignore)",
     "sigterm": "SIGTERM to the extender while a Binding waits on etcd",

@@ -22,7 +22,6 @@ import re
 import signal
 import socket
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -68,7 +67,8 @@ class Balancer:
     pod died drops out of a Service.
 
     ``hold_answers(b"/bind")`` makes it keep back the answer to the next request whose bytes
-    contain that path: ``held`` is then set, with the request in ``held_request``, and the
+    contain that path: ``held`` is then set, with the request in ``held_request`` (and the
+    backend it went to in ``held_backend``), and the
     answer goes on only after ``release()``, or never after ``release(drop=True)``.
     ``hold_answers(b"/bind", request_too=True)`` keeps back the request itself as well (until
     ``release()``: the backend then gets it, and its answer is not held)."""
@@ -85,6 +85,7 @@ class Balancer:
         self._hold: bytes | None = None
         self.held = threading.Event()
         self.held_request = b""
+        self.held_backend: tuple[str, int] | None = None  # where the held request went
         self._released = threading.Event()
         self._drop = False
         self._request_too = False
@@ -124,16 +125,17 @@ class Balancer:
             if found is None:
                 client.close()
                 continue
-            upstream, _ = found
+            upstream, backend = found
             holding = threading.Event()  # this connection's next answer is held
-            threading.Thread(target=self._requests, args=(client, upstream, holding), daemon=True).start()
+            threading.Thread(target=self._requests, args=(client, upstream, backend, holding), daemon=True).start()
             threading.Thread(target=self._answers, args=(upstream, client, holding), daemon=True).start()
 
-    def _requests(self, client: socket.socket, upstream: socket.socket, holding: threading.Event) -> None:
+    def _requests(self, client: socket.socket, upstream: socket.socket, backend: tuple[str, int],
+                  holding: threading.Event) -> None:
         with contextlib.suppress(OSError):
             while data := client.recv(65536):
                 if self._hold is not None and self._hold in data and not self.held.is_set():
-                    self.held_request = data
+                    self.held_request, self.held_backend = data, backend
                     self.held.set()
                     if self._request_too:
                         self._released.wait()
@@ -219,12 +221,3 @@ def metric_total(text: str, name: str, **labels: str) -> float:
 def scrape(url: str) -> str:
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
         return response.read().decode()
-
-
-def wait_port_free(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex((LOOPBACK, port)) != 0:
-                return
-        time.sleep(0.05)

@@ -75,15 +75,27 @@ def test_watches_expire_mid_burst(fresh: BurstCluster):
 
 
 def test_etcd_stalls_for_five_seconds_mid_burst(fresh: BurstCluster):
+    """etcd stopped with a bind in flight, for longer than the extender's --api-timeout (4 s):
+    that bind gives up and answers an error while its Binding is still queued at the apiserver,
+    and lands when etcd continues. The pod is bound though the extender rolled its plan back;
+    its GPUs must stay held (the pod watch holds a pod bound by "someone else" by count)."""
+    caught: dict[str, str] = {}
+
     def fault() -> None:
+        fresh.balancer.hold_answers(b"/bind", request_too=True)
+        assert fresh.balancer.held.wait(60), "no bind reached the extender"
+        caught["pod"] = re.search(rb'"PodName":\s*"([^"]+)"', fresh.balancer.held_request).group(1).decode()
         with stalled(fresh.plane.etcd):
+            fresh.balancer.release()
             time.sleep(5)
 
     errors_before = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed")
     outcome = fresh.burst("etcd", fault)
     failed = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed") - errors_before
+    outcome.notes["bind_in_flight"] = caught["pod"]
     check(fresh, outcome, ("stale",), 'gpupair_extender_decisions_total{verb="bind",outcome="failed"}', failed)
     assert len(outcome.placed) == outcome.pods
+    assert failed >= 1, "the bind in flight did not time out: the stall did not meet it"
 
 
 def test_extender_killed_between_a_binding_and_its_answer(fresh: BurstCluster):
@@ -112,19 +124,33 @@ def test_extender_killed_between_a_binding_and_its_answer(fresh: BurstCluster):
 
 
 def test_one_of_two_replicas_killed_behind_the_round_robin(fresh: BurstCluster):
-    [first] = fresh.extenders
-    second = fresh.add_extender()
-    try:
-        def fault() -> None:
-            kill(fresh.extenders[first][0])
+    """Two replicas behind a round robin, both answering; the one serving a bind dies between
+    its Binding and its answer. The other must hold that pod's GPUs (its pod watch sees the pod
+    bound by "someone else") and take every call from then on."""
+    added = fresh.add_extender()
+    caught: dict[str, str] = {}
 
+    def fault() -> None:
+        fresh.balancer.hold_answers(b"/bind")
+        assert fresh.balancer.held.wait(60), "no bind reached an extender"
+        caught["pod"] = re.search(rb'"PodName":\s*"([^"]+)"', fresh.balancer.held_request).group(1).decode()
+        fresh.api.wait_for(lambda: fresh.api.get("v1", "Pod", caught["pod"], fresh.namespace)["spec"].get("nodeName"),
+                           30, f"the Binding of {caught['pod']} written")
+        port = fresh.balancer.held_backend[1]
+        caught["replica"] = next(name for name, (_, url) in fresh.extenders.items() if url.endswith(f":{port}"))
+        kill(fresh.extenders[caught["replica"]][0])
+        fresh.balancer.release(drop=True)
+
+    try:
         outcome = fresh.burst("replica", fault)
+        outcome.notes.update(unanswered_bind=caught["pod"],
+                             connections={f"{host}:{port}": n for (host, port), n in fresh.balancer.connections.items()})
         check(fresh, outcome, ("connection refused", "EOF"), "FailedScheduling events",
               len(fresh.failed_scheduling("replica")))
         assert len(outcome.placed) == outcome.pods
-        assert fresh.balancer.connections[("127.0.0.1", int(fresh.extenders[second][1].rsplit(":", 1)[1]))] > 0
-    finally:
-        fresh.remove_extender(first)
+        assert caught["pod"] in {g.pod for g in outcome.grants}
+    finally:  # one replica stays for the later rows
+        fresh.remove_extender(caught.get("replica") or added)
 
 
 def test_a_reporter_restarted_mid_burst(fresh: BurstCluster):
@@ -232,17 +258,15 @@ def bound_after_shutdown(log: Path, offset: int) -> dict[str, str]:
 
 def test_reporter_sigterm_leaves_its_lease_to_expire(fresh: BurstCluster):
     """SIGTERM to a reporter mid-burst: it exits 0 and leaves its Lease as it was (the node
-    goes stale after --stale-after if it does not come back), and the report it leaves names
-    no GPU free that a pod held when it stopped."""
+    goes stale after --stale-after if it does not come back), and the report it leaves is one
+    it scanned: every pod its ledger names holds those GPUs, and it names the rest free."""
     node = "chaos-2"
     left: dict[str, Any] = {}
 
     def fault() -> None:
         def stop(reporter: Process) -> None:
-            held = fresh.held()[node]
             left["exit"] = terminate(reporter)
             left["lease"] = lease_of(fresh, node)
-            left["held"] = held
             annotations = fresh.api.get("v1", "Node", node)["metadata"].get("annotations") or {}
             left["free"] = json.loads(annotations[FREE_KEY])["free"]
             left["ledger"] = fresh.ledgers()[node]
@@ -254,8 +278,10 @@ def test_reporter_sigterm_leaves_its_lease_to_expire(fresh: BurstCluster):
     outcome = fresh.burst("reporter-sigterm", fault)
     assert left["exit"] == 0
     assert left["lease"] is not None and left["lease_after"] == left["lease"], "the Lease changed after the reporter stopped"
-    taken = {i for devices in left["held"].values() for i in devices}
-    assert not taken & set(left["free"]), f"the report left names taken GPUs free: {left['free']} of {left['held']}"
+    # The report it leaves is the last it scanned (pods admitted since are held by the extender
+    # until a report lists them): a true picture of that moment, not one made up on the way out.
+    in_ledger = {i for devices in left["ledger"].values() for i in devices}
+    assert not in_ledger & set(left["free"]) and in_ledger | set(left["free"]) == set(range(8)), left
     now = fresh.held()[node]
     for pod, devices in left["ledger"].items():
         assert now.get(pod, devices) == devices, f"the ledger left names {pod} on {devices}, the kubelet {now.get(pod)}"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.controlplane.chaos_rows import check, counter, running
-from tests.controlplane.dra import RESOURCE, pod_claims
+from tests.controlplane.dra import RESOURCE, allocated_devices, pod_claims
 from tests.controlplane.dra_burst import DraBurstCluster
 
 pytestmark = pytest.mark.chaos
@@ -36,9 +36,10 @@ def test_the_driver_republishes_its_slices_mid_burst(fresh: DraBurstCluster):
     def fault() -> None:
         fresh.republish_slices()
 
+    restarts = counter(fresh, "gpupair_extender_watch_restarts_total", resource="resourceslices")
     outcome = fresh.burst("dra-slices", fault)
     check(fresh, outcome, ("stale", "ResourceSlice"), 'gpupair_extender_watch_restarts_total{resource="resourceslices"}',
-          counter(fresh, "gpupair_extender_watch_restarts_total", resource="resourceslices"))
+          counter(fresh, "gpupair_extender_watch_restarts_total", resource="resourceslices") - restarts)
     assert len(outcome.placed) == outcome.pods
 
 
@@ -60,9 +61,14 @@ def test_a_claim_deleted_while_its_pod_binds(fresh: DraBurstCluster):
         finally:
             fresh.balancer.release()
 
+    failed_before = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed")
     outcome = fresh.burst("dra-claim", fault)
-    failed = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed")
+    failed = counter(fresh, "gpupair_extender_decisions_total", verb="bind", outcome="failed") - failed_before
+    claim = fresh.api.find(RESOURCE, "ResourceClaim", caught["claim"], fresh.namespace)
     outcome.notes["deleted_claim_of"] = caught["pod"]
+    outcome.notes["deleted_claim_after"] = "gone" if claim is None else (
+        "deleting, allocated" if allocated_devices(claim) else "deleting, not allocated")
     check(fresh, outcome, ("stale", "claim"), 'gpupair_extender_decisions_total{verb="bind",outcome="failed"}', failed)
-    placed_or_waiting = set(outcome.placed) | set(outcome.waiting)
-    assert placed_or_waiting == set(fresh.pod_names("dra-claim"))
+    assert set(outcome.placed) | set(outcome.waiting) == set(fresh.pod_names("dra-claim"))
+    if caught["pod"] in outcome.placed:  # a bound pod's devices are never freed under it
+        assert claim is not None and claim["metadata"].get("deletionTimestamp") and allocated_devices(claim), claim
