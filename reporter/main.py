@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -82,6 +82,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "comma-separated allocated devices (indices or UUIDs), instead of asking the kubelet")
     add_flag(parser, "--layout-file", "",
              "also keep the topology JSON in this file (a host directory node-local readers mount)")
+    add_flag(parser, "--admission-probe", True,
+             "write nothing until dry-run writes that the reporter's ValidatingAdmissionPolicies must refuse are "
+             "refused (the apiserver enforces a new policy a second or so after it is applied); "
+             "--no-admission-probe only where those policies are not installed")
     add_flag(parser, "--once", False, "scan once, write if due, and exit")
     add_flag(parser, "--dry-run", False, "print the annotations as one JSON object instead of writing them")
     flags.add_kube_flags(parser)
@@ -135,6 +139,29 @@ def lease_keeper(args: argparse.Namespace, api: Any) -> LeaseKeeper | None:
         return None
     return LeaseKeeper(KubeLeases(api), args.node_name, args.lease_namespace,
                        interval=args.heartbeat, duration=args.lease_duration)
+
+
+def admission_guard(args: argparse.Namespace, api: Any) -> Any:
+    """The wait for the admission policies (reporter/admission_guard.py), or None without it."""
+    if not args.admission_probe:
+        return None
+    from gpupair.reporter.admission_guard import AdmissionGuard
+
+    return AdmissionGuard(api, args.node_name, args.lease_namespace)
+
+
+async def policies_enforced(guard: Any, stop: asyncio.Event, timeout: float | None = None) -> bool:
+    """Whether the reporter may write: at once without a guard, else once its probes are
+    refused (False when ``stop`` or ``timeout`` comes first)."""
+    if guard is None:
+        return True
+    try:
+        return await asyncio.wait_for(guard.wait_enforced(stop), timeout)
+    except asyncio.TimeoutError:
+        return False
+
+
+ONCE_POLICY_WAIT = 30.0  # seconds --once waits for the admission policies before it gives up
 
 
 def dra_node(args: argparse.Namespace, api: Any) -> Any:
@@ -200,6 +227,10 @@ async def run_once(args: argparse.Namespace) -> int:
                 return EXIT_FAILED
             if isinstance(allocations, StaticAllocations):
                 allocations.check(discovery.layout)
+            guard = None if api is None else admission_guard(args, api)
+            if not await policies_enforced(guard, asyncio.Event(), ONCE_POLICY_WAIT):
+                print(f"gpupair reporter: not written: {guard.last_why}", file=sys.stderr)
+                return EXIT_FAILED
             scan = await loop.scan_once()
             if scan is None:
                 print("gpupair reporter: the scan failed (see the log)", file=sys.stderr)
@@ -234,17 +265,26 @@ async def run_service(args: argparse.Namespace) -> int:
             discovery = await loop.refresh_topology()
             if discovery is not None:
                 allocations.check(discovery.layout)
-        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, loop.layout, metrics.registry,
+        guard = admission_guard(args, api)
+        # No verdict is written before the policies are in force either: /v1/verify answers 503
+        # (layout unknown) until then.
+        layout = loop.layout if guard is None else (lambda: loop.layout() if guard.enforced else None)
+        app = build_app(metrics.registry, loop.ready, verification_routes(args, api, client, layout, metrics.registry,
                                                                          loop.nics))
         stop, wake = asyncio.Event(), asyncio.Event()
-        tasks = [asyncio.create_task(loop.run(stop, wake), name="reporter-loop")]
+
+        async def guarded(work: Callable[[], Awaitable[None]]) -> None:
+            if await policies_enforced(guard, stop):
+                await work()
+
+        tasks = [asyncio.create_task(guarded(lambda: loop.run(stop, wake)), name="reporter-loop")]
         if args.checkpoint_file:
             watch = CheckpointWatch(args.checkpoint_file)
             tasks.append(asyncio.create_task(watch.run(wake.set, stop, args.checkpoint_poll), name="checkpoint"))
         if loop.dra is not None:
             from gpupair.reporter.dra_node import serve_verdicts
 
-            tasks.append(asyncio.create_task(serve_verdicts(loop.dra, stop), name="dra-verdicts"))
+            tasks.append(asyncio.create_task(guarded(lambda: serve_verdicts(loop.dra, stop)), name="dra-verdicts"))
         log.info("reporter started", extra={"node": args.node_name, "layout": topology.description,
                                              "allocations": allocations.description,
                                              "lease": f"{args.lease_namespace}/{args.node_name}" if args.lease_namespace else "",

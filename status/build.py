@@ -11,7 +11,7 @@ from typing import Any
 from gpupair.topology import links
 from gpupair.topology import report as codec
 from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent
-from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER, VERIFIER_CONTAINER
 from gpupair.decide.dra_source import DraNodes
 from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.decide.node_picture import AnnotatedNodes, NodePicture, NodeSource
@@ -35,6 +35,7 @@ from gpupair.status.view import (
     FailVerdict,
     FragmentationRow,
     HeartbeatSource,
+    NotVerified,
     NodeCounts,
     NodeView,
     NumaView,
@@ -105,6 +106,7 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
             pending=pending_pods(listing.pods or (), listing.events or (), options.resource,
                                  claim_asks(picture)),
             failVerdicts=fail_verdicts(listing.pods or (), listing.events or (), options.fails),
+            notVerified=not_verified(listing.pods or (), options.resource),
         ),
         unseen=list(listing.unseen),
     )
@@ -315,3 +317,30 @@ def fail_verdicts(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[st
     result.sort(key=lambda f: (f.namespace, f.name))
     result.sort(key=lambda f: f.at.timestamp() if f.at else float("-inf"), reverse=True)  # stable
     return result[:limit]
+
+
+NO_SIDECAR = (f"no {VERIFIER_CONTAINER} sidecar: the webhook did not inject one (it was down when the pod was "
+              "created, failurePolicy Ignore, or the namespace is not opted in); recreate the pod to verify it")
+
+
+def not_verified(pods: Iterable[Mapping[str, Any]], resource: str = DEFAULT_RESOURCE) -> list[NotVerified]:
+    """Bound multi-GPU pods that will never get a verdict: no verdict yet and no verifier sidecar
+    to ask for one. DRA pods are left out: their verdicts come from their claims, with no sidecar."""
+    result = []
+    for pod in pods:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        node = spec.get("nodeName")
+        if not node or status.get("phase") in ("Succeeded", "Failed") or VERDICT_KEY in annotations(pod):
+            continue
+        if spec.get("resourceClaims") or status.get("extendedResourceClaimStatus"):
+            continue
+        try:
+            gpus = gpu_request(pod, resource)
+        except PodRequestError:
+            continue
+        containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+        if gpus < 2 or any(c.get("name") == VERIFIER_CONTAINER for c in containers):
+            continue
+        namespace, name = pod_key(pod)
+        result.append(NotVerified(namespace=namespace, name=name, node=node, gpus=gpus, reason=NO_SIDECAR))
+    return sorted(result, key=lambda p: (p.namespace, p.name))

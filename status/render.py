@@ -100,6 +100,7 @@ def render_text(view: StatusView, wide: bool = False) -> str:
     lines += _pending(view, now)
     lines.append("")
     lines += _fails(view, now)
+    lines += _not_verified(view)
     for unseen in view.unseen:
         lines.append(f"not visible: {unseen.resource}: {unseen.reason}")
     return "\n".join(lines) + "\n"
@@ -145,3 +146,14 @@ def _fails(view: StatusView, now: datetime) -> list[str]:
             what = ["-", "-", "-", "(pod gone) " + fail.message]
         rows.append([f"{fail.namespace}/{fail.name}", when, *what])
     return [f"recent FAIL verdicts: {len(fails)}"] + table(["POD", "WHEN", "NODE", "GRANTED", "NUMA", "LINK"], rows)
+
+
+def _not_verified(view: StatusView) -> list[str]:
+    """Shown only when there are some: most clusters have none."""
+    pods = view.summary.notVerified
+    if not pods:
+        return []
+    rows = [[f"{pod.namespace}/{pod.name}", pod.node, str(pod.gpus)] for pod in pods]
+    return (["", f"not verified: {len(pods)} multi-GPU pods have no verifier sidecar, so no verdict will come "
+                 "(created while the webhook was down, or in a namespace not opted in)"]
+            + table(["POD", "NODE", "GPUS"], rows))

@@ -112,6 +112,16 @@ class FailVerdict(_View):
     message: str
 
 
+class NotVerified(_View):
+    namespace: str
+    name: str
+    node: str
+    gpus: int
+    verdict: Literal["not verified"] = Field(default="not verified", description=(
+        "no verdict will come: the pod has no gpupair-verify sidecar to ask its node's reporter for one"))
+    reason: str
+
+
 class Unseen(_View):
     resource: str
     reason: str
@@ -122,6 +132,9 @@ class Summary(_View):
     fragmentation: list[FragmentationRow]
     pending: list[PendingPod]
     failVerdicts: list[FailVerdict]
+    notVerified: list[NotVerified] = Field(description=(
+        "bound multi-GPU pods of the device plugin with no verdict and no verifier sidecar: created while the "
+        "webhook was down (failurePolicy Ignore) or in a namespace not opted in"))
 
 
 class StatusView(_View):

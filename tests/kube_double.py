@@ -17,7 +17,9 @@ implements them directly, following the apiserver's observable behaviour:
   into DELETED;
 * errors are ``Status`` objects with the apiserver's reasons and messages;
 * a TokenReview of a pod-bound token fails (HTTP 201, ``status.error``) once that pod is
-  deleted or replaced by a namesake with another UID.
+  deleted or replaced by a namesake with another UID;
+* ``dryRun=All`` on a create or a patch answers what would be stored and stores nothing (no
+  admission policy runs here: every dry run is admitted).
 
 resource.k8s.io/v1 (ResourceSlices, DeviceClasses, ResourceClaims and their templates) is
 served as stored objects with the kinds' selectable fields; a claim's ``/status`` writes the
@@ -715,6 +717,8 @@ class KubeDouble:
             raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
         if resource == "events":
             self._validate_event(request.path, body, namespace)
+        if _dry_run(request):
+            return web.json_response(body, status=201)
         obj = self.store.create(resource, body, namespace)
         return web.json_response(obj, status=201)
 
@@ -800,6 +804,8 @@ class KubeDouble:
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(resource, name, "the object has been modified; please apply your changes "
                                            "to the latest version and try again")
+        if _dry_run(request):
+            return new
         return self.store.update(resource, name, namespace, new)
 
     async def _replace(self, request: web.Request, resource: str, namespace: str, name: str) -> dict:
@@ -980,3 +986,7 @@ def make_pod(name: str = "", namespace: str = "", *, gpus: int = 2, generate_nam
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _dry_run(request: web.Request) -> bool:
+    return request.query.get("dryRun") == "All"

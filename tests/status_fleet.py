@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from gpupair.topology import report as codec
 from gpupair.kubeclient.kube import event_body
+from gpupair.kubewire.defaults import VERIFIER_CONTAINER
 from gpupair.decide.verdict import GRANTED_KEY, LINK_KEY, NUMA_KEY, PLANNED_KEY, VERDICT_KEY
 from tests.kube_double import Store, make_node, make_pod
 from tests.layouts import seed_layout
@@ -26,10 +27,14 @@ def report(node: str, free: set[int], age: float, unhealthy: set[int] = frozense
                                     NOW - timedelta(seconds=age), frozenset(unhealthy), holders)
 
 
-def bind(store: Store, name: str, node: str, gpus: int, bound_ago: float, planned: str | None = None) -> None:
-    """A GPU pod bound to ``node`` ``bound_ago`` seconds before NOW, as kube-scheduler leaves it."""
+def bind(store: Store, name: str, node: str, gpus: int, bound_ago: float, planned: str | None = None,
+         verifier: bool = True) -> None:
+    """A GPU pod bound to ``node`` ``bound_ago`` seconds before NOW, as kube-scheduler leaves it;
+    a multi-GPU one with the webhook's verifier sidecar unless ``verifier`` is False (created
+    while the webhook was down)."""
     annotations = {PLANNED_KEY: planned} if planned else {}
-    store.create("pods", make_pod(name, NS, gpus=gpus, node_name=node, annotations=annotations))
+    containers = ["main", VERIFIER_CONTAINER] if verifier and gpus > 1 else ["main"]
+    store.create("pods", make_pod(name, NS, gpus=gpus, node_name=node, annotations=annotations, containers=containers))
     store.patch("pods", name, {"status": {"phase": "Pending", "conditions": [{
         "type": "PodScheduled", "status": "True",
         "lastTransitionTime": rfc3339(NOW - timedelta(seconds=bound_ago))}]}}, NS)
@@ -75,6 +80,9 @@ def small_fleet(store: Store) -> None:
     bind(store, "train-old", "gpu-b", 2, bound_ago=3600, planned="GPU0+GPU3")
     # gpu-c: a 2-GPU pod bound after the report, no plan: count only
     bind(store, "train-unplanned", "gpu-c", 2, bound_ago=2)
+    # a 2-GPU pod created while the webhook was down: no verifier sidecar, so it is "not verified"
+    bind(store, "no-verifier", "gpu-a", 2, bound_ago=7200, verifier=False)
+    store.patch("pods", "no-verifier", {"status": {"phase": "Running"}}, NS)
     # a finished pod bound after the report holds nothing
     bind(store, "done", "gpu-c", 4, bound_ago=1)
     store.patch("pods", "done", {"status": {"phase": "Succeeded"}}, NS)

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpupair.kubewire import defaults
 
-CONTAINER_NAME = "gpupair-verify"
+CONTAINER_NAME = defaults.VERIFIER_CONTAINER
 TOKEN_VOLUME = "gpupair-token"
 TOKEN_DIR = "/var/run/secrets/gpupair.io/serviceaccount"
 TOKEN_FILE = "token"

@@ -8,6 +8,7 @@ from __future__ import annotations
 RESOURCE_NAME = "nvidia.com/gpu"  # the extended resource the device plugin advertises
 REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
 TOKEN_AUDIENCE = "gpupair-reporter"  # the audience of the verifier's projected token
+VERIFIER_CONTAINER = "gpupair-verify"  # the sidecar the webhook injects; a pod without it gets no verdict
 DRA_DRIVER = "gpu.nvidia.com"  # the DRA driver (NVIDIA's) whose ResourceSlices publish the GPUs
 # The DRA DeviceClasses whose devices are GPUs: NVIDIA's driver names its class after itself
 # (kubernetes-sigs/dra-driver-nvidia-gpu).

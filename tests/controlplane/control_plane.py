@@ -24,7 +24,7 @@ import yaml
 
 from tests.controlplane.api import Api
 from tests.controlplane.pki import LOOPBACK, Authority, CertPair, service_account_keys
-from tests.controlplane.processes import Process, free_port, wait_until
+from tests.controlplane.processes import Process, free_port, kill, wait_until
 
 BIN_ENV = "GPUPAIR_K8S_BIN"
 BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -137,16 +137,28 @@ class ControlPlane:
             "--profiling=false",
             "--v=1",
         ])
-        context = ssl.create_default_context(cafile=str(self.ca.cert_file))
-        context.load_cert_chain(str(self.admin_cert.cert), str(self.admin_cert.key))
-        wait_until(lambda: _healthy(f"{self.server}/readyz", context), START_TIMEOUT,
-                   "kube-apiserver /readyz", self.apiserver, interval=0.2)
+        self.wait_apiserver_ready()
         self.admin = Api(LOOPBACK, self.port, str(self.ca.cert_file),
                          cert=(str(self.admin_cert.cert), str(self.admin_cert.key)))
         self.admin_kubeconfig = write_kubeconfig(d / "admin.kubeconfig", self.server, self.ca.cert_file,
                                                  cert=self.admin_cert)
         self.scheduler_kubeconfig = write_kubeconfig(d / "scheduler.kubeconfig", self.server, self.ca.cert_file,
                                                      cert=self.scheduler_cert)
+
+    def wait_apiserver_ready(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca.cert_file))
+        context.load_cert_chain(str(self.admin_cert.cert), str(self.admin_cert.key))
+        wait_until(lambda: _healthy(f"{self.server}/readyz", context), START_TIMEOUT,
+                   "kube-apiserver /readyz", self.apiserver, interval=0.2)
+
+    def restart_apiserver(self) -> None:
+        """SIGKILL the apiserver and start it again on the same port and etcd, as a static pod's
+        kubelet would; returns once it is ready."""
+        old = self.apiserver
+        kill(old)
+        self.apiserver = old.respawn()
+        self.processes[self.processes.index(old)] = self.apiserver
+        self.wait_apiserver_ready()
 
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
         process = Process(name, argv, self.directory / f"{name}.log", env=env)

@@ -65,6 +65,15 @@ def _ready(url: str, context=None) -> bool:
         return response.status == 200
 
 
+def wait_extender_ready(process: Process, url: str) -> None:
+    wait_until(lambda: _ready(f"{url}/readyz"), 60, "gpupair extender /readyz", process, interval=0.1)
+
+
+def wait_reporter_ready(process: Process, node: SimNode, port: int) -> None:
+    wait_until(lambda: _ready(f"http://{node.ip}:{port}/readyz"), 60, f"gpupair reporter on {node.name} /readyz",
+               process, interval=0.1)
+
+
 class Install:
     """gpupair from one rendering of deploy/ (``objects``) on ``plane``."""
 
@@ -132,17 +141,18 @@ class Install:
         token = self.api.request_token(NAMESPACE, service_account, bound_pod=bound_pod)
         return str(self.plane.token_kubeconfig(name, token))
 
-    def extender(self, env: dict[str, str] | None = None) -> tuple[Process, str]:
-        """`gpupair extender` as the gpupair-extender Deployment runs it; (process, its URL)."""
+    def extender(self, env: dict[str, str] | None = None, name: str = "extender") -> tuple[Process, str]:
+        """`gpupair extender` as the gpupair-extender Deployment runs it; (process, its URL);
+        ``name``: its log's, for a second replica."""
         spec = self._container("Deployment", "gpupair-extender", "extender")
         port = free_port()
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
         values.update(GPUPAIR_EXTENDER_HOST=LOOPBACK, GPUPAIR_EXTENDER_PORT=str(port),
-                      KUBECONFIG=self._token_kubeconfig("extender", "gpupair-extender"))
+                      KUBECONFIG=self._token_kubeconfig(name, "gpupair-extender"))
         values.update(env or {})
-        process = self._start("extender", spec, values)
+        process = self._start(name, spec, values)
         url = f"http://{LOOPBACK}:{port}"
-        wait_until(lambda: _ready(f"{url}/readyz"), 60, "gpupair extender /readyz", process, interval=0.1)
+        wait_extender_ready(process, url)
         return process, url
 
     def webhook(self, env: dict[str, str] | None = None) -> Process:
@@ -163,7 +173,10 @@ class Install:
 
     def reporter_pod(self, node: SimNode) -> dict[str, Any]:
         """A gpupair-reporter Pod from the DaemonSet's template, on ``node`` (as the DaemonSet
-        controller would make it, with spec.nodeName set)."""
+        controller would make it, with spec.nodeName set); the one there already, if any."""
+        existing = self.api.find("v1", "Pod", f"gpupair-reporter-{node.name}", NAMESPACE)
+        if existing is not None:
+            return existing
         daemonset = find(self.objects, "DaemonSet", "gpupair-reporter")
         template = daemonset["spec"]["template"]
         pod = {"apiVersion": "v1", "kind": "Pod",
@@ -172,9 +185,9 @@ class Install:
                "spec": {**copy.deepcopy(pod_spec(daemonset)), "nodeName": node.name}}
         return self.api.create(pod)
 
-    def reporter(self, node: SimNode, env: dict[str, str] | None = None) -> Process:
+    def reporter(self, node: SimNode, env: dict[str, str] | None = None, wait_ready: bool = True) -> Process:
         """`gpupair reporter --topology-file` for ``node``, as the DaemonSet runs it there, with a
-        token bound to its reporter Pod."""
+        token bound to its reporter Pod; ``wait_ready``: return once it has published."""
         pod = self.reporter_pod(node)
         spec = self._container("DaemonSet", "gpupair-reporter", "reporter")
         values = resolved_env(spec, {"spec.nodeName": node.name, "status.hostIP": node.ip,
@@ -189,8 +202,8 @@ class Install:
         )
         values.update(env or {})
         process = self._start(f"reporter-{node.name}", spec, values)
-        wait_until(lambda: _ready(f"http://{node.ip}:{self.reporter_port}/readyz"), 60,
-                   f"gpupair reporter on {node.name} /readyz", process, interval=0.1)
+        if wait_ready:
+            wait_reporter_ready(process, node, self.reporter_port)
         return process
 
     def stop(self) -> None:

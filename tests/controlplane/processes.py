@@ -54,6 +54,8 @@ class Process:
         self.name = name
         self.argv = list(argv)
         self.log = log
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
         with open(log, "ab") as out:
             self.popen = subprocess.Popen(_dying_with_parent(self.argv), stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, env=dict(env) if env is not None else None,
@@ -61,6 +63,10 @@ class Process:
         self.pid = self.popen.pid
         with _lock:
             _live[self.pid] = self
+
+    def respawn(self) -> "Process":
+        """The same command started again, its output appended to the same log (a restart)."""
+        return Process(self.name, self.argv, self.log, env=self.env, cwd=self.cwd)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -93,6 +99,25 @@ class Process:
         finally:
             with _lock:
                 _live.pop(self.pid, None)
+
+
+def kill(process: Process) -> None:
+    """SIGKILL to the process's group, as the OOM killer or a node failure ends it: no drain."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.stop()
+
+
+def terminate(process: Process, grace: float = 20.0, *, signalled: bool = False) -> int:
+    """SIGTERM, once, as the kubelet stops a container (``signalled``: it was sent already),
+    and the exit code once the process has drained (subprocess.TimeoutExpired if it takes
+    longer than ``grace``)."""
+    if not signalled:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    code = process.popen.wait(grace)
+    process.stop()
+    return code
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, process: Process | None = None,

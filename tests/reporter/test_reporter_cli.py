@@ -91,7 +91,7 @@ async def test_once_writes_one_report_and_exits(tmp_path, capsys):
         double.store.create("nodes", make_node(NODE))
         config = str(kubeconfig(tmp_path / "kubeconfig", double.url))
         args = parse("--topology-file", SEED_TOPO, "--allocated", "0,4", "--once", "--node-name", NODE,
-                     "--kubeconfig", config)
+                     "--kubeconfig", config, "--no-admission-probe")  # the double enforces no policies
         assert await run_once(args) == 0
         assert len(double.requests_to(f"/api/v1/nodes/{NODE}", "PATCH")) == 1
         decoded = report.decode_annotations(double.store.node(NODE)["metadata"]["annotations"])
@@ -100,7 +100,7 @@ async def test_once_writes_one_report_and_exits(tmp_path, capsys):
         assert double.store.get("leases", NODE, "gpupair-system")["spec"]["holderIdentity"] == NODE
 
         args = parse("--topology-file", SEED_TOPO, "--once", "--node-name", "gpu-node-9", "--allocated", "",
-                     "--kubeconfig", config)
+                     "--kubeconfig", config, "--no-admission-probe")
         assert await run_once(args) == 1
         assert "HTTP 404" in capsys.readouterr().err
 
@@ -152,6 +152,7 @@ async def test_service_publishes_serves_metrics_and_stops_on_sigterm(tmp_path):
             "--kubeconfig", str(kubeconfig(tmp_path / "kubeconfig", double.url)),
             "--host", "127.0.0.1", "--port", str(port), "--checkpoint-file", "",
             "--layout-file", str(tmp_path / "layout.json"),
+            "--no-admission-probe",  # the double runs no admission policies (the next test)
             cwd=ROOT, env={**os.environ, "NODE_NAME": NODE},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
@@ -179,6 +180,41 @@ async def test_service_publishes_serves_metrics_and_stops_on_sigterm(tmp_path):
             stderr = (await process.stderr.read()).decode()
             assert code == 0, stderr
             assert "shutting down" in stderr and "Traceback" not in stderr
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_service_writes_nothing_while_its_admission_policies_are_not_enforced(tmp_path):
+    """The double admits every dry run, as an apiserver does in the second or so before it
+    enforces newly applied policies: the reporter must write nothing (no report, no Lease) and
+    say why, until a probe is refused (tests/controlplane/test_admission_window.py on the real
+    apiserver)."""
+    port = free_port()
+    async with running_kube_double() as double:
+        double.store.create("nodes", make_node(NODE))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpupair.command.cli", "reporter",
+            "--topology-file", SEED_TOPO, "--allocated", "0,4", "--lease-namespace", "gpupair-system",
+            "--kubeconfig", str(kubeconfig(tmp_path / "kubeconfig", double.url)),
+            "--host", "127.0.0.1", "--port", str(port), "--checkpoint-file", "",
+            cwd=ROOT, env={**os.environ, "NODE_NAME": NODE},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+                await wait_for_http(http)
+                await asyncio.sleep(2)  # several probes, and scans' worth of time
+                assert (await http.get("/readyz")).status == 503
+            assert not (double.store.node(NODE)["metadata"].get("annotations") or {})
+            assert double.store.get("leases", NODE, "gpupair-system") is None
+            process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), 20)
+            stderr = (await process.stderr.read()).decode()
+            assert code == 0, stderr
+            assert "writing nothing until the admission policies are enforced" in stderr
+            assert "gpupair-reporter-nodes is not enforced yet" in stderr
         finally:
             if process.returncode is None:
                 process.kill()

@@ -26,7 +26,7 @@ from gpupair.status.main import CLEAR, _show, paused_gc
 from gpupair.status.render import render_text
 from gpupair.status.schema import schema, schema_text
 from gpupair.status.view import StatusView
-from tests.kube_double import Store, make_node, running_kube_double
+from tests.kube_double import Store, make_node, make_pod, running_kube_double
 from tests.status_fleet import NOW, NS, bind, report, rfc3339, small_fleet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -454,3 +454,21 @@ async def test_status_shows_a_pending_claim_pods_placement(tmp_path):
     assert f"{NS}/pref  2     preferred  -" in out
     (pod,) = json.loads(listed)["summary"]["pending"]
     assert (pod["name"], pod["gpus"], pod["placement"]) == ("pref", 2, "preferred")
+
+
+def test_a_multi_gpu_pod_created_without_the_verifier_is_not_verified():
+    """The webhook is failurePolicy Ignore: a pod created while it was down has no sidecar, so no
+    verdict will ever come, and status must not let it pass for verified."""
+    store = Store()
+    bind(store, "with-sidecar", "n", 2, bound_ago=5)
+    bind(store, "webhook-down", "n", 2, bound_ago=5, verifier=False)
+    bind(store, "one-gpu", "n", 1, bound_ago=5, verifier=False)  # no verdict for one GPU anyway
+    bind(store, "verdict-written", "n", 2, bound_ago=5, verifier=False)
+    store.patch("pods", "verdict-written", {"metadata": {"annotations": {"gpupair.io/verdict": "PASS"}}}, NS)
+    claim_pod = make_pod("dra-pod", NS, gpus=0, node_name="n")  # its verdict comes from its claims
+    claim_pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "pair"}]
+    store.create("pods", claim_pod)
+    view = build(Listing(nodes=[node_with(range(8), 10)], pods=store.items("pods"), events=[]), NOW)
+    assert [(p.name, p.node, p.gpus, p.verdict) for p in view.summary.notVerified] == [
+        ("webhook-down", "n", 2, "not verified")]
+    assert "not verified: 1 multi-GPU pods" in render_text(view)
