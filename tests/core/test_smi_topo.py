@@ -445,8 +445,15 @@ def _reformat(text: str, draw) -> str:
     return "\n".join(out)
 
 
+# The recorded one-GPU VM row has every affinity cell filled and no link cell to anchor them: where
+# tabs and spaces mix, the parser reads cells by tab position (as it must for empty cells, see
+# test_empty_numa_cell_between_filled_ones_is_read_by_tab_position), so a reformatting that moves
+# the tabs moves the cells. nvidia-smi itself never mixes them.
+WHITESPACE_FREE = [name for name in ALL_FIXTURES if name != "lent-h200-1gpu-vm-ansi.txt"]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(ALL_FIXTURES), data=st.data())
+@given(name=st.sampled_from(WHITESPACE_FREE), data=st.data())
 def test_any_tabs_and_spaces_parse_identically(name, data):
     text = load(name)
     assert parse_topo_matrix(_reformat(text, data.draw)) == parse_topo_matrix(text)
