@@ -73,6 +73,7 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     cpu_left = np.array([c for _, _, _, c in rows], dtype=np.int64)
     model = np.zeros(len(rows), dtype=np.int64)
     grown = measure.amount(cpu_left - cpu, after, model, fits(True)) - measure.amount(cpu_left, left, model, fits(False))
-    for (index, _, _, _), grade in zip(rows, grades(grown, after.sum(axis=1)).tolist()):
+    capacity = np.array([state.layout.size * MILLI for _, state, _, _ in rows], dtype=np.int64)
+    for (index, _, _, _), grade in zip(rows, grades(grown, after.sum(axis=1), capacity).tolist()):
         scores[index] = grade
     return scores

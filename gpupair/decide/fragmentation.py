@@ -12,9 +12,11 @@ fits only where gpupair's rule lets it (the fewest NUMA nodes its size allows, `
 so GPUs stranded across a socket count as lost. Its workload is learned, the shapes of the pods
 seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
 fragmentation among the nodes asked about, a point less for each further ``QUANTUM`` milli, with
-``PACKING`` milli added per GPU the node would have left: among nodes that fragment alike, the
-fuller one, as FGD's own ties go to a fixed node order and so pack (kube-scheduler's default
-profile, left to break them, spreads).
+up to ``PACKING`` milli added for the share of its GPUs the node would have left: among nodes that
+fragment alike, the fuller one, as FGD's own ties go to a fixed node order and so pack
+(kube-scheduler's default profile, left to break them, spreads). The share, not the count: a
+count would send every small pod to the nodes with the fewest GPUs, and where pods are pinned to
+a GPU model those are the scarce ones.
 
 numpy: a prioritize call or a trace replay asks this of every node at once.
 """
@@ -29,7 +31,7 @@ import numpy as np
 MILLI = 1000  # one GPU
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 QUANTUM = 10  # milli of fragmentation a point of gpupair's score stands for
-PACKING = 20  # milli of fragmentation counted per GPU a node would have left (best fit among near equals)
+PACKING = 160  # milli of fragmentation counted for a node left all free (best fit among near equals)
 TYPICAL_SHARE = 0.95  # FGD's podPopularityThreshold: the target workload covers 95% of the pods
 
 Shape = tuple[int, int, int, tuple[str, ...]]  # cpu milli, milli per GPU, GPUs, models
@@ -77,12 +79,12 @@ def fgd_score(before: np.ndarray, after: np.ndarray) -> np.ndarray:
     return np.floor(100.0 / (1.0 + np.exp(-(before - after) / 1000.0))).astype(np.int64)
 
 
-def grades(grown: np.ndarray, left_after: np.ndarray) -> np.ndarray:
-    """gpupair's 0-10 score from each node's growth of F and the GPU milli it would have left: 10
-    at the least, a point less for each further QUANTUM milli."""
+def grades(grown: np.ndarray, left_after: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """gpupair's 0-10 score from each node's growth of F, the GPU milli it would have left and its
+    GPU milli in all: 10 at the least, a point less for each further QUANTUM milli."""
     if not len(grown):
         return np.zeros(0, dtype=np.int64)
-    cost = grown + PACKING * left_after / MILLI
+    cost = grown + PACKING * left_after / np.maximum(capacity, 1)
     steps = np.ceil((cost - cost.min()) / QUANTUM - 1e-9)
     return np.clip(MAX_SCORE - steps, 0, MAX_SCORE).astype(np.int64)
 

@@ -58,4 +58,4 @@ class FragmentationScore:
             after[(taken[:, None] & c.bits) != 0] = 0
         masks = (after == MILLI).astype(np.int64) @ c.bits
         grown = measure.amount(cpu - pod.milli_cpu, after, model, fits(masks)) - before
-        return grades(grown, after.sum(axis=1))
+        return grades(grown, after.sum(axis=1), c.gpus[rows] * MILLI)

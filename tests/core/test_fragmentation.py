@@ -21,13 +21,22 @@ def test_a_shape_of_whole_gpus_fits_only_as_close_as_gpupair_allows():
 
 def test_grades_give_ten_to_the_least_growth_and_a_point_less_per_quantum():
     grown = np.array([250.0, 250.0 + QUANTUM, 250.0 + 3.5 * QUANTUM, 1e6])
-    assert grades(grown, np.zeros(4)).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
-    assert grades(np.zeros(0), np.zeros(0)).tolist() == []
+    assert grades(grown, np.zeros(4), np.full(4, 8000)).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
+    assert grades(np.zeros(0), np.zeros(0), np.zeros(0)).tolist() == []
 
 
 def test_among_nodes_that_fragment_alike_the_fuller_one_wins():
-    left_after = np.array([3000, 1000])  # two GPUs more left on the first
-    assert grades(np.zeros(2), left_after).tolist() == [MAX_SCORE - round(2 * PACKING / QUANTUM), MAX_SCORE]
+    left_after = np.array([6000, 2000])  # half of the first node left, a quarter of the second
+    capacity = np.array([8000, 8000])
+    assert grades(np.zeros(2), left_after, capacity).tolist() == [MAX_SCORE - round(PACKING * (6 / 8 - 2 / 8) / QUANTUM), MAX_SCORE]
+
+
+def test_packing_weighs_the_share_left_not_the_gpus_so_small_nodes_are_not_drained_first():
+    # One GPU left of a 2-GPU node and seven of an 8-GPU node: by count the small node would win
+    # by 6 GPUs; by share they are near equals (a half against seven eighths).
+    grown = np.zeros(2)
+    scores = grades(grown, np.array([1000, 7000]), np.array([2000, 8000])).tolist()
+    assert scores[0] - scores[1] == round(PACKING * (7 / 8 - 1 / 2) / QUANTUM)
 
 
 def test_the_workload_counts_each_pod_once_and_forgets_it():
