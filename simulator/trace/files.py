@@ -130,6 +130,12 @@ def _new_name(path: Path, number: int, row: dict[str, str], column: str, kind: s
     return name
 
 
+def workload_name(path: str | Path) -> str:
+    """The workload a pod list holds, by its file name: ``multigpu50`` for
+    ``openb_pod_list_multigpu50.csv``, else the file's stem."""
+    return Path(path).stem.removeprefix("openb_pod_list_") or Path(path).stem
+
+
 def read_nodes(path: str | Path) -> list[TraceNode]:
     path = Path(path)
     nodes: list[TraceNode] = []

@@ -6,6 +6,7 @@ Rows are configurations (path, policy, gpupair's part), each the mean over its s
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
@@ -68,9 +69,13 @@ def document(about: dict, runs: Sequence[ReplayResult]) -> str:
     return json.dumps({"trace": about, "runs": [run.as_json() for run in runs]}, indent=1)
 
 
-def plot(path: Path, runs: Sequence[ReplayResult], title: str) -> None:
+ZOOM_FROM = 70  # arrival %: below it every policy places nearly all that arrived, and the curves overlap
+
+
+def figure(runs: Sequence[ReplayResult], workload: str):
     """Allocation against arrival, one line per configuration (mean over its seeds), one panel a
-    path, as FGD's figure 9a draws it."""
+    path, as FGD's figure 9a draws it, zoomed to where policies part: arrival from 70 to 130%,
+    allocation from the lowest curve there."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,21 +85,32 @@ def plot(path: Path, runs: Sequence[ReplayResult], title: str) -> None:
     paths = list(dict.fromkeys(key[0] for key in groups))
     fig, axes = plt.subplots(1, len(paths), figsize=(8 * len(paths), 6), squeeze=False)
     for axis, device_path in zip(axes[0], paths):
+        shown: list[float] = []
         for (run_path, policy, label), group in groups.items():
             if run_path != device_path:
                 continue
-            points = sorted({p for r in group for p, v in r.allocation.items() if v is not None})
+            points = sorted({p for r in group for p, v in r.allocation.items() if v is not None and p >= ZOOM_FROM})
             values = [mean(v for r in group if (v := r.allocation.get(p)) is not None) for p in points]
+            shown += values
             style = {"-": "-", "gpupair": "--"}.get(label, ":")
             axis.plot(points, values, style, label=policy if label == "-" else f"{policy} + {label}")
         axis.plot([0, 130], [0, 130], color="grey", linewidth=0.5)
-        axis.set_xlim(0, 130)
-        axis.set_ylim(0, 100)
+        axis.set_xlim(ZOOM_FROM, 130)
+        low, high = (min(shown), max(shown)) if shown else (0.0, 100.0)
+        axis.set_ylim(max(0.0, math.floor(low) - 1), min(100.0, math.ceil(high) + 1))
         axis.set_xlabel("GPU demand arrived (% of the cluster's GPUs)")
         axis.set_ylabel("GPUs allocated (%)")
-        axis.set_title(f"{title}: {device_path} path")
+        axis.set_title(f"{workload}: {device_path} path")
         axis.legend(fontsize=7, ncol=2)
     fig.tight_layout()
+    return fig
+
+
+def plot(path: Path, runs: Sequence[ReplayResult], workload: str) -> None:
+    """``figure`` written as PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(runs, workload)
     with atomic_write(path, binary=True) as out:
         fig.savefig(out, format="png", dpi=100)
     plt.close(fig)

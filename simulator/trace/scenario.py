@@ -16,9 +16,9 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     from tqdm import tqdm
 
     from gpupair.command.outputs import check_output
-    from gpupair.simulator.output import text_table, write_summary
+    from gpupair.simulator.output import check_plotting, text_table, write_summary
     from gpupair.simulator.trace import report
-    from gpupair.simulator.trace.files import read_nodes, read_pods
+    from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name
     from gpupair.simulator.trace.numa import NumaSplits
     from gpupair.simulator.trace.policies import make_policy
     from gpupair.simulator.trace.replay import ReplayConfig
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     as_json = args.output == "json"
     tsv = None if as_json else check_output(args.output, "--output", (".tsv",))
     plot = check_output(args.plot, "--plot", (".png",)) if args.plot else None
+    if plot is not None:
+        check_plotting()
     nodes, pods = read_nodes(args.trace_nodes), read_pods(args.trace_pods)
 
     configs = [ReplayConfig(policy, gpupair, seed, path, args.plugin, args.tune, splits, args.policy_weight, score)
@@ -77,6 +79,6 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
           "each GPU's share known; gpupair-frag-whole: the same seeing whole GPUs only (docs/simulate.md)")
     print("TSV: " + ", ".join(map(str, written)))
     if plot is not None:
-        report.plot(plot, runs, args.trace_pods)
+        report.plot(plot, runs, workload_name(args.trace_pods))
         print(f"plot: {plot}")
     return 0

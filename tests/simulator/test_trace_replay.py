@@ -13,12 +13,12 @@ import pytest
 
 from gpupair.simulator.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
 from gpupair.decide import fragmentation
-from gpupair.simulator.trace import protocol
+from gpupair.simulator.trace import protocol, report
 from gpupair.simulator.trace.cluster import TraceCluster
-from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods
+from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, workload_name
 from gpupair.simulator.trace.numa import NumaSplits
 from gpupair.simulator.trace.policies import make_policy
-from gpupair.simulator.trace.replay import FRAGMENTATION, ReplayConfig, replay
+from gpupair.simulator.trace.replay import FRAGMENTATION, ReplayConfig, ReplayResult, replay
 from gpupair.simulator.trace.runs import parse_seeds, run_all
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "trace"
@@ -259,6 +259,27 @@ def test_the_table_tsv_and_plot(sliced, tmp_path):
         [path, "GpuPacking", label] for path in ("device-plugin", "dra") for label in ("-", "gpupair")]
     assert len((tmp_path / "out.trace.runs.tsv").read_text().splitlines()) == 5
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_names_the_workload_and_zooms_where_policies_part():
+    """Below 70% arrival every policy places what arrived; the figure spends its scale on 70-130%,
+    from just under the lowest curve there, and is titled by the workload, not the file's path."""
+    assert workload_name("/a/long/path/openb_pod_list_multigpu50.csv") == "multigpu50"
+    assert workload_name("fleet-export.csv") == "fleet-export"
+
+    def run(policy, gpupair, seed, lift):
+        curve = {p: min(100.0, p * (0.9 if p > 60 else 1.0) + lift) for p in range(131)}
+        return ReplayResult(policy, gpupair, seed, "device-plugin", "shipped", curve)
+
+    runs = [run("kube-default", False, 1, 0.0), run("kube-default", False, 2, 2.0), run("FGD", False, 1, 20.0)]
+    fig = report.figure(runs, "multigpu50")
+    (axis,) = fig.axes
+    assert axis.get_title() == "multigpu50: device-plugin path"
+    assert axis.get_xlim() == (70.0, 130.0)
+    lowest = (63.0 + 65.0) / 2  # kube-default's two seeds at 70%
+    low, high = axis.get_ylim()
+    assert lowest - 2 <= low < lowest and high == 100.0
+    assert [min(line.get_xdata()) for line in axis.get_lines()[:2]] == [70, 70]
 
 
 @pytest.mark.parametrize("args, expected", [
