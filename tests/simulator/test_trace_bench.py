@@ -1,0 +1,67 @@
+"""bench/trace.py --floor (gpupair#44 item 3) on slices of Alibaba's trace: one table a workload,
+FGD's published figure or, for a workload of our own, FGD replayed, and which workloads pass."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+TRACE = ROOT / "tests" / "fixtures" / "trace"
+OPENB = ROOT / "bench" / "openb"
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory):
+    """Every eighth node, and every eighth pod of multigpu50 (which FGD published) and of our
+    pinned workload (which it did not)."""
+    folder = tmp_path_factory.mktemp("floor")
+    for source in (TRACE / "openb_node_list_gpu_node.csv", TRACE / "openb_pod_list_multigpu50.csv",
+                   OPENB / "openb_pod_list_pinned.csv"):
+        lines = source.read_text().splitlines()
+        (folder / source.name).write_text("\n".join([lines[0], *lines[1::8]]) + "\n")
+    return folder
+
+
+def bench(*args):
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "trace.py"), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
+    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--seeds", "1-2",
+                 "--goal-scores", "shipped,fragmentation", "--workers", "1", "--json", str(tmp_path / "runs.json"))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.index("### multigpu50") < out.index("### pinned")  # FGD's workloads first, then ours
+    tables = {section.split("\n", 1)[0]: section for section in out.split("### ")[1:]}
+    assert "FGD published @100 / @130" in tables["multigpu50"]
+    assert "FGD replayed @100 / @130" in tables["pinned"]
+    for name in ("multigpu50", "pinned"):
+        rows = [line for line in tables[name].splitlines() if line.startswith("| alone") or line.startswith("| +")]
+        assert [row.split(" | ")[0] for row in rows] == [
+            "| alone", "| + gpupair (shipped)", "| + gpupair-frag (fragmentation)"]
+        assert rows[0].split(" | ")[4] == "-"  # no gap to itself
+        assert all(" @" in row.split(" | ")[4] for row in rows[1:])  # the worst gap and where
+    summary = tables["Which workloads pass (2 workloads)"]
+    assert summary.count("- gpupair (shipped), ") == 4 and summary.count("- gpupair-frag (fragmentation), ") == 4
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    # per workload: kube-default alone and with each score, two seeds; FGD replayed on pinned only
+    assert len(runs) == 2 * 3 * 2 + 2
+    assert sum(r["policy"] == "FGD" for r in runs) == 2 and {r["trace"] for r in runs if r["policy"] == "FGD"} == {
+        "pinned"}
+    assert all(set(map(int, r["allocation"])) >= set(range(50, 131)) for r in runs)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--traces", "nope"), "--traces: no pod list for nope"),
+    (("--goal-scores", "magic"), "--goal-scores: unknown magic"),
+    (("--goal-policies", "tetris"), "--goal-policies: unknown policy 'tetris'"),
+    (("--published", "/nonexistent.csv"), "cannot read FGD's result file"),
+])
+def test_bad_input_is_one_line_and_exit_2(sliced, args, expected):
+    done = bench("--floor", "--fixtures", str(sliced), "--traces", "pinned", *args)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr
