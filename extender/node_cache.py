@@ -18,10 +18,10 @@ from gpupair.decide.node_entries import ReportEntry
 from gpupair.decide.node_picture import NodePicture
 from gpupair.decide.reservations import Reservations
 from gpupair.topology.nics import NICS_KEY
-from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY
+from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, PRODUCT_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
-REPORT_KEYS = (TOPOLOGY_KEY, FREE_KEY, ALLOCATIONS_KEY, NICS_KEY)  # what a node's entry is read from
+REPORT_KEYS = (TOPOLOGY_KEY, FREE_KEY, ALLOCATIONS_KEY, NICS_KEY, PRODUCT_KEY)  # what a node's entry is read from
 
 
 class NodeListener(Protocol):

@@ -133,7 +133,7 @@ class ReporterLoop:
                 self.metrics.scans.labels(result="podresources_error").inc()
                 log.warning("cannot read allocations: %s", error)
                 return None
-            scan = compute(discovery.layout, allocations, discovery.lost, discovery.nics)
+            scan = compute(discovery.layout, allocations, discovery.lost, discovery.nics, discovery.product)
             self.metrics.scan_seconds.observe(time.perf_counter() - started)
             self.metrics.scans.labels(result="ok").inc()
             if scan.unknown_ids:

@@ -17,6 +17,9 @@ Where the answers come from:
   an NVSwitch counts for every pair of switch-attached GPUs as ``min`` of their switch links
   (so 18 links per H100 into the switches read ``NV18``, as nvidia-smi prints them).
 - P2P: ``nvmlDeviceGetP2PStatus`` with the READ capability, for each ordered pair.
+- Product: ``nvmlDeviceGetName`` ("NVIDIA H200"), the node's when every GPU gives the same name
+  (a node of mixed products, or with a GPU that gives none, has none: GFD's label would be
+  whichever it met first); Not Supported is no error, the extender then reads GFD's label.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class DiscoveryResult:
     lost: frozenset[int] = frozenset()  # devices NVML could not open at all
     driver_version: str = ""
     nics: NicLayout | None = None  # RDMA NICs and GPU x NIC links (sysfs or a topo -m file)
+    product: str = ""  # the GPUs' product name as NVML gives it; "" when unknown or mixed
 
     @property
     def complete(self) -> bool:
@@ -182,12 +186,18 @@ def _discover(session: _Session, sysfs_root: str) -> DiscoveryResult:
     handles: list[Any] = []
     devices: list[Device] = []
     lost: set[int] = set()
+    names: set[str] = set()
     for index in range(count):
         handle, error = session.call("nvmlDeviceGetHandleByIndex", f"GPU{index}", index)
         if error is not None:
             lost.add(index)
         handles.append(handle)
         devices.append(_device(session, index, handle, sysfs_root) if error is None else Device(index=index))
+        if error is None:
+            name, _ = session.call("nvmlDeviceGetName", f"GPU{index}", handle, quiet=_NOT_APPLICABLE)
+            names.add(_text(name).strip() if name is not None else "")
+    if len(names - {""}) > 1:
+        log.warning("GPUs of several products: none published", extra={"products": sorted(names)})
 
     by_pci = {normalize_pci(d.pci_bus_id): d.index for d in devices if d.pci_bus_id}
     nvlinks = _nvlink_counts(session, handles, by_pci)
@@ -215,6 +225,7 @@ def _discover(session: _Session, sysfs_root: str) -> DiscoveryResult:
         unknown_links=frozenset(unknown),
         lost=frozenset(lost),
         driver_version=_text(driver) if driver is not None else "",
+        product=names.pop() if len(names) == 1 else "",
     )
     log.info(
         "NVML discovery done",

@@ -103,13 +103,13 @@ class Publisher:
         The layout compares as a frozen value (the same object scan after scan), so no scan
         re-encodes the topology just to find it unchanged."""
         if self.topology_only:
-            return (scan.layout, scan.nics, "topology-only")
-        return (scan.layout, scan.free, scan.unhealthy, scan.holders, scan.nics)
+            return (scan.layout, scan.nics, scan.product, "topology-only")
+        return (scan.layout, scan.free, scan.unhealthy, scan.holders, scan.nics, scan.product)
 
     def annotations(self, scan: ScanResult, generation: int, at: datetime) -> dict[str, str | None]:
         if self.topology_only:
             topology = encode_topology(scan.layout)
-            return {TOPOLOGY_KEY: topology, FREE_KEY: None, ALLOCATIONS_KEY: None, **scan.nic_annotation(topology)}
+            return {TOPOLOGY_KEY: topology, FREE_KEY: None, ALLOCATIONS_KEY: None, **scan.hardware_annotations(topology)}
         return scan.annotations(generation, at)
 
     def due(self, scan: ScanResult) -> Outcome:

@@ -41,6 +41,7 @@ class ScanResult:
     unknown_ids: tuple[str, ...] = ()
     holders: tuple[report.PodHolding, ...] | None = None  # the allocation ledger
     nics: NicLayout | None = None  # the RDMA NICs and their GPU links; None: not known here
+    product: str = ""  # the GPUs' product name (NVML's); "" when not known
 
     def state(self) -> NodeState:
         return NodeState(self.layout, self.free)
@@ -51,17 +52,19 @@ class ScanResult:
     def annotations(self, generation: int, reported_at: datetime) -> dict[str, str]:
         annotations = report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy,
                                                 holders=self.holders)
-        return {**annotations, **self.nic_annotation(annotations[report.TOPOLOGY_KEY])}
+        return {**annotations, **self.hardware_annotations(annotations[report.TOPOLOGY_KEY])}
 
-    def nic_annotation(self, topology_json: str) -> dict[str, str]:
-        """``gpupair.io/nics`` tied to the topology annotation; nothing without NIC facts."""
-        if self.nics is None:
-            return {}
-        return {NICS_KEY: encode_nics(self.nics, report.fingerprint(topology_json))}
+    def hardware_annotations(self, topology_json: str) -> dict[str, str]:
+        """What the scan knows of the hardware beside the topology: ``gpupair.io/nics`` tied to
+        the topology annotation, and ``gpupair.io/product``; each only where known."""
+        found = {} if self.nics is None else {NICS_KEY: encode_nics(self.nics, report.fingerprint(topology_json))}
+        if self.product:
+            found[report.PRODUCT_KEY] = self.product
+        return found
 
 
 def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = (),
-            nics: NicLayout | None = None) -> ScanResult:
+            nics: NicLayout | None = None, product: str = "") -> ScanResult:
     """Free = allocatable - allocated - unhealthy.
 
     Unhealthy: devices in the layout the kubelet does not offer (it drops unhealthy ones from
@@ -82,6 +85,7 @@ def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = 
         unknown_ids=found.unknown_ids,
         holders=holdings(layout, allocations.pods) if allocations.pods is not None else None,
         nics=nics,
+        product=product,
     )
 
 

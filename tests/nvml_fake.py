@@ -8,7 +8,8 @@ Supported for its links, a link number past the GPU's last answers Invalid Argum
 argument ctypes could not pass (such as the bindings' tuple-valued NVML_P2P_CAPS_INDEX_READ)
 raises ctypes.ArgumentError.
 
-Recording format: ``devices`` (uuid, busId, numaNodeId or null for Not Supported,
+Recording format: ``devices`` (uuid, busId, name (the product; a recording without it answers
+Not Supported, as no real driver does), numaNodeId or null for Not Supported,
 sysfsNumaNode, pcieRoot, nvlinks as runs of ``{remoteType, remoteBusId, count}``),
 ``commonAncestor`` and ``p2pRead`` as one row of names per GPU (NVML level names without
 NVML_TOPOLOGY_, P2P status names without NVML_P2P_STATUS_), ``topo``: the `nvidia-smi topo -m`
@@ -160,6 +161,13 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
         self._enter("nvmlDeviceGetUUID", getattr(handle, "index", None))
         return self.devices[self._device(handle)]["uuid"]
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
+        self._enter("nvmlDeviceGetName", getattr(handle, "index", None))
+        name = self.devices[self._device(handle)].get("name")
+        if name is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return name
 
     def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> real.nvmlPciInfo_t:
         self._enter("nvmlDeviceGetPciInfo", getattr(handle, "index", None))

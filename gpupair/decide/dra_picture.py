@@ -35,6 +35,8 @@ from typing import Any
 
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import numa_constrained
+from gpupair.decide.gpu_products import ANY, Accepted, selector_accepts
+from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
 from gpupair.topology.nics import Nic, NicLayout
 from gpupair.topology.report import Ledger, NodeReport, encode_topology, fingerprint
@@ -42,6 +44,7 @@ from gpupair.topology.report import Ledger, NodeReport, encode_topology, fingerp
 SAME_ROOT, SAME_NUMA, CROSS_NUMA = "PHB", "NODE", "SYS"
 GPU_TYPES = ("gpu",)  # the NVIDIA driver's ``type`` attribute; devices without one count as GPUs
 SOURCE = "dra"
+PRODUCT_ATTRIBUTE = "productName"  # NVIDIA's driver: the GPU's NVML name, in its own domain (gpu.nvidia.com/productName)
 
 
 class PictureError(ValueError):
@@ -60,6 +63,7 @@ class DraDevice:
     numa_node: int  # NO_NUMA when unknown
     pcie_root: str
     tainted: bool = False
+    product: str = ""  # productName (NVIDIA's driver publishes NVML's name); "" when not published
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ def _gpu(pool: str, device: dra.Device, driver: str) -> DraDevice | None:
         pci = ""
     root = device.attribute(dra.PCIE_ROOT_ATTRIBUTE, driver)
     uuid = device.attribute("uuid", driver)
+    product = device.attribute(PRODUCT_ATTRIBUTE, driver)
     return DraDevice(
         pool=pool, name=device.name,
         index=index if isinstance(index, int) and not isinstance(index, bool) else None,
@@ -149,6 +154,7 @@ def _gpu(pool: str, device: dra.Device, driver: str) -> DraDevice | None:
         numa_node=numa if isinstance(numa, int) and not isinstance(numa, bool) and numa >= 0 else NO_NUMA,
         pcie_root=root if isinstance(root, str) else "",
         tainted=bool(device.blocking_taints()),
+        product=product if isinstance(product, str) else "",
     )
 
 
@@ -246,6 +252,7 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
         fingerprint=fingerprint(topology_json),
         ledger=Ledger({key: frozenset(v) for key, v in pods.items()}, uids),
         source=SOURCE,
+        product=products.pop() if len(products := {d.product for d in devices}) == 1 else "",
     )
     return DraPicture(report, dict(mapping), inferred, note)
 
@@ -281,21 +288,27 @@ class Demand:
     gpus: int
     policy: str  # a gpupair.decide.policies name: dra-first-fit, dra-first-fit-numa, dra-first-available, dra-nvlink-*
     match_attributes: tuple[str, ...] = ()  # matchAttribute constraints over its GPU requests
+    accepts: Accepted = ANY  # the GPU products its requests' CEL selectors accept (gpupair/decide/gpu_products.py)
+    note: str = ""  # a selector on productName not read, counted as any product
 
 
-def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Demand:
+def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str], driver: str = DRA_DRIVER) -> Demand:
     """The claim's GPUs (ExactCount requests of a GPU class; a firstAvailable request counts its
     first subrequest, the one the allocator tries first) and the allocator's pick for them. The
     webhook's ``preferred`` rewrite (a constrained first subrequest, an unconstrained second) is
     dra-first-available; its ``nvlink`` rewrite (subrequests ``nvlink-<n>``, then perhaps ``any``)
     dra-nvlink-pairs(-or-first-fit)."""
     gpus, policies, matched = 0, set(), []
+    accepts, notes = ANY, []
     for request in claim.spec.devices.requests:
         if request.exactly is not None:
             asked = request.exactly
             if asked.deviceClassName not in gpu_classes or asked.allocationMode != "ExactCount":
                 continue
             gpus += asked.count
+            for selector in asked.selectors:
+                found, why = selector_accepts((selector.cel or {}).get("expression"), driver)
+                accepts, notes = accepts.both(found), [*notes, why] if why else notes
             matched += [c.matchAttribute for c in claim.spec.devices.constraints
                         if c.matchAttribute and (not c.requests or request.name in c.requests)]
             policies.add("dra-first-fit-numa" if numa_constrained(claim, request.name) else "dra-first-fit")
@@ -314,10 +327,10 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str]) -> Deman
                 policies.add("dra-first-available")
             else:
                 policies.add("dra-first-fit-numa")
-    attributes = tuple(dict.fromkeys(matched))
+    attributes, note = tuple(dict.fromkeys(matched)), "; ".join(notes)
     if len(policies) == 1:
-        return Demand(gpus, policies.pop(), attributes)
-    return Demand(gpus, "dra-first-fit", attributes)  # several GPU requests: the unconstrained walk bounds them
+        return Demand(gpus, policies.pop(), attributes, accepts, note)
+    return Demand(gpus, "dra-first-fit", attributes, accepts, note)  # several GPU requests: the unconstrained walk bounds them
 
 
 def nics_from_slices(slices: Iterable[dra.ResourceSlice], drivers: frozenset[str], layout: NodeLayout) -> NicLayout | None:

@@ -31,6 +31,7 @@ from gpupair.decide.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
 )
 from gpupair.topology.nics import NICS_KEY
+from gpupair.decide.gpu_products import ANY
 from gpupair.decide.pod_request import PodRequestError
 from gpupair.topology.report import TOPOLOGY_KEY, decode_node_nics
 
@@ -136,9 +137,11 @@ class DraNodes:
             demands.append(demand)
         if not demands:
             return None
-        policies = {d.policy for d in demands}
+        policies, accepts = {d.policy for d in demands}, ANY
+        for demand in demands:
+            accepts = accepts.both(demand.accepts)
         return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit",
-                      tuple(dict.fromkeys(a for d in demands for a in d.match_attributes)))
+                      tuple(dict.fromkeys(a for d in demands for a in d.match_attributes)), accepts)
 
     def why_unallocatable(self, pod: Any) -> str:
         """gpupair's reason no DRA node can allocate the pod's GPU claims (claim_explain), from
@@ -353,9 +356,12 @@ class DraNodes:
         key = (claim.metadata.namespace, claim.metadata.name)
         self._known.add(key)
         if claim.metadata.annotations.get(dra.EXTENDED_RESOURCE_CLAIM_KEY) != "true":
-            demand = claim_demand(claim, self.gpu_classes)
+            demand = claim_demand(claim, self.gpu_classes, self.driver)
             if demand.gpus:
                 self._demands[key] = demand
+                if demand.note:
+                    self.log.info("claim's product selector read as any product",
+                                  extra={"claim": f"{key[0]}/{key[1]}", "why": demand.note})
                 said = claim_intent(claim, gpu_requests(claim, self.gpu_classes))
                 if said is not None:
                     self._intents[key] = said

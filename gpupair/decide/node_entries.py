@@ -29,7 +29,7 @@ from gpupair.decide.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import (
-    ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
+    ALLOCATIONS_KEY, FREE_KEY, PRODUCT_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
 )
 
 MEMO_LIMIT = 64  # decisions kept per report; reservations make the key space open-ended
@@ -168,16 +168,16 @@ class ReportDecoder:
         free = annotations.get(FREE_KEY)
         if not isinstance(topology, (str, type(None))) or not isinstance(free, (str, type(None))):
             return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
-        ledger, nics = annotations.get(ALLOCATIONS_KEY), annotations.get(NICS_KEY)
-        key = (topology, free, ledger if isinstance(ledger, str) else None, nics if isinstance(nics, str) else None)
+        ledger, nics, product = (annotations.get(k) for k in (ALLOCATIONS_KEY, NICS_KEY, PRODUCT_KEY))
+        key = (topology, free, *(v if isinstance(v, str) else None for v in (ledger, nics, product)))
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._decode(topology, free, key[2], key[3])
+            entry = self._decode(topology, free, *key[2:])
             self._entries[key] = entry
         return entry
 
     def _decode(self, topology: object, free: object, ledger: str | None = None,
-                nics: str | None = None) -> ReportEntry:
+                nics: str | None = None, product: str | None = None) -> ReportEntry:
         if topology is None or free is None:
             missing = TOPOLOGY_KEY if topology is None else FREE_KEY
             return ReportEntry(None, f"no gpupair report ({missing} missing)", "missing")
@@ -189,6 +189,8 @@ class ReportDecoder:
                 raw[ALLOCATIONS_KEY] = ledger
             if nics is not None:
                 raw[NICS_KEY] = nics
+            if product is not None:
+                raw[PRODUCT_KEY] = product
             report = decode_annotations(raw, layout=layout)
         except ReportError as exc:
             return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind, cause=exc.reason)

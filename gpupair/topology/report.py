@@ -13,6 +13,10 @@ Two annotations, so the changing part stays small and the static part is written
   annotation so that extenders older than it, whose ``free`` decoder forbids unknown fields,
   keep working beside reporters that write it; a missing, corrupt or mismatched ledger leaves
   the report usable, without a ledger.
+- ``gpupair.io/product``: the GPUs' product name as NVML gives it (``NVIDIA H200``), plain text,
+  for the fragmentation score's GPU models. Its own annotation for the same reason; a report
+  without it (an older reporter, a node of mixed products) or with one that is not a short line
+  of printable text has no product, and the extender reads GFD's label instead.
 
 Device field names follow Kubernetes DRA's standard attributes (``pciBusID``, ``pcieRoot``) and
 the NUMA attribute drivers publish (``numaNode``). Decoding is strict and says why it rejects.
@@ -38,6 +42,8 @@ PREFIX = "gpupair.io/"
 TOPOLOGY_KEY = PREFIX + "topology"
 FREE_KEY = PREFIX + "free"
 ALLOCATIONS_KEY = PREFIX + "allocations"
+PRODUCT_KEY = PREFIX + "product"
+MAX_PRODUCT_CHARS = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
 FORMAT_VERSION = 1
 MAX_DEVICES = limits.MAX_GPUS  # a larger node's report is refused, with the reason
 MAX_ANNOTATION_BYTES = 64 * 1024  # the API server allows 256 KiB for all annotations together
@@ -146,6 +152,7 @@ class NodeReport:
     source: str = "reporter"  # reporter: the node's annotations; dra: its ResourceSlices and claims
     nics: NicLayout | None = None  # gpupair.io/nics; None: a reporter older than it, or unusable
     nics_problem: str = ""  # why a gpupair.io/nics that was there is not used
+    product: str = ""  # the GPUs' product name (gpupair.io/product, or DRA's productName); "" if unknown
 
     @property
     def layout(self) -> NodeLayout:
@@ -329,6 +336,14 @@ def decode_node_nics(annotations: Mapping[str, str], topology_fingerprint: str,
         return None, str(exc)
 
 
+def decode_product(annotations: Mapping[str, object]) -> str:
+    """The ``gpupair.io/product`` name, or "" where there is none usable."""
+    text = annotations.get(PRODUCT_KEY)
+    if not isinstance(text, str) or len(text) > MAX_PRODUCT_CHARS or not text.isprintable():
+        return ""
+    return text.strip()
+
+
 def decode_annotations(
     annotations: Mapping[str, str] | None,
     now: datetime | None = None,
@@ -381,6 +396,7 @@ def decode_annotations(
         ledger_problem=ledger_problem,
         nics=nics,
         nics_problem=nics_problem,
+        product=decode_product(annotations),
     )
     if stale_after is not None:
         age = report.age(now or datetime.now(timezone.utc))

@@ -273,3 +273,27 @@ def test_partitionable_gpus_and_attributes_gpupair_does_not_read_change_nothing(
     obj["spec"]["devices"].append(mig)
     partitioned = picture([obj], claims, node="n")
     assert partitioned.report.layout == plain.report.layout and partitioned.report.state == plain.report.state
+
+
+def test_the_nodes_product_is_the_productname_nvidias_driver_publishes():
+    published = node_slice("n")
+    for device in published["spec"]["devices"]:  # gpu.nvidia.com's attribute, NVML's name (deviceinfo.go)
+        device["attributes"]["productName"] = {"string": "NVIDIA H100 80GB HBM3"}
+    assert picture([published], [], node="n").report.product == "NVIDIA H100 80GB HBM3"
+    assert picture([node_slice("n")], [], node="n").report.product == ""  # the recorded slice has none
+    published["spec"]["devices"][0]["attributes"]["productName"] = {"string": "NVIDIA H200"}
+    assert picture([published], [], node="n").report.product == ""  # mixed: none
+
+
+def test_a_claims_product_selector_is_what_its_gpus_accept():
+    from gpupair.decide.dra_picture import claim_demand
+
+    claim = recorded_claims()[0]
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'}}]
+    demand = claim_demand(dra.parse_claim(claim), frozenset({DRIVER}), DRIVER)
+    assert demand.accepts.among(["NVIDIA-H200"]) == ("NVIDIA-H100-80GB-HBM3",) and demand.note == ""
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName.matches("H1.*")'}}]
+    demand = claim_demand(dra.parse_claim(claim), frozenset({DRIVER}), DRIVER)
+    assert demand.accepts.among(["NVIDIA-H200"]) == () and "counted as any product" in demand.note

@@ -98,3 +98,16 @@ def test_pci_spellings_of_nvml_and_sysfs_agree():
     assert sysfs_pci("00000000:A1:00.0") == "0000:a1:00.0"
     with pytest.raises(ValueError):
         normalize_pci("garbage")
+
+
+def test_the_product_travels_beside_the_report_and_reports_without_it_still_read():
+    from gpupair.reporter.scan import Allocations, compute
+
+    scan = compute(seed_layout(), Allocations(), product="NVIDIA GeForce RTX 5090 D")
+    annotations = scan.annotations(7, NOW)
+    assert annotations[report.PRODUCT_KEY] == "NVIDIA GeForce RTX 5090 D"
+    assert report.decode_annotations(annotations).product == "NVIDIA GeForce RTX 5090 D"
+    assert report.decode_annotations(seed_annotations()).product == ""  # an older reporter's
+    assert report.PRODUCT_KEY not in compute(seed_layout(), Allocations()).annotations(7, NOW)
+    for bad in ("x" * 200, "two\nlines"):
+        assert report.decode_annotations({**seed_annotations(), report.PRODUCT_KEY: bad}).product == ""

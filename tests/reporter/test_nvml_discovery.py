@@ -195,3 +195,20 @@ def test_sysfs_spelling_uses_four_digit_domain(tmp_path):
     (root / "numa_node").write_text("1\n")
     assert nvml_discovery.read_sysfs_numa("00000000:21:00.0", str(tmp_path)) == 1
     assert nvml_discovery.read_sysfs_numa("00000000:31:00.0", str(tmp_path)) is None
+
+
+def test_the_product_is_nvmls_name_when_every_gpu_gives_the_same(node, tmp_path):
+    nvml, sysfs = node("hgx-h100")
+    for device in nvml.devices:  # the recording predates names: given here, as NVML spells H100 SXM
+        device["name"] = "NVIDIA H100 80GB HBM3"
+    assert discover(nvml, sysfs).product == "NVIDIA H100 80GB HBM3"
+    nvml.devices[3]["name"] = "NVIDIA H200"
+    mixed = discover(nvml, sysfs)
+    assert mixed.product == "" and mixed.complete  # mixed: GFD's label would be a coin toss
+
+
+def test_a_driver_without_names_leaves_the_product_unknown_and_no_error(node):
+    nvml, sysfs = node("seed-5090d")
+    result = discover(nvml, sysfs)
+    assert result.product == "" and result.complete
+    assert nvml.count("nvmlDeviceGetName") == len(nvml.devices)
