@@ -168,9 +168,9 @@ def assemble(
                           default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
     requests = PodRequests(resource, claims=picture.pod_demand)
     if fragmentation:
-        from gpupair.extender.cluster_usage import ClusterUsage  # numpy, only for this score
+        from gpupair.extender.cluster_usage import ClusterUsage, claims_accept  # numpy, only for this score
 
-        evaluator.usage = ClusterUsage(requests.of)
+        evaluator.usage = ClusterUsage(requests.of, claims_accept(picture) if dra is not None else None)
         if cache is not None:
             cache.usage = evaluator.usage
     pods = PodWatch(reservations, requests, evaluator.usage) if api is not None else None

@@ -1,8 +1,9 @@
 """What the fragmentation score needs beyond the node reports (``--score fragmentation``):
-each node's CPU, allocatable and requested, and the shapes of the pods in the cluster.
+each node's CPU, allocatable and requested, its GFD product label, and the shapes of the pods in
+the cluster, each with the GPU products it accepts (gpupair/decide/gpu_products.py).
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
-CPU, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
+CPU and labels, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
 until it finishes or is deleted; its shape (CPU, GPUs) counts in the workload from the moment it
 is seen, bound or not, since pods still waiting are the ones the free capacity must serve.
 """
@@ -12,7 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpupair.decide.fragmentation import MILLI, Workload
+from collections.abc import Callable, Sequence
+
+from gpupair.decide.fragmentation import MILLI, Fragmentation, Workload
+from gpupair.decide.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
 from gpupair.decide.pod_request import PodRequestError, cpu_request, parse_milli
 
 log = logging.getLogger("gpupair.extender.usage")
@@ -20,11 +24,24 @@ log = logging.getLogger("gpupair.extender.usage")
 TERMINAL = ("Succeeded", "Failed")
 
 
+def claims_accept(picture: Any) -> Callable[[Any], Accepted]:
+    """The products a pod's DRA claims accept, from the node picture's claim watch (any for a
+    claim not seen yet: the pod watch sees the pod again when it is bound)."""
+    def accepts(pod: Any) -> Accepted:
+        demand = picture.pod_demand(pod, known_only=True)
+        return demand.accepts if demand is not None else ANY
+    return accepts
+
+
 class ClusterUsage:
-    def __init__(self, gpus_of) -> None:
-        """``gpus_of``: a pod's GPU count as the extender reads it (PodRequests.of)."""
+    def __init__(self, gpus_of, claims_accept: Callable[[Any], Accepted] | None = None) -> None:
+        """``gpus_of``: a pod's GPU count as the extender reads it (PodRequests.of);
+        ``claims_accept``: the products its DRA claims' selectors accept."""
         self._gpus_of = gpus_of
+        self._claims_accept = claims_accept
         self.allocatable: dict[str, int] = {}  # node -> CPU millicores
+        self.labels: dict[str, str] = {}  # node -> its GFD product label, normalised
+        self._rules: dict[tuple[str, ...], Accepted] = {}  # shape models key -> the rule, where it needs the nodes'
         self.requested: dict[str, int] = {}  # node -> CPU millicores of its pods
         self._pods: dict[str, tuple[str, int, tuple]] = {}  # uid -> (node, CPU, shape)
         self.workload = Workload()
@@ -32,6 +49,11 @@ class ClusterUsage:
     # ---- nodes (the node cache)
 
     def node_seen(self, name: str, node: dict[str, Any]) -> None:
+        label = label_product(node)
+        if label:
+            self.labels[name] = label
+        else:
+            self.labels.pop(name, None)
         allocatable = ((node.get("status") or {}).get("allocatable") or {}).get("cpu")
         try:
             self.allocatable[name] = parse_milli(allocatable, f"node {name} status.allocatable.cpu")
@@ -42,6 +64,18 @@ class ClusterUsage:
 
     def node_gone(self, name: str) -> None:
         self.allocatable.pop(name, None)
+        self.labels.pop(name, None)
+
+    def product(self, name: str, reported: str) -> str:
+        """The node's GPU product: its report's (``reported``), else its label's."""
+        return node_product(reported, self.labels.get(name, ""))
+
+    def measure(self, models: Sequence[str]) -> Fragmentation:
+        """The workload's measure over nodes of ``models``, each shape's accepted products
+        resolved against them where its rule needs them (a NotIn without an In)."""
+        typical = self.workload.typical()
+        return Fragmentation([(shape if shape[3][:1] != (RULE,) else (*shape[:3], self._rules[shape[3]].among(models)),
+                               share) for shape, share in typical], models)
 
     def cpu_left(self, name: str) -> int | None:
         """Allocatable less the requests of the pods bound there; None when unknown."""
@@ -73,11 +107,24 @@ class ClusterUsage:
         if known is not None and known[0] == node:
             return
         self.pod_gone(uid)
-        shape = (cpu, MILLI if gpus else 0, gpus, ())
+        accepted = self._accepted(pod) if gpus else ANY
+        shape = (cpu, MILLI if gpus else 0, gpus, accepted.key())
+        if shape[3][:1] == (RULE,):
+            self._rules.setdefault(shape[3], accepted)
         self._pods[uid] = (node, cpu, shape)
         self.workload.add(shape)
         if node:
             self.requested[node] = self.requested.get(node, 0) + cpu
+
+    def _accepted(self, pod: dict[str, Any]) -> Accepted:
+        """The products the pod accepts; a spec that cannot be read accepts any (the API server
+        validated it, so this is a double's or a future field's doing)."""
+        try:
+            accepted = pod_accepts(pod)
+        except PodRequestError as error:
+            log.warning("pod's GPU products unreadable: counted as any", extra={"error": str(error)})
+            accepted = ANY
+        return accepted.both(self._claims_accept(pod)) if self._claims_accept is not None else accepted
 
     def pod_gone(self, uid: str) -> None:
         known = self._pods.pop(uid, None)

@@ -3,8 +3,10 @@
 
 Per node it takes what the extender already knows (the report's free GPUs less what bound pods
 hold, the set the device plugin or allocator is expected to take) plus what ``ClusterUsage``
-keeps: the node's CPU left and the shapes of the cluster's pods. A node the pod cannot go to, or
-one without a usable report or a known CPU, gets 0: no opinion, and no part in the grading.
+keeps: the node's CPU left, its GPU product (its report's, else its GFD label) and the shapes of
+the cluster's pods with the products each accepts. A node the pod cannot go to, or one without a
+usable report or a known CPU, gets 0: no opinion, and no part in the grading. The grades are
+``fragmentation_grades``'s, the simulator's trace score's too.
 
 Registered for every pod (no ``managedResources``): a CPU pod placed where it strands GPUs costs
 as much as a badly placed GPU pod (docs/extender.md, docs/simulate.md).
@@ -17,7 +19,8 @@ from functools import lru_cache
 import numpy as np
 
 from gpupair.decide import placement
-from gpupair.decide.fragmentation import MILLI, grades
+from gpupair.decide.fragmentation import MILLI
+from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.intent import Intent
 from gpupair.decide.reservations import NO_HOLD
 from gpupair.extender.cluster_usage import ClusterUsage
@@ -39,7 +42,7 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
         return scores
     decisions = evaluator.decisions(gpus, offer, intent=intent) if gpus > 0 else None
     now, holds = evaluator.clock(), evaluator.reservations.by_node()
-    rows: list[tuple[int, NodeState, tuple[int, ...], int]] = []
+    rows: list[tuple[int, NodeState, tuple[int, ...], int, str]] = []
     for index, name in enumerate(names):
         plan: tuple[int, ...] = ()
         if decisions is not None:
@@ -54,26 +57,38 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
         cpu_left = usage.cpu_left(name)
         if state is None or cpu_left is None:
             continue
-        rows.append((index, state, plan, cpu_left))
+        rows.append((index, state, plan, cpu_left, usage.product(name, entry.report.product)))
     if not rows:
         return scores
-    measure = usage.workload.measure([""])
-    width = max(state.layout.size for _, state, _, _ in rows)
-    left = np.zeros((len(rows), width), dtype=np.int64)
-    for row, (_, state, _, _) in enumerate(rows):
-        left[row, list(state.free)] = MILLI
-    after = left.copy()
-    for row, (_, _, plan, _) in enumerate(rows):
-        after[row, list(plan)] = 0
-
-    def fits(taken: bool) -> dict[int, np.ndarray]:
-        return {k: np.array([_fits(state.layout, state.free - frozenset(plan) if taken else state.free, k)
-                             for _, state, plan, _ in rows]) for k in measure.whole_sizes}
-
-    cpu_left = np.array([c for _, _, _, c in rows], dtype=np.int64)
-    model = np.zeros(len(rows), dtype=np.int64)
-    grown = measure.amount(cpu_left - cpu, after, model, fits(True)) - measure.amount(cpu_left, left, model, fits(False))
-    capacity = np.array([state.layout.size * MILLI for _, state, _, _ in rows], dtype=np.int64)
-    for (index, _, _, _), grade in zip(rows, grades(grown, after.sum(axis=1), capacity).tolist()):
+    models = sorted({product for *_, product in rows})
+    measure = usage.measure(models)
+    graded = fragmentation_grades(measure, node_rows([(state, plan, cpu_left, models.index(product))
+                                                       for _, state, plan, cpu_left, product in rows]), cpu)
+    for (index, *_), grade in zip(rows, graded.tolist()):
         scores[index] = grade
     return scores
+
+
+def node_rows(nodes: list[tuple[NodeState, tuple[int, ...], int, int]]) -> NodeRows:
+    """The grading rows of what the extender knows per node: its GPUs available (whole GPUs:
+    the report's free less what bound pods hold), the pod's planned set, its CPU left and its
+    product's index."""
+    width = max(state.layout.size for state, *_ in nodes)
+    before = np.zeros((len(nodes), width), dtype=np.int64)
+    for row, (state, *_) in enumerate(nodes):
+        before[row, list(state.free)] = MILLI
+    after = before.copy()
+    for row, (_, plan, *_) in enumerate(nodes):
+        after[row, list(plan)] = 0
+
+    def whole_fits(k: int, placed: bool) -> np.ndarray:
+        return np.array([_fits(state.layout, state.free - frozenset(plan) if placed else state.free, k)
+                         for state, plan, *_ in nodes])
+
+    return NodeRows(
+        cpu_left=np.array([cpu_left for _, _, cpu_left, _ in nodes], dtype=np.int64),
+        before=before, after=after,
+        model=np.array([model for *_, model in nodes], dtype=np.int64),
+        capacity=np.array([state.layout.size * MILLI for state, *_ in nodes], dtype=np.int64),
+        whole_fits=whole_fits,
+    )

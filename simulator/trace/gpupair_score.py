@@ -7,16 +7,20 @@ CPU left; each GPU's share left; and, for the pod scored, the GPUs its node's pi
 to take (the device plugin's or the allocator's set; a share on the GPU the sharing layer packs
 it onto, the one with the least left that holds it).
 
-``whole_only``: the extender as it runs today, whose reporters publish whole GPUs. A GPU with
+``whole_only``: the extender as it runs, whose reporters publish whole GPUs. A GPU with
 any share taken looks taken, a share pod looks like a one-GPU pod, and where a share lands is
-not foreseen (it changes nothing the extender sees).
+not foreseen (it changes nothing the extender sees). It knows each node's GPU product (NVML or
+GFD's label) and each pod's accepted products (nodeSelector, node affinity), as the trace does.
+
+The grades come from ``fragmentation_grades``, the function the extender's prioritize calls.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpupair.decide.fragmentation import MILLI, Workload, grades
+from gpupair.decide.fragmentation import MILLI, Workload
+from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.devices import Tables
 from gpupair.simulator.trace.files import TracePod
@@ -31,22 +35,16 @@ class FragmentationScore:
     def seen(self, pod: TracePod) -> None:
         """The pod watch saw the pod created: before it is scheduled, whether it fits or not."""
         if self.whole_only:
-            self.workload.add((pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, ()))
+            self.workload.add((pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models))
         else:
             self.workload.add(pod.shape)
 
     def scores(self, pod: TracePod, rows: np.ndarray) -> np.ndarray:
         c = self.cluster
-        measure = self.workload.measure(c.models)
         ids = c.layout_id[rows]
-
-        def fits(masks: np.ndarray) -> dict[int, np.ndarray]:
-            return {k: self.tables.lookup("fits", ids, masks, k) for k in measure.whole_sizes}
-
-        left, cpu, model = c.left[rows], c.cpu_left[rows], c.model[rows]
+        left = c.left[rows]
         if self.whole_only:
             left = np.where(left == MILLI, MILLI, 0)
-        before = measure.amount(cpu, left, model, fits(c.free_mask[rows]))
         after = left.copy()
         if pod.gpus and pod.milli_per_gpu < MILLI and self.whole_only:
             pass
@@ -56,6 +54,10 @@ class FragmentationScore:
         elif pod.gpus:
             taken = self.tables.lookup("pick_mask", ids, c.free_mask[rows], pod.gpus)
             after[(taken[:, None] & c.bits) != 0] = 0
-        masks = (after == MILLI).astype(np.int64) @ c.bits
-        grown = measure.amount(cpu - pod.milli_cpu, after, model, fits(masks)) - before
-        return grades(grown, after.sum(axis=1), c.gpus[rows] * MILLI)
+        masks = {False: c.free_mask[rows], True: (after == MILLI).astype(np.int64) @ c.bits}
+
+        def whole_fits(k: int, placed: bool) -> np.ndarray:
+            return self.tables.lookup("fits", ids, masks[placed], k)
+
+        node_rows = NodeRows(c.cpu_left[rows], left, after, c.model[rows], c.gpus[rows] * MILLI, whole_fits)
+        return fragmentation_grades(self.workload.measure(c.models), node_rows, pod.milli_cpu)

@@ -4,7 +4,9 @@ is its allocatable less its pods' requests, and CPU-only pods are scored too."""
 
 from __future__ import annotations
 
+from gpupair.decide.gpu_products import PRODUCT_LABEL
 from gpupair.extender.main import configure
+from gpupair.topology.report import PRODUCT_KEY
 from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
 from tests.kube_double import make_node, make_pod, running_kube_double
 
@@ -70,6 +72,37 @@ async def test_best_fit_remains_the_default_and_gives_cpu_pods_no_opinion():
     assert scores(answer) == {"roomy": 0}
 
 
+def pinned(pod: dict, product: str) -> dict:
+    pod["spec"]["nodeSelector"] = {PRODUCT_LABEL: product}
+    return pod
+
+
+async def test_an_unpinned_pod_is_scored_away_from_the_scarce_product_pinned_pods_wait_for():
+    """One H200 node (its reporter's NVML name) and one A100 node (GFD's label), all GPUs free;
+    the pods waiting are pinned to the H200. A 1-GPU pod that may run anywhere should leave the
+    H200 whole. Without pins the two nodes are alike."""
+    async def scores_with(pin: bool) -> dict[str, int]:
+        async with running_kube_double() as double:
+            h200 = node("h200", EVERY_GPU, "64", {})
+            h200["metadata"]["annotations"][PRODUCT_KEY] = "NVIDIA H200"
+            a100 = node("a100", EVERY_GPU, "64", {})
+            a100["metadata"]["labels"][PRODUCT_LABEL] = "NVIDIA-A100-SXM4-80GB"
+            double.store.create("nodes", h200)
+            double.store.create("nodes", a100)
+            for number in range(2):
+                waiting = with_cpu(make_pod(f"train-{number}", "ml", gpus=8), "8")
+                double.store.create("pods", pinned(waiting, "NVIDIA-H200") if pin else waiting, "ml")
+            async with kube_extender(double, fragmentation=True) as k:
+                await eventually(lambda: k.extender.ready())
+                _, answer = await k.client.post("prioritize", args_body(with_cpu(pod_object(1, uid="any"), "4"),
+                                                                         names=["h200", "a100"]))
+        return scores(answer)
+
+    assert await scores_with(pin=True) == {"h200": 0, "a100": 10}
+    unpinned = await scores_with(pin=False)
+    assert unpinned["h200"] == unpinned["a100"]
+
+
 def test_the_flag_reads_its_variable(monkeypatch):
     import argparse
 
@@ -79,3 +112,22 @@ def test_the_flag_reads_its_variable(monkeypatch):
     configure(parser)
     assert parser.parse_args([]).score == "fragmentation"
     assert parser.parse_args(["--score", "best-fit"]).score == "best-fit"
+
+
+def test_the_workload_keeps_each_pods_accepted_products_and_resolves_notin_against_the_nodes():
+    from gpupair.extender.cluster_usage import ClusterUsage
+    from gpupair.decide.pod_request import gpu_request
+
+    usage = ClusterUsage(gpu_request)
+    usage.node_seen("t4", make_node("t4", labels={PRODUCT_LABEL: "Tesla-T4"}))
+    assert usage.product("t4", "") == "Tesla-T4" and usage.product("t4", "NVIDIA H200") == "NVIDIA-H200"
+    not_t4 = make_pod("big", "ml", gpus=4)
+    not_t4["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "NotIn", "values": ["Tesla-T4"]}]}]}}}
+    for uid, pod in (("a", not_t4), ("b", pinned(make_pod("small", "ml", gpus=1), "Tesla-T4")),
+                     ("c", make_pod("any", "ml", gpus=2))):
+        pod["metadata"]["uid"] = uid
+        usage.pod_seen(pod)
+    measure = usage.measure(["NVIDIA-H200", "Tesla-T4"])
+    allowed = {int(gpus): list(map(bool, measure.allowed[:, t])) for t, gpus in enumerate(measure.need_gpus)}
+    assert allowed == {4: [True, False], 1: [False, True], 2: [True, True]}

@@ -1,0 +1,217 @@
+"""One fragmentation score, two callers: the simulator's trace score (simulator/trace/gpupair_score.py,
+from the trace's arrays) and the extender's prioritize under ``--score fragmentation``
+(extender/fragmentation_score.py, from node reports, Node objects and pod objects) give the same
+grades, node for node, on recorded fleet states.
+
+The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
+A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled
+with the trace's own pods (bench/openb gpuspec33: GPU shares, pods pinned to GPU models, CPU-only
+pods). The simulator runs as ``fragmentation-whole``, the mode that sees what the extender sees:
+whole GPUs (a GPU with a share taken looks taken, a share pod counts as a one-GPU pod). What
+still differs, and is left out here: where a share pod being scored would land (the simulator
+does not foresee it, the extender plans it as one whole GPU).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpupair.decide.fragmentation import MILLI
+from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.extender.prioritize import prioritize_nodes
+from gpupair.extender.protocol import ExtenderArgs
+from gpupair.simulator.trace.cluster import TraceCluster
+from gpupair.simulator.trace.devices import Tables, gpupair_decider, picker
+from gpupair.simulator.trace.files import TracePod, read_nodes, read_pods
+from gpupair.simulator.trace.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
+from gpupair.topology.report import encode_annotations
+from tests.extender_support import NOW, args_body, make_extender
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ROOT / "tests/fixtures/trace/openb_node_list_gpu_node.csv"
+PODS = ROOT / "bench/openb/openb_pod_list_gpuspec33.csv"
+PATH = "device-plugin"
+
+
+def fleet_nodes():
+    """Three nodes of each (model, GPUs, CPU) the trace has (fewer where it has fewer): 42 nodes,
+    every shape."""
+    kept, seen = [], {}
+    for node in read_nodes(NODES):
+        key = (node.model, node.gpus, node.milli_cpu)
+        if seen.get(key, 0) < 3:
+            seen[key] = seen.get(key, 0) + 1
+            kept.append(node)
+    return kept
+
+
+class Fleet:
+    """A fleet state held twice: as the simulator's arrays and as the Kubernetes objects the
+    extender reads."""
+
+    def __init__(self, placed: int, pending: int, seed: int):
+        nodes = fleet_nodes()
+        self.cluster = TraceCluster(nodes, NumaSplits.parse(DEFAULT_SPLITS), np.arange(len(nodes)))
+        self.tables = Tables(self.cluster.layouts, picker(PATH, "aligned", True), gpupair_decider(PATH, "aligned"))
+        self.score = FragmentationScore(self.cluster, self.tables, whole_only=True)
+        self.pod_objects: list[dict] = []
+        rng = np.random.default_rng(seed)
+        pods = read_pods(PODS)
+        for number, pod in enumerate(pods[:placed]):
+            self.score.seen(pod)
+            fits = np.flatnonzero(self.cluster.fits(pod))
+            row = int(fits[int(rng.integers(len(fits)))]) if len(fits) else None
+            devices = self._devices(pod, row) if row is not None else ()
+            if row is not None:
+                self.cluster.place(row, pod, devices)
+            self.pod_objects.append(pod_object(pod, f"p{number}", self.cluster.names[row] if row is not None else "", devices))
+        for number, pod in enumerate(pods[placed:placed + pending], start=placed):
+            self.score.seen(pod)
+            self.pod_objects.append(pod_object(pod, f"p{number}", "", ()))
+
+    def _devices(self, pod: TracePod, row: int) -> tuple[int, ...]:
+        if not pod.gpus:
+            return ()
+        left = self.cluster.left[row]
+        if pod.milli_per_gpu < MILLI:  # the sharing layer packs a share onto the fullest GPU that holds it
+            return (int(np.argmin(np.where(left >= pod.milli_per_gpu, left, MILLI + 1))),)
+        return self.tables.pick(int(self.cluster.layout_id[row]), int(self.cluster.free_mask[row]), pod.gpus)
+
+    def node_objects(self, rows) -> list[dict]:
+        """Each node as the API serves it: allocatable CPU, GFD's product label and its reporter's
+        annotations (whole GPUs: a GPU with any share taken is not free)."""
+        c, objects = self.cluster, []
+        for row in rows:
+            name = c.names[row]
+            holders = {}
+            for pod in self.pod_objects:
+                if pod["spec"].get("nodeName") == name and pod["metadata"]["annotations"]["devices"] != "[]":
+                    holders[pod["metadata"]["name"]] = set(json.loads(pod["metadata"]["annotations"]["devices"]))
+            layout = c.layouts[int(c.layout_id[row])]
+            annotations = encode_annotations(layout, c.free_devices(row), 1, NOW)
+            objects.append({"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": name, "labels": {PRODUCT_LABEL: c.models[int(c.model[row])]},
+                                         "annotations": annotations},
+                            "status": {"allocatable": {"cpu": f"{int(c.cpu_capacity[row])}m",
+                                                       "nvidia.com/gpu": str(int(c.gpus[row]))}}})
+        return objects
+
+    def extender_grades(self, pod: TracePod, rows) -> list[int]:
+        extender = make_extender(fragmentation=True)
+        usage = extender.evaluator.usage
+        nodes = self.node_objects(range(len(self.cluster)))
+        for node in nodes:
+            usage.node_seen(node["metadata"]["name"], node)
+        for pod_object_ in self.pod_objects:
+            usage.pod_seen(pod_object_)
+        scored = pod_object(pod, "scored", "", ())
+        usage.pod_seen(scored)
+        args = ExtenderArgs.model_validate(args_body(scored, nodes=[nodes[row] for row in rows]))
+        answer = json.loads(prioritize_nodes(extender.evaluator, args, pod.gpus))
+        return [entry["Score"] for entry in answer]
+
+    def simulator_grades(self, pod: TracePod, rows) -> list[int]:
+        self.score.seen(pod)
+        try:
+            return self.score.scores(pod, rows).tolist()
+        finally:
+            self.score.workload.remove((pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models))
+
+    def rows_for(self, pod: TracePod) -> np.ndarray:
+        """The nodes kube-scheduler would offer after its filters and gpupair's."""
+        rows = np.flatnonzero(self.cluster.fits(pod))
+        if pod.gpus:
+            rows = rows[self.tables.lookup("passes", self.cluster.layout_id[rows], self.cluster.free_mask[rows], pod.gpus)]
+        return rows
+
+
+def pod_object(pod: TracePod, name: str, node: str, devices) -> dict:
+    """The trace pod as the API serves it: its CPU request, its GPUs (a share asks one GPU of a
+    time-sliced node), its models as a nodeSelector (one) or required node affinity (several)."""
+    resources = {"requests": {"cpu": f"{pod.milli_cpu}m"}}
+    if pod.gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(pod.gpus)}
+    spec: dict = {"containers": [{"name": "main", "image": "job:1", "resources": resources}]}
+    if len(pod.models) == 1:
+        spec["nodeSelector"] = {PRODUCT_LABEL: pod.models[0]}
+    elif pod.models:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": list(pod.models)}]}]}}}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "trace", "uid": f"uid-{name}",
+                         "annotations": {"devices": json.dumps(list(devices))}},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+PROBES = [
+    TracePod("one-gpu", 8000, 0, 1, MILLI),
+    TracePod("two-gpus", 16000, 0, 2, MILLI),
+    TracePod("four-gpus", 4000, 0, 4, MILLI),
+    TracePod("eight-gpus", 4000, 0, 8, MILLI),
+    TracePod("cpu-only", 12000, 0, 0, 0),
+    TracePod("pinned-t4", 6000, 0, 1, MILLI, ("T4",)),
+    TracePod("pinned-v100", 8000, 0, 2, MILLI, ("V100M16", "V100M32")),
+]
+
+
+STATES = {"filling": (50, 40, 1), "busy": (100, 60, 8)}  # pods placed, pods waiting, seed
+_built: dict[str, Fleet] = {}
+
+
+def state(name: str) -> Fleet:
+    if name not in _built:
+        _built[name] = Fleet(*STATES[name])
+    return _built[name]
+
+
+# A busy fleet has no two 8-GPU nodes free: the 8-GPU probe is graded on the filling one only.
+CASES = [(name, pod) for name in STATES for pod in PROBES if not (name == "busy" and pod.gpus == 8)]
+
+
+@pytest.mark.parametrize("name, pod", CASES, ids=[f"{name}-{pod.name}" for name, pod in CASES])
+def test_the_extender_and_the_simulator_grade_every_node_alike(name, pod):
+    fleet = state(name)
+    rows = fleet.rows_for(pod)
+    assert len(rows) >= 2
+    simulator = fleet.simulator_grades(pod, rows)
+    assert fleet.extender_grades(pod, rows) == simulator
+
+
+@pytest.mark.parametrize("name", STATES)
+def test_the_fleet_tells_apart_a_score_that_ignores_cpu_or_models(name):
+    """Parity holds only because both callers count each node's CPU and products: on these
+    states, grades that drop either differ, so a caller changed alone fails the test above."""
+    fleet = state(name)
+    c = fleet.cluster
+    ignoring_cpu, ignoring_models = [], []
+    for pod in PROBES:
+        rows = fleet.rows_for(pod)
+        fleet.score.seen(pod)
+        measure = fleet.score.workload.measure(c.models)
+        fleet.score.workload.remove(pod.shape)
+        ids = c.layout_id[rows]
+        before = np.where(c.left[rows] == MILLI, MILLI, 0)
+        after = before.copy()
+        if pod.gpus:
+            taken = fleet.tables.lookup("pick_mask", ids, c.free_mask[rows], pod.gpus)
+            after[(taken[:, None] & c.bits) != 0] = 0
+        masks = {False: c.free_mask[rows], True: (after == MILLI).astype(np.int64) @ c.bits}
+
+        def graded(cpu_left, model):
+            fits = lambda k, placed: fleet.tables.lookup("fits", ids, masks[placed], k)  # noqa: E731
+            rows_ = NodeRows(cpu_left, before, after, model, c.gpus[rows] * MILLI, fits)
+            return fragmentation_grades(measure, rows_, pod.milli_cpu).tolist()
+
+        counted = graded(c.cpu_left[rows], c.model[rows])
+        assert counted == fleet.simulator_grades(pod, rows)
+        ignoring_cpu.append(graded(np.full(len(rows), 10**9), c.model[rows]) != counted)
+        ignoring_models.append(graded(c.cpu_left[rows], np.zeros(len(rows), dtype=np.int64)) != counted)
+    assert any(ignoring_cpu) and any(ignoring_models)
