@@ -1,4 +1,5 @@
-"""The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, /preempt, plus /healthz,
+"""The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, /preempt (the GPU entry's
+verbs), /prioritize-every-pod (the every-pod entry's, extender/every_pod.py), plus /healthz,
 /readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on
 extender/http_server.py (not aiohttp: kube-scheduler's path pays for every object per request).
 
@@ -19,7 +20,6 @@ scheduler never sees a 5xx from this process.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -37,6 +37,7 @@ from gpupair.decide.decisions import Decider
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
+from gpupair.extender.every_pod import EVERY_POD_VERB, gpu_entry_resources, managed
 from gpupair.extender.filter import filter_nodes
 from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
@@ -46,7 +47,7 @@ from gpupair.decide.node_entries import ReportDecoder
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
-from gpupair.extender.prioritize import prioritize_nodes
+from gpupair.extender.prioritize import no_opinion_json, prioritize_nodes
 from gpupair.extender.protocol import (
     ExtenderArgs,
     ExtenderBindingResult,
@@ -93,6 +94,7 @@ class Extender:
     dra: DraNodes | None = None
     settled: bool = True  # main: False until the first lists are frozen for the collector (extender/main.py)
     pod_watch_wait: float = POD_WATCH_WAIT
+    gpu_entry: frozenset[str] = frozenset()  # the GPU entry's managedResources (extender/every_pod.py)
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
@@ -180,7 +182,7 @@ def assemble(
         pods.unallocatable = UnallocatableClaims(api, dra.why_unallocatable, api_timeout)
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
-                    pod_watch_wait=pod_watch_wait)
+                    pod_watch_wait=pod_watch_wait, gpu_entry=gpu_entry_resources(resource))
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpServer:
@@ -188,6 +190,7 @@ def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpSe
     per pod, and the request metrics count them."""
     handlers = _Handlers(extender)
     routes = {("POST", f"/{verb}"): getattr(handlers, verb) for verb in VERBS}
+    routes[("POST", f"/{EVERY_POD_VERB}")] = handlers.prioritize_every_pod
     routes[("GET", "/healthz")] = handlers.healthz
     routes[("GET", "/readyz")] = handlers.readyz
     routes[("GET", "/metrics")] = handlers.metrics
@@ -344,21 +347,40 @@ class _Handlers:
         return response
 
     async def prioritize(self, request: Request) -> Response:
+        return await self._prioritize("prioritize", request)
+
+    async def prioritize_every_pod(self, request: Request) -> Response:
+        """The every-pod entry's prioritize: a pod the GPU entry manages gets 0 on every node
+        (it is scored there, once), every other pod as prioritize scores it."""
+        return await self._prioritize(EVERY_POD_VERB, request, skip=self.x.gpu_entry)
+
+    async def _prioritize(self, verb: str, request: Request, skip: frozenset[str] = frozenset()) -> Response:
+        """``verb``'s answer; a pod asking one of ``skip`` (managedResources) is answered 0
+        everywhere, its nodes counted ``skipped``, the others' ``scored``."""
         started = time.perf_counter()
         args: ExtenderArgs | None = None
         try:
-            args, gpus, intent = await self._args(self._body(request))
+            if skip:
+                args = parse_args(self._body(request))
+                if managed(args.Pod, skip):
+                    names = args.node_names()
+                    self._metric(self.m.decisions, verb, "skipped").inc(len(names))
+                    response = _json(no_opinion_json(names))
+                    self._done(verb, "ok", started)
+                    return response
+                gpus, intent = await self._asked(args.Pod)
+            else:
+                args, gpus, intent = await self._args(self._body(request))
             body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
-            return self._no_error_field("prioritize", exc, started)
+            return self._no_error_field(verb, exc, started)
         except Exception:  # noqa: BLE001
-            log.exception("prioritize failed")
-            self._done("prioritize", "error", started)
-            names = args.node_names() if args is not None else []
-            return _json(json.dumps([{"Host": name, "Score": 0} for name in names]))
-        self._metric(self.m.decisions, "prioritize", "scored").inc(len(args.node_names()))
+            log.exception(f"{verb} failed")
+            self._done(verb, "error", started)
+            return _json(no_opinion_json(args.node_names() if args is not None else []))
+        self._metric(self.m.decisions, verb, "scored").inc(len(args.node_names()))
         response = _json(body)
-        self._done("prioritize", "ok", started)
+        self._done(verb, "ok", started)
         return response
 
     async def preempt(self, request: Request) -> Response:

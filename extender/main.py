@@ -34,11 +34,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--policy", "aligned",
              "device-plugin allocation policy to plan with: aligned (NVIDIA best-effort) or naive",
              choices=("aligned", "naive"))
-    add_flag(parser, "--score", "best-fit",
-             "how prioritize ranks nodes: best-fit (the NUMA node the set breaks least, then its link) or "
-             "fragmentation (where the cluster's workload loses the least GPU, CPU counted; register the extender "
-             "for every pod, without managedResources, so CPU pods are scored too)",
-             choices=("best-fit", "fragmentation"))
+    add_flag(parser, "--score", "fragmentation",
+             "how prioritize ranks nodes: fragmentation (where the cluster's workload loses the least GPU, CPU "
+             "counted; CPU pods are scored through the every-pod entry, prioritizeVerb prioritize-every-pod) or "
+             "best-fit (the NUMA node the set breaks least, then its link; GPU pods only)",
+             choices=("fragmentation", "best-fit"))
     add_flag(parser, "--reservation-ttl", 120.0,
              "seconds a reservation lasts if no report shows its devices taken and the pod stays", bounds=DURATION)
     add_flag(parser, "--annotate-plan", False,

@@ -29,9 +29,14 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
         scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent)
         return "[" + ",".join(map(host_priority_json, offer.names, scores)) + "]"
     if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
-        return "[" + ",".join(host_priority_json(name, 0) for name in args.node_names()) + "]"
+        return no_opinion_json(args.node_names())
     offer = evaluator.offer(args)
     return scores_json(evaluator, gpus, offer, intent)
+
+
+def no_opinion_json(names: list[str]) -> str:
+    """Every node 0: adds nothing to any node's total in kube-scheduler."""
+    return "[" + ",".join(host_priority_json(name, 0) for name in names) + "]"
 
 
 def scores_json(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> str:

@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpupair.kubewire.defaults import CLAIM_POD_RESOURCE  # noqa: F401 - the dra component's --claim-pod-resource
 from gpupair.webhook.claims import pointer
-
-CLAIM_POD_RESOURCE = "gpupair.io/claim"  # the dra component's value of --claim-pod-resource
 MARK = "1"
 
 

@@ -13,4 +13,8 @@ DRA_DRIVER = "gpu.nvidia.com"  # the DRA driver (NVIDIA's) whose ResourceSlices 
 # The DRA DeviceClasses whose devices are GPUs: NVIDIA's driver names its class after itself
 # (kubernetes-sigs/dra-driver-nvidia-gpu).
 GPU_DEVICE_CLASSES = frozenset({DRA_DRIVER})
+# What the dra component's webhook marks claim pods with (one, as request and limit), and what the
+# GPU scheduler entry lists with ignoredByScheduler: true, so kube-scheduler asks the extender
+# about them (docs/dra.md, "Which pods reach the extender").
+CLAIM_POD_RESOURCE = "gpupair.io/claim"
 STALE_AFTER = 300.0  # seconds after which a node's newest heartbeat is stale: the extender's and status's

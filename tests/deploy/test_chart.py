@@ -238,7 +238,7 @@ def test_helm_lint_strict():
 REPORTER_SETTINGS = {"reporter": {"port": 9410, "nodeSelector": {"gpupair.io/pool": "a"},
                                   "priorityClassName": "system-node-critical", "tolerations": [{"operator": "Exists"}]}}
 DEPLOYMENT_SETTINGS = {
-    "extender": {"replicas": 3, "priorityClassName": "system-cluster-critical",
+    "extender": {"score": "best-fit", "replicas": 3, "priorityClassName": "system-cluster-critical",
                  "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
                  "nodeSelector": {"node-role.kubernetes.io/infra": ""},
                  "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}},
@@ -289,6 +289,7 @@ def test_values_reach_their_fields():
     assert extender["spec"]["replicas"] == 3 and pod_spec(extender)["priorityClassName"] == "system-cluster-critical"
     assert pod_spec(extender)["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
     assert pod_spec(extender)["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    assert env_of(pod_spec(extender)["containers"][0])["GPUPAIR_EXTENDER_SCORE"] == "best-fit"
     scheduler = find(objs, "Deployment", "gpupair-scheduler")
     assert scheduler["spec"]["replicas"] == 3
     assert pod_spec(scheduler)["containers"][0]["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"
@@ -383,6 +384,7 @@ BAD_VALUES = [
     ('dra={"driver": "Not A DNS Name"}', "/dra/driver"),
     ('reporter={"port": 70000}', "/reporter/port"),
     ('extender={"replicas": "two"}', "/extender/replicas"),
+    ('extender={"score": "first-fit"}', "/extender/score"),
     ('webhook={"resources": {"requests": {"cpu": "lots", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}',
      "/webhook/resources/requests/cpu"),
     ('extender={"resources": {"requests": {"memory": null}}}', "/extender/resources/requests"),
@@ -436,6 +438,7 @@ def test_notes_say_what_to_do_next():
     assert "extenders:" in self_managed and "urlPrefix: http://EXTENDER_IP:8888" in self_managed
     assert "kubectl -n gpupair-system get service gpupair-extender -o jsonpath='{.spec.clusterIP}'" in self_managed
     assert "managedResources:" in self_managed and "name: nvidia.com/gpu" in self_managed
+    assert "prioritizeVerb: prioritize-every-pod" in self_managed  # and the every-pod entry
     assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in self_managed
     assert "job/gpupair-certs-1" in self_managed
     assert "leaves the namespace gpupair-system" in self_managed
@@ -448,15 +451,17 @@ def test_notes_say_what_to_do_next():
 
 
 def test_notes_scheduler_entry_is_deploys():
-    """The entry NOTES.txt prints is the extenders entry of
+    """The entries NOTES.txt prints are the two extenders entries of
     deploy/overlays/self-managed/scheduler-config.yaml, with the Service's ClusterIP to fill in."""
     text = notes({})
     block = text[text.index("extenders:"):]
     block = block[:block.index("\n\n")]
     printed = yaml.safe_load(block)["extenders"]
     ours = yaml.safe_load((DEPLOY / "overlays/self-managed/scheduler-config.yaml").read_text())["extenders"]
-    ours[0]["urlPrefix"] = ours[0]["urlPrefix"].replace("gpupair-extender.gpupair-system.svc.cluster.local", "EXTENDER_IP")
-    assert printed == ours
+    for entry in ours:
+        entry["urlPrefix"] = entry["urlPrefix"].replace("gpupair-extender.gpupair-system.svc.cluster.local",
+                                                        "EXTENDER_IP")
+    assert len(printed) == 2 and printed == ours
 
 
 def test_global_settings_and_the_image_reach_every_container():
@@ -498,6 +503,8 @@ def test_the_schemas_bounds_are_the_commands():
     renew = next(a for a in parsers["certs"]._actions if "--renew-within-days" in a.option_strings).default
     days = props["certificates"]["properties"]["days"]
     assert (days["minimum"], days["maximum"]) == (renew + 1, bounds("certs", "--days").high)
+    score = next(a for a in parsers["extender"]._actions if "--score" in a.option_strings)
+    assert props["extender"]["properties"]["score"]["enum"] == list(score.choices)
 
 
 def test_the_install_docs_lead_with_helm_and_keep_kustomize():

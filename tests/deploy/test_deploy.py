@@ -568,30 +568,43 @@ EXTENDER_FIELDS = {  # k8s.io/kube-scheduler/config/v1 Extender: json name -> ty
 }
 
 
-def check_extender_stanza(extender: dict, objs: list[dict], host_forms: set[str]) -> None:
-    for key, value in extender.items():
-        assert key in EXTENDER_FIELDS and isinstance(value, EXTENDER_FIELDS[key]), key
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"], extender["preemptVerb"]) == (
-        "filter", "prioritize", "bind", "preempt")
-    # The verbs are routes the extender serves.
+def check_extender_stanzas(extenders: list[dict], objs: list[dict], host_forms: set[str]) -> None:
+    """The two entries gpupair ships: the GPU entry (its verbs, managedResources, not ignorable)
+    and the every-pod entry (prioritize only, every pod, ignorable), both to the extender's
+    Service, both routes the extender serves."""
     from gpupair.extender.app import build_app
+    from gpupair.extender.every_pod import EVERY_POD_VERB
     from tests.extender_support import make_extender
+
+    gpu, every_pod = extenders
+    for extender in extenders:
+        for key, value in extender.items():
+            assert key in EXTENDER_FIELDS and isinstance(value, EXTENDER_FIELDS[key]), key
+        assert extender["weight"] > 0 and extender["nodeCacheCapable"] is True
+        assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
+        url = urlparse(extender["urlPrefix"])
+        svc = find(objs, "Service", "gpupair-extender", "gpupair-system")
+        assert url.scheme == "http" and extender["enableHTTPS"] is False
+        assert url.hostname in host_forms
+        assert url.port in {p["port"] for p in svc["spec"]["ports"]}
+        env = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
+        assert str(url.port) == env["GPUPAIR_EXTENDER_PORT"]
+        assert url.path in ("", "/")
+    assert gpu["urlPrefix"] == every_pod["urlPrefix"]
+    assert env["GPUPAIR_EXTENDER_SCORE"] == "fragmentation"
     routes = {path for method, path in build_app(make_extender()).routes if method == "POST"}
-    assert {"/" + extender[verb] for verb in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")} <= routes
-    assert extender["weight"] > 0
-    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
-    assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
-    env = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
-    # The second is what the dra component's webhook marks claim pods with (webhook.claim_pods).
-    assert extender["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False},
-                                            {"name": CLAIM_POD_RESOURCE, "ignoredByScheduler": True}]
-    url = urlparse(extender["urlPrefix"])
-    svc = find(objs, "Service", "gpupair-extender", "gpupair-system")
-    assert url.scheme == "http" and extender["enableHTTPS"] is False
-    assert url.hostname in host_forms
-    assert url.port in {p["port"] for p in svc["spec"]["ports"]}
-    assert str(url.port) == env["GPUPAIR_EXTENDER_PORT"]
-    assert url.path in ("", "/")
+    assert (gpu["filterVerb"], gpu["prioritizeVerb"], gpu["bindVerb"], gpu["preemptVerb"]) == (
+        "filter", "prioritize", "bind", "preempt")
+    assert {"/" + gpu[verb] for verb in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")} <= routes
+    assert gpu["ignorable"] is False
+    # The second is what the dra component's webhook marks claim pods with (webhook.claim_pods):
+    # ignored by NodeResourcesFit through this entry, whatever the other entries say.
+    assert gpu["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False},
+                                       {"name": CLAIM_POD_RESOURCE, "ignoredByScheduler": True}]
+    # Every pod, scores only: nothing of a pod's scheduling waits on it.
+    assert every_pod["prioritizeVerb"] == EVERY_POD_VERB and "/" + EVERY_POD_VERB in routes
+    assert every_pod["ignorable"] is True and every_pod["weight"] == gpu["weight"]
+    assert not {"managedResources", "filterVerb", "bindVerb", "preemptVerb"} & set(every_pod)
 
 
 def test_self_managed_scheduler_config_file():
@@ -601,14 +614,14 @@ def test_self_managed_scheduler_config_file():
     assert config["kind"] == "KubeSchedulerConfiguration"
     objs = render("self-managed")
     assert not [o for o in objs if o["kind"] == "KubeSchedulerConfiguration"], "a file, not a cluster object"
-    (extender,) = config["extenders"]
-    check_extender_stanza(extender, objs, {"gpupair-extender.gpupair-system.svc.cluster.local"})
-    # every choice carries a comment: the lines above each key in the stanza are comments
+    check_extender_stanzas(config["extenders"], objs, {"gpupair-extender.gpupair-system.svc.cluster.local"})
+    # every choice carries a comment: the lines above each key in each entry are comments
     lines = path.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip().startswith("- urlPrefix:"))
-    for key in extender:
-        i = next(j for j in range(start - 1, len(lines)) if re.match(rf"\s*(- )?{key}:", lines[j]))
-        assert lines[i - 1].strip().startswith("#"), f"{key} has no comment"
+    starts = [i for i, line in enumerate(lines) if line.strip().startswith("- urlPrefix:")]
+    for start, extender in zip(starts, config["extenders"], strict=True):
+        for key in extender:
+            i = next(j for j in range(start, len(lines)) if re.match(rf"\s*(- )?{key}:", lines[j]))
+            assert lines[i - 1].strip().startswith("#"), f"{key} has no comment"
 
 
 def test_second_scheduler():
@@ -627,15 +640,16 @@ def test_second_scheduler():
     election = config["leaderElection"]
     assert election["leaderElect"] is True and election["resourceLock"] == "leases"
     assert (election["resourceName"], election["resourceNamespace"]) == ("gpupair-scheduler", "gpupair-system")
-    (extender,) = config["extenders"]
-    check_extender_stanza(extender, objs, {"gpupair-extender.gpupair-system.svc",
-                                           "gpupair-extender.gpupair-system.svc.cluster.local"})
+    check_extender_stanzas(config["extenders"], objs, {"gpupair-extender.gpupair-system.svc",
+                                                       "gpupair-extender.gpupair-system.svc.cluster.local"})
+    self_managed = yaml.safe_load((DEPLOY / "overlays/self-managed/scheduler-config.yaml").read_text())["extenders"]
+    for ours, theirs in zip(config["extenders"], self_managed, strict=True):  # the same entries but the address
+        assert {**ours, "urlPrefix": ""} == {**theirs, "urlPrefix": ""}
     assert spec["serviceAccountName"] == "gpupair-scheduler"
     env = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert env["GPUPAIR_WEBHOOK_SCHEDULER_NAME"] == "gpupair-scheduler"
     assert env_of(container(render("self-managed"), "Deployment", "gpupair-webhook", "webhook"))[
         "GPUPAIR_WEBHOOK_SCHEDULER_NAME"] == ""
-
 
 
 def test_install_guide_covers_every_overlay_and_component():

@@ -46,14 +46,19 @@ async def test_a_small_pod_goes_where_it_breaks_no_set_a_waiting_pod_could_use()
     assert scores(answer) == {"whole": 0, "broken": 10}
 
 
+def roomy_and_tight(double) -> None:
+    """Same GPUs free (GPU4-7); "tight" has only the CPU its free GPUs' pods need, "roomy" more;
+    a 4-GPU pod asking 16 CPUs waits."""
+    double.store.create("nodes", node("roomy", {4, 5, 6, 7}, "64", {("infra", "a"): {0, 1, 2, 3}}))
+    double.store.create("nodes", node("tight", {4, 5, 6, 7}, "20", {("infra", "b"): {0, 1, 2, 3}}))
+    double.store.create("pods", with_cpu(make_pod("a", "infra", gpus=4, node_name="roomy"), "4"), "infra")
+    double.store.create("pods", with_cpu(make_pod("b", "infra", gpus=4, node_name="tight"), "4"), "infra")
+    double.store.create("pods", with_cpu(make_pod("next", "ml", gpus=4), "16"), "ml")  # waiting
+
+
 async def test_a_cpu_pod_is_scored_away_from_the_cpu_gpu_pods_need():
     async with running_kube_double() as double:
-        # Same GPUs free; "tight" has only the CPU its free GPUs' pods need.
-        double.store.create("nodes", node("roomy", {4, 5, 6, 7}, "64", {("infra", "a"): {0, 1, 2, 3}}))
-        double.store.create("nodes", node("tight", {4, 5, 6, 7}, "20", {("infra", "b"): {0, 1, 2, 3}}))
-        double.store.create("pods", with_cpu(make_pod("a", "infra", gpus=4, node_name="roomy"), "4"), "infra")
-        double.store.create("pods", with_cpu(make_pod("b", "infra", gpus=4, node_name="tight"), "4"), "infra")
-        double.store.create("pods", with_cpu(make_pod("next", "ml", gpus=4), "16"), "ml")  # waiting
+        roomy_and_tight(double)
         async with kube_extender(double, fragmentation=True) as k:
             await eventually(lambda: k.extender.ready())
             _, answer = await k.client.post("prioritize", args_body(with_cpu(pod_object(0, uid="web"), "8"),
