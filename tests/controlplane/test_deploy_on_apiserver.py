@@ -1,13 +1,21 @@
 """deploy/'s RBAC and admission policies as a real apiserver enforces them (their CEL run by the
-apiserver itself, not a model of it), with the tokens gpupair's processes call with."""
+apiserver itself, not a model of it), with the tokens gpupair's processes call with; what a fresh
+`kubectl apply -k` ships, and its scheduler entries on the real kube-scheduler."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
+from gpupair.extender.every_pod import EVERY_POD_VERB
 from tests.controlplane.api import ApiError
-from tests.controlplane.gpupair_install import NAMESPACE
+from tests.controlplane.faults import metric_total, scrape
+from tests.controlplane.gpupair_install import NAMESPACE, scheduler_extenders
 from tests.controlplane.workloads import SEED_TOPO, gpu_pod
+from tests.deploy_manifests import DEPLOY, container, env_of, find
+from tests.k8s_tools import kubectl_path, require
 
 
 def refused(call) -> ApiError:
@@ -68,3 +76,49 @@ def test_the_extender_may_read_nodes_but_not_change_them(api, two_nodes):
     assert {n["metadata"]["name"] for n in extender.list("v1", "Node")} >= {"policy-a", "policy-b"}
     error = refused(lambda: extender.patch("/api/v1/nodes/policy-a", {"metadata": {"annotations": {"gpupair.io/p": "1"}}}))
     assert error.status == 403, error
+
+
+def test_a_fresh_kubectl_apply_ships_the_fragmentation_score(control_plane):
+    """`kubectl apply -k deploy/overlays/self-managed`, as the install guide says, judged by the
+    apiserver (server-side dry run: the namespace is the session's): the extender it creates
+    ranks by the fragmentation score."""
+    kubectl = require("kubectl", kubectl_path())
+    done = subprocess.run([kubectl, "--kubeconfig", str(control_plane.admin_kubeconfig), "apply", "-k",
+                           str(DEPLOY / "overlays" / "self-managed"), "--dry-run=server", "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    items = json.loads(done.stdout)["items"]
+    extender = find(items, "Deployment", "gpupair-extender", NAMESPACE)
+    assert env_of(container(items, "Deployment", "gpupair-extender", "extender"))["GPUPAIR_EXTENDER_SCORE"] == \
+        "fragmentation", extender
+
+
+def test_the_shipped_entries_score_every_pod_once(api, namespace, kubelets, scheduler, gpupair):
+    """deploy/'s scheduler configuration, both entries, on the real kube-scheduler with the
+    extender as deploy/ runs it: a CPU pod reaches the every-pod entry only; a GPU pod reaches the
+    GPU entry's filter, prioritize and bind, and the every-pod entry answers it 0 everywhere."""
+    install = gpupair("device-plugin")
+    sim = kubelets(policy="aligned")
+    for name in ("entries-a", "entries-b"):
+        sim.add_node(name, SEED_TOPO)
+        install.reporter(sim.nodes[name])
+    _, url = install.extender()
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
+
+    api.create(gpu_pod(namespace, "web", 0))
+    sim.wait_admitted(namespace, ["web"], timeout=60)
+    after_cpu = scrape(url)
+    api.create(gpu_pod(namespace, "train", 2))
+    [grant] = sim.wait_admitted(namespace, ["train"], timeout=60)
+    after_gpu = scrape(url)
+
+    def requests(text: str, verb: str) -> float:
+        return metric_total(text, "gpupair_extender_requests_total", verb=verb, outcome="ok")
+
+    assert {v: requests(after_cpu, v) for v in ("filter", "prioritize", "bind", EVERY_POD_VERB)} == {
+        "filter": 0, "prioritize": 0, "bind": 0, EVERY_POD_VERB: 1}
+    assert metric_total(after_cpu, "gpupair_extender_decisions_total", verb=EVERY_POD_VERB, outcome="scored") == 2
+    assert {v: requests(after_gpu, v) for v in ("filter", "prioritize", "bind", EVERY_POD_VERB)} == {
+        "filter": 1, "prioritize": 1, "bind": 1, EVERY_POD_VERB: 2}
+    assert metric_total(after_gpu, "gpupair_extender_decisions_total", verb=EVERY_POD_VERB, outcome="skipped") == 2
+    assert grant.link == "NODE" and not sim.errors, sim.errors

@@ -17,7 +17,7 @@ from tests.controlplane.dra import (
     allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
     seed_topology_file,
 )
-from tests.controlplane.gpupair_install import Install, scheduler_extender
+from tests.controlplane.gpupair_install import Install, scheduler_extender, scheduler_extenders
 from tests.controlplane.workloads import gpu_pod, scheduling_failures, wait_gone, wait_verdict
 from tests.dra_support import FRAGMENTED
 
@@ -30,7 +30,7 @@ def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager
                every_pod: bool = False, free: dict[str, set[int]] | None = None,
                topology=seed_topology_file) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
-    extender registered as shipped (or for every pod), on DRA nodes with ``free`` GPUs and the
+    extender's GPU entry registered (or both shipped entries, ``every_pod``), on DRA nodes with ``free`` GPUs and the
     layout ``topology`` writes (the test takes the gpu_device_class fixture: the DeviceClass,
     removed after it)."""
     install = gpupair("dra")
@@ -39,7 +39,7 @@ def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
-               "extenders": [scheduler_extender(url, every_pod=every_pod)]})
+               "extenders": scheduler_extenders(url) if every_pod else [scheduler_extender(url)]})
     dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()},
                            topology=topology)
     for node in sim.nodes.values():

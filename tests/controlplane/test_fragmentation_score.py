@@ -1,5 +1,6 @@
-"""`gpupair extender --score fragmentation`, registered for every pod, on a real kube-scheduler and
-apiserver: a CPU-only pod is kept off the CPU that a node's free GPUs need.
+"""`gpupair extender --score fragmentation` as shipped (both scheduler entries: the CPU pod is
+scored by the every-pod entry), on a real kube-scheduler and apiserver: a CPU-only pod is kept
+off the CPU that a node's free GPUs need.
 
 Two seed-like nodes, GPU0-3 of each held by a pinned tenant asking 4 GPUs and 4 CPUs. "roomy"
 has 64 CPUs, 46 of them taken by a pinned CPU-only pod; "tight" has 24. A pod asking 4 GPUs and
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.controlplane.gpupair_install import scheduler_extender
+from tests.controlplane.gpupair_install import scheduler_extenders
 from tests.controlplane.workloads import SEED_TOPO, gpu_pod, wait_reported
 
 FREE = {"roomy": {4, 5, 6, 7}, "tight": {4, 5, 6, 7}}
@@ -42,9 +43,8 @@ def test_a_cpu_pod_goes_where_it_strands_no_gpu(api, namespace, kubelets, schedu
     api.create(waiting)
     sim.wait_admitted(namespace, [*tenants, "hog"], timeout=30)
     wait_reported(api, FREE)
-    _, url = install.extender({"GPUPAIR_EXTENDER_SCORE": "fragmentation"})
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
-               "extenders": [scheduler_extender(url, every_pod=True)]})
+    _, url = install.extender()
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
 
     api.create(with_cpu(gpu_pod(namespace, "web", 0), "8"))
     sim.wait_admitted(namespace, ["web"], timeout=60)

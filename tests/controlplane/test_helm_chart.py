@@ -25,9 +25,11 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
+from gpupair.extender.every_pod import EVERY_POD_VERB
 from tests.controlplane.api import Api, ApiError
-from tests.deploy_manifests import CHART, helm_template
+from tests.deploy_manifests import CHART, env_of, helm_template
 from tests.k8s_tools import helm_path, kubectl_path, require
 
 RELEASE = "gpupair"
@@ -39,7 +41,7 @@ INSTALL: dict = {}
 UPGRADE = {  # every kind of change: objects added (scheduler, DRA entries, monitors), changed, removed (certs)
     "image": {"tag": "0.2.0"}, "scheduler": {"mode": "second-scheduler"},
     "certificates": {"source": "cert-manager"}, "dra": {"enabled": True}, "monitoring": {"enabled": True},
-    "reporter": {"port": 9410}, "extender": {"replicas": 3}, "resourceName": "nvidia.com/mig-1g.10gb",
+    "reporter": {"port": 9410}, "extender": {"replicas": 3, "score": "best-fit"}, "resourceName": "nvidia.com/mig-1g.10gb",
 }
 STAND_IN_CRDS = [("cert-manager.io", "v1", kind) for kind in ("Issuer", "Certificate")] + [
     ("monitoring.coreos.com", "v1", kind) for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
@@ -219,7 +221,19 @@ def labelled_as_told(control_plane, message: str, namespace: str) -> None:
                    capture_output=True, timeout=60)
 
 
-def test_install_upgrade_uninstall(control_plane, api, controller_manager, namespace, helm_cli, stand_in_crds):
+def extender_score(api: Api) -> str:
+    deployment = api.get("apps/v1", "Deployment", "gpupair-extender", CHART_NAMESPACE)
+    return env_of(deployment["spec"]["template"]["spec"]["containers"][0])["GPUPAIR_EXTENDER_SCORE"]
+
+
+def printed_entries(notes: str) -> list[dict]:
+    """The scheduler entries NOTES.txt prints, EXTENDER_IP and all."""
+    block = notes[notes.index("extenders:"):]
+    return yaml.safe_load(block[:block.index("\n\n")])["extenders"]
+
+
+def test_install_upgrade_uninstall(control_plane, api, controller_manager, scheduler, namespace, helm_cli,
+                                   stand_in_crds):
     every_step = [rendered_objects(INSTALL), rendered_objects(UPGRADE)]  # the third step is the first again
     kinds = {(o["apiVersion"], o["kind"]) for objs in every_step for o in objs}
     names = {key(o) for objs in every_step for o in objs}
@@ -231,6 +245,14 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
                      *set_json(INSTALL))
     rendered = check_release(api, INSTALL, 1, kinds)
     check_admitted(api, rendered)
+    # the fragmentation score, and the two scheduler entries to merge, which the real
+    # kube-scheduler takes (the address filled in: nothing listens there, nothing is scheduled)
+    assert extender_score(api) == "fragmentation"
+    entries = printed_entries(notes)
+    assert [(e.get("prioritizeVerb"), e["ignorable"], "managedResources" in e) for e in entries] == [
+        ("prioritize", False, True), (EVERY_POD_VERB, True, False)]
+    scheduler({"profiles": [{"schedulerName": "helm-notes-scheduler"}],
+               "extenders": [{**e, "urlPrefix": e["urlPrefix"].replace("EXTENDER_IP", "127.0.0.1")} for e in entries]})
     # Helm made the namespace after rendering, so NOTES.txt found no Pod Security label on it
     assert f"kubectl label namespace {CHART_NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in notes
     hook = api.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "gpupair-webhook")
@@ -260,6 +282,7 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     notes = helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *set_json(UPGRADE))
     assert "pod-security.kubernetes.io" not in notes, "labelled privileged: nothing more to do"
     upgraded = check_release(api, UPGRADE, 2, kinds)
+    assert extender_score(api) == "best-fit"
     check_admitted(api, upgraded)
     removed = set(rendered) - set(upgraded)
     assert ("batch/v1", "Job", CHART_NAMESPACE, "gpupair-certs-1") in removed
@@ -286,6 +309,7 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, names
     # and back: the certs Job returns under this revision's name, the scheduler's objects go
     helm_cli("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reset-values", *set_json(INSTALL))
     back = check_release(api, INSTALL, 3, kinds)
+    assert extender_score(api) == "fragmentation"
     assert ("batch/v1", "Job", CHART_NAMESPACE, "gpupair-certs-3") in back
     assert ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "gpupair-scheduler-as-kube-scheduler") in \
         set(upgraded) - set(back)
