@@ -102,9 +102,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "GPUs, as FGD's simulator)", choices=["aligned", "naive"])
     add_flag(parser, "--gpupair-scores", "shipped,fragmentation",
              "trace scenario: gpupair configurations beside each policy alone: shipped (the extender as deployed: "
-             "whole-GPU pods, --score best-fit), filter (the same without prioritizeVerb, beside a plugin that scores "
-             "GPUs itself), fragmentation (--score fragmentation registered for every pod, each GPU's share known), "
-             "fragmentation-whole (the same, seeing whole GPUs only, as today's reporters publish them)")
+             "--score fragmentation, the GPU entry for whole-GPU pods and the every-pod entry for the rest, whole GPUs "
+             "as reporters publish them), best-fit (the GPU entry alone, --score best-fit, as shipped before), filter "
+             "(the GPU entry without prioritizeVerb, beside a plugin that scores GPUs itself), fragmentation "
+             "(--score fragmentation for every pod, each GPU's share known), fragmentation-whole (the same, seeing "
+             "whole GPUs only: what shipped scores)")
     add_flag(parser, "--policy-weight", 1000, "trace scenario: the weight of FGD's six as a score plugin (its "
              "published configuration: 1000); kube-scheduler's profiles keep their own", bounds=Range(1, 1_000_000))
     add_flag(parser, "--workers", 0, "trace scenario: processes for the runs (0: one per core)",

@@ -41,9 +41,22 @@ from gpupair.simulator.trace.policies import FGD_POLICIES, MAX_NODE_SCORE, displ
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
-SHIPPED, FRAGMENTATION, WHOLE_GPUS, FILTER_ONLY = "shipped", "fragmentation", "fragmentation-whole", "filter"
-SCORE_LABELS = {SHIPPED: "gpupair", FRAGMENTATION: "gpupair-frag", WHOLE_GPUS: "gpupair-frag-whole",
-                FILTER_ONLY: "gpupair-filter"}
+# gpupair's configurations (``--gpupair-scores``):
+# - shipped: what deploy/ ships: --score fragmentation through two entries (the GPU entry filters
+#   and scores whole-GPU pods, the every-pod entry scores every other pod), fed whole GPUs only,
+#   as the reporters publish them;
+# - best-fit: the extender as shipped before it: the GPU entry alone, --score best-fit;
+# - fragmentation: the fragmentation score seeing each GPU's share;
+# - fragmentation-whole: the same seeing whole GPUs only (scores what shipped scores: each pod
+#   once, whichever entry asks);
+# - filter: the GPU entry without prioritizeVerb, beside a plugin that scores GPUs itself.
+SHIPPED, BEST_FIT, FRAGMENTATION, WHOLE_GPUS, FILTER_ONLY = (
+    "shipped", "best-fit", "fragmentation", "fragmentation-whole", "filter")
+SCORE_LABELS = {SHIPPED: "gpupair", BEST_FIT: "gpupair-bestfit", FRAGMENTATION: "gpupair-frag",
+                WHOLE_GPUS: "gpupair-frag-whole", FILTER_ONLY: "gpupair-filter"}
+# The configurations with the fragmentation score (every pod scored), and whether each sees whole
+# GPUs only.
+WHOLE_GPUS_ONLY = {SHIPPED: True, FRAGMENTATION: False, WHOLE_GPUS: True}
 
 
 @dataclass(frozen=True)
@@ -99,8 +112,8 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     tables = Tables(cluster.layouts, choose, decider, DRA if config.path == DRA else "reporter")
     ties = np.random.default_rng([config.seed, 2])
     result = ReplayResult(display_name(config.policy), config.gpupair, config.seed, config.path, config.score, {})
-    fragmentation = FragmentationScore(cluster, tables, config.score == WHOLE_GPUS) \
-        if config.gpupair and config.score in (FRAGMENTATION, WHOLE_GPUS) else None
+    fragmentation = FragmentationScore(cluster, tables, WHOLE_GPUS_ONLY[config.score]) \
+        if config.gpupair and config.score in WHOLE_GPUS_ONLY else None
     arrived, used = 0, 0
     arrivals_log = np.zeros(len(stream), dtype=np.int64)
     used_log = np.zeros(len(stream), dtype=np.int64)
@@ -130,8 +143,8 @@ def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, con
     if whole and config.path == DRA:  # DynamicResources' Filter: the allocator finds the devices
         fits &= tables.lookup("found", cluster.layout_id, cluster.free_mask, pod.gpus)
     rows = np.flatnonzero(fits)
-    # As shipped (managedResources: nvidia.com/gpu) only GPU pods reach the extender; the
-    # fragmentation score needs every pod (the every-pod registration).
+    # The GPU entry (managedResources: nvidia.com/gpu) is called for whole-GPU pods; with the
+    # fragmentation score the every-pod entry scores every other pod too.
     called = config.gpupair and ((pod.gpus > 0 and pod.milli_per_gpu == MILLI) or fragmentation is not None)
     if called and whole and len(rows):
         passes = tables.lookup("passes", cluster.layout_id[rows], cluster.free_mask[rows], pod.gpus)

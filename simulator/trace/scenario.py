@@ -9,7 +9,7 @@ from collections import Counter
 
 from gpupair.command.flags import UsageError
 
-SCORES = ("shipped", "fragmentation", "fragmentation-whole", "filter")
+SCORES = ("shipped", "best-fit", "fragmentation", "fragmentation-whole", "filter")  # replay.SCORE_LABELS
 
 
 def run(args: argparse.Namespace, paths: list[str]) -> int:
@@ -75,8 +75,9 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     print(text_table(header, rows))
     written = [write_summary(tsv, (header, rows), "trace.summary"), write_summary(tsv, report.run_rows(runs), "trace.runs")]
     print("alloc@N%: GPUs allocated when N% of the cluster's GPUs have arrived as demand (FGD's figure 9a); "
-          "gpupair: the extender as deployed (--score best-fit); gpupair-frag: --score fragmentation, every pod, "
-          "each GPU's share known; gpupair-frag-whole: the same seeing whole GPUs only (docs/simulate.md)")
+          "gpupair: the extender as deployed (--score fragmentation, every pod, whole GPUs as reporters publish "
+          "them); gpupair-bestfit: --score best-fit, GPU pods only; gpupair-frag: --score fragmentation, each "
+          "GPU's share known; gpupair-frag-whole: the same seeing whole GPUs only (docs/simulate.md)")
     print("TSV: " + ", ".join(map(str, written)))
     if plot is not None:
         report.plot(plot, runs, workload_name(args.trace_pods))

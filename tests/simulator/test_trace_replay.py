@@ -319,3 +319,17 @@ def test_a_share_placed_on_the_only_node_left_goes_on_a_gpu_that_holds_it():
         for seed in (1, 42):
             run = replay(nodes, pods, ReplayConfig(policy, False, seed))
             assert max(v for v in run.allocation.values() if v is not None) <= 100.0, (policy, seed)
+
+
+def test_shipped_is_the_fragmentation_score_as_deployed_and_best_fit_the_one_before(sliced):
+    """`shipped` is what deploy/ ships: the fragmentation score for every pod (the GPU entry and
+    the every-pod entry score each pod once), fed whole GPUs as the reporters publish them, so it
+    places every pod where `fragmentation-whole` does; `best-fit` is the GPU entry alone with
+    best fit, as shipped before, and CPU pods then go where the profile alone puts them."""
+    nodes, pods = read_nodes(sliced[0]), read_pods(sliced[1])
+    runs = {score: replay(nodes, pods, ReplayConfig("kube-default", True, 3, score=score))
+            for score in ("shipped", "fragmentation-whole", "best-fit")}
+    assert runs["shipped"].allocation == runs["fragmentation-whole"].allocation
+    assert runs["shipped"].multi_gpu_placed == runs["fragmentation-whole"].multi_gpu_placed
+    assert runs["best-fit"].allocation != runs["shipped"].allocation
+    assert {r.score for r in runs.values()} == set(runs)
