@@ -3,7 +3,8 @@ shared by every row so the matrix pays for its set-up once.
 
 ``BurstCluster`` is gpupair as deploy/ runs it on eight seed-like nodes (GPU0-3 on NUMA node 0,
 GPU4-7 on NUMA node 1): the webhook, a reporter per node, the extender behind a ``Balancer``
-(one replica, or two for the replica row) and a kube-scheduler of its own that calls it.
+(one replica, or two for the replica row) and a kube-scheduler of its own that calls it through
+both entries deploy/ ships (the GPU entry, and the every-pod entry that scores every other pod).
 ``burst`` creates 40 GPU pods, 8 a second (24 asking one GPU, 16 asking two: 56 of the 64 GPUs,
 so that however the singles spread, two of them per NUMA node at most, every NUMA node keeps a
 close pair and every pod fits), injects the row's fault once ``after_bound`` of them are bound
@@ -30,7 +31,7 @@ from tests.controlplane.api import Api, ApiError
 from tests.controlplane.control_plane import ControlPlane
 from tests.controlplane.faults import Balancer, apiserver_requests, metric_total, requests_between, scrape
 from tests.controlplane.gpupair_install import NAMESPACE as GPUPAIR_NAMESPACE
-from tests.controlplane.gpupair_install import Install, scheduler_extender, wait_extender_ready, wait_reporter_ready
+from tests.controlplane.gpupair_install import Install, scheduler_extenders, wait_extender_ready, wait_reporter_ready
 from tests.controlplane.dra import remove_claims, remove_slices
 from tests.controlplane.kubelet import Grant, Kubelets, SimNode
 from tests.controlplane.pki import LOOPBACK
@@ -104,7 +105,7 @@ class BurstCluster:
         self.add_extender()
         self.scheduler = self.plane.scheduler(
             {"profiles": [{"schedulerName": "default-scheduler"}],
-             "extenders": [scheduler_extender(self.balancer.url)]}, name="kube-scheduler-chaos")
+             "extenders": scheduler_extenders(self.balancer.url)}, name="kube-scheduler-chaos")
         self.wait_empty()
 
     def add_node(self, name: str) -> SimNode:
@@ -209,9 +210,9 @@ class BurstCluster:
         names = self.pod_names(row)
         creator = threading.Thread(target=self._create_paced, args=(names, rate), name="burst", daemon=True)
         creator.start()
-        self.api.wait_for(lambda: len(self._bound_quietly()) >= after_bound, 120,
+        self.api.wait_for(lambda: len(self._bound_quietly(names)) >= after_bound, 120,
                           f"{after_bound} pods of {row} bound", interval=0.05)
-        bound_at_fault = len(self._bound_quietly())
+        bound_at_fault = len(self._bound_quietly(names))
         began = time.time()
         fault()
         ended = time.time()
@@ -219,7 +220,7 @@ class BurstCluster:
         deadline = time.monotonic() + timeout
         bound: dict[str, str] = {}
         while time.monotonic() < deadline:
-            bound = self._bound_quietly() or bound
+            bound = self._bound_quietly(names) or bound
             if len(bound) == len(names):
                 break
             time.sleep(0.25)
@@ -227,7 +228,7 @@ class BurstCluster:
         creator.join(60)
         if len(bound) < len(names) and settle:
             time.sleep(settle)
-            bound = _bound(self.api, self.namespace)
+            bound = self._bound_quietly(names)
         after = self._requests()
         placed = [n for n in names if n in bound]
         grants = self.grants(placed)
@@ -261,11 +262,13 @@ class BurstCluster:
                     raise
             time.sleep(0.2)
 
-    def _bound_quietly(self) -> dict[str, str]:
+    def _bound_quietly(self, names: list[str]) -> dict[str, str]:
+        """The burst's pods bound (not other pods a row makes beside them), by name."""
         try:
-            return _bound(self.api, self.namespace)
+            bound = _bound(self.api, self.namespace)
         except Exception:  # noqa: BLE001 - the apiserver down for the row's fault
             return {}
+        return {name: bound[name] for name in names if name in bound}
 
     def _requests(self) -> collections.Counter:
         try:

@@ -15,6 +15,7 @@ MATRIX: dict[str, str] = {
     "etcd": "etcd stopped (SIGSTOP) 5 s with a bind in flight, then continued",
     "extender": "extender SIGKILLed between a Binding and its answer, restarted",
     "replica": "one of two extender replicas behind a round robin SIGKILLed between a Binding and its answer",
+    "extender-down": "the extender down (both entries registered): CPU pods created meanwhile, restarted",
     "reporter": "a reporter SIGKILLed and restarted",
     "webhook": "the webhook down 10 s (failurePolicy Ignore)",
     "sigterm": "SIGTERM to the extender while a Binding waits on etcd",

@@ -28,6 +28,7 @@ from tests.controlplane.containers import base_env, gpupair_argv
 from tests.controlplane.faults import compact_etcd, metric_total, stalled
 from tests.controlplane.gpupair_install import NAMESPACE as GPUPAIR_NAMESPACE
 from tests.controlplane.kubelet import gpu_ask
+from tests.controlplane.workloads import gpu_pod
 from tests.controlplane.processes import Process, kill, terminate
 
 pytestmark = pytest.mark.chaos
@@ -151,6 +152,52 @@ def test_one_of_two_replicas_killed_behind_the_round_robin(fresh: BurstCluster):
         assert caught["pod"] in {g.pod for g in outcome.grants}
     finally:  # one replica stays for the later rows
         fresh.remove_extender(caught.get("replica") or added)
+
+
+def test_the_extender_down_cpu_pods_bind_and_gpu_pods_wait_with_the_reason(fresh: BurstCluster):
+    """The extender down (SIGKILL; no replica answers) mid-burst, with the two entries deploy/
+    ships: CPU pods created meanwhile reach only the every-pod entry, whose failed prioritize
+    kube-scheduler drops, so they bind; GPU pods fail at the GPU entry's filter (ignorable: false)
+    and wait, each with a FailedScheduling event that names the extender's filter URL. Started
+    again, the extender places them, nothing promised twice."""
+    [name] = fresh.extenders
+    filter_url = f"{fresh.balancer.url}/filter"
+    cpu_pods = [f"down-cpu-{i}" for i in range(8)]
+    gpu_pods = set(fresh.pod_names("extender-down"))
+    seen: dict[str, Any] = {}
+
+    def gpu_pods_told_why() -> list[str] | None:
+        """This row's GPU pods with a FailedScheduling naming the filter URL (earlier rows' events stay)."""
+        told = sorted({e["regarding"]["name"] for e in fresh.api.list("events.k8s.io/v1", "Event", fresh.namespace)
+                       if e.get("reason") == "FailedScheduling" and filter_url in (e.get("note") or "")
+                       and e["regarding"]["name"] in gpu_pods})
+        return told or None
+
+    def while_down() -> None:
+        began = time.monotonic()
+        for pod in cpu_pods:
+            fresh.api.create(gpu_pod(fresh.namespace, pod, 0))
+        fresh.api.wait_for(lambda: all(fresh.api.get("v1", "Pod", pod, fresh.namespace)["spec"].get("nodeName")
+                                       for pod in cpu_pods), 60, "the CPU pods bound with the extender down")
+        seen["cpu_bound_s"] = round(time.monotonic() - began, 2)
+        seen["told"] = fresh.api.wait_for(gpu_pods_told_why, 60, f"a GPU pod's FailedScheduling naming {filter_url}")
+        seen["unbound_gpu_pods"] = [p["metadata"]["name"] for p in fresh.api.list("v1", "Pod", fresh.namespace)
+                                    if p["metadata"]["name"] in seen["told"] and not p["spec"].get("nodeName")]
+
+    def fault() -> None:
+        fresh.restart_extender(name, while_down=while_down)
+
+    outcome = fresh.burst("extender-down", fault)
+    cpu_waited = [e for e in fresh.api.list("events.k8s.io/v1", "Event", fresh.namespace)
+                  if e.get("reason") == "FailedScheduling" and e["regarding"]["name"] in cpu_pods]
+    outcome.notes.update(cpu_pods_bound_s=seen["cpu_bound_s"], gpu_pods_told=len(seen["told"]))
+    check(fresh, outcome, ("connection refused", "EOF"), "CPU pods bound while it was down", len(cpu_pods))
+    assert not cpu_waited, [e.get("note") for e in cpu_waited]
+    assert seen["unbound_gpu_pods"], "no GPU pod waited while the extender was down"
+    sim = fresh.sim
+    assert sim is not None
+    sim.wait_admitted(fresh.namespace, cpu_pods, timeout=60)
+    assert len(outcome.placed) == outcome.pods
 
 
 def test_a_reporter_restarted_mid_burst(fresh: BurstCluster):
