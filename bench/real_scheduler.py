@@ -33,8 +33,10 @@ CPU seconds per bound pod of each process, so the machine's noise shows; and kub
 scheduling algorithm per attempt (``scheduler_scheduling_algorithm_duration_seconds``, its mean),
 where an extender's filter and prioritize calls sit, beside gpupair's own handler times for them.
 
-``--cpu-pods``: the pods ask CPU only, and the extender is registered without
-``managedResources`` (the every-pod entry of docs/dra.md), so every pod pays its round trips.
+``--cpu-pods``: the pods ask CPU only, and the extender (and the floor) is registered with both
+entries deploy/ ships (deploy/overlays/self-managed/scheduler-config.yaml): the GPU entry, which
+no CPU pod reaches, and the every-pod entry, prioritize only, which every CPU pod reaches. What
+it adds to a CPU pod is gpupair's span over alone's (the ratio ``gpupair/alone``).
 
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/real_scheduler.py --cpu-pods --runs 3
@@ -130,13 +132,15 @@ def pod(name: str, gpus: int) -> dict:
                      "restartPolicy": "Never"}}
 
 
-def extender_entry(port: int, cpu_pods: bool) -> dict:
-    entry = {"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter", "prioritizeVerb": "prioritize",
+def extender_entries(port: int, cpu_pods: bool) -> list[dict]:
+    url = f"http://127.0.0.1:{port}"
+    if cpu_pods:  # as deploy/ ships them
+        from tests.controlplane.gpupair_install import scheduler_extenders
+
+        return scheduler_extenders(url)
+    return [{"urlPrefix": url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
              "bindVerb": "bind", "weight": 5, "enableHTTPS": False, "nodeCacheCapable": True,
-             "httpTimeout": "5s", "ignorable": False}
-    if not cpu_pods:
-        entry["managedResources"] = [{"name": RESOURCE, "ignoredByScheduler": False}]
-    return entry
+             "httpTimeout": "5s", "ignorable": False, "managedResources": [{"name": RESOURCE, "ignoredByScheduler": False}]}]
 
 
 def _connects(port: int) -> bool:
@@ -349,7 +353,7 @@ class Bench:
         config_doc: dict = {"clientConnection": dict(CLIENT), "profiles": [{"schedulerName": "default-scheduler"}]}
         if config != "alone":
             procs["extender"], port = self.extender(config, seed)
-            config_doc["extenders"] = [extender_entry(port, self.args.cpu_pods)]
+            config_doc["extenders"] = extender_entries(port, self.args.cpu_pods)
             if self.args.profile and is_gpupair(config):
                 spy = REPO / ".venv/bin/py-spy"
                 fmt = "raw" if self.args.profile.endswith(".txt") else "flamegraph"  # raw: collapsed stacks
@@ -379,7 +383,8 @@ class Bench:
             after = self.scrape(f"http://127.0.0.1:{port}/metrics")
             name, label = "gpupair_extender_request_seconds", 'verb="bind"'
             buckets = minus(histogram(after, name, label), histogram(before_ext, name, label))
-            handled = sum(mean(after, name, f'verb="{verb}"', before_ext) or 0.0 for verb in ("filter", "prioritize"))
+            handled = sum(mean(after, name, f'verb="{verb}"', before_ext) or 0.0
+                          for verb in ("filter", "prioritize", "prioritize-every-pod"))
             total, earlier = counts(after, "gpupair_extender_requests_total", "verb"), \
                 counts(before_ext, "gpupair_extender_requests_total", "verb")
             requests = {verb: n - earlier.get(verb, 0.0) for verb, n in total.items()}
@@ -436,7 +441,7 @@ HOW = ("set GPUPAIR_K8S_BIN to a folder with kube-apiserver, kube-scheduler and 
 
 
 def report(runs: list[Run], args: argparse.Namespace) -> None:
-    kind = "CPU-only pods, extender without managedResources" if args.cpu_pods else "GPU pods (1 or 2 GPUs)"
+    kind = "CPU-only pods, both shipped entries" if args.cpu_pods else "GPU pods (1 or 2 GPUs)"
     print(f"{args.pods} {kind} on {args.nodes} seed-like nodes, created before kube-scheduler starts; "
           f"client qps {CLIENT['qps']}; runs interleaved")
     print(f"{'run':<4} {'config':<14} {'bound':>5} {'first->last':>11} {'algorithm':>9} {'bind p50':>9} {'bind p99':>9} "
@@ -559,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     # two cannot tell 0.3 ms apart, so six by default (each configuration twice in each place of
     # the rotating order), and the report prints the standard error.
     parser.add_argument("--runs", type=int, default=6, help="runs per configuration, interleaved (default 6)")
-    parser.add_argument("--cpu-pods", action="store_true", help="CPU-only pods; the extender without managedResources")
+    parser.add_argument("--cpu-pods", action="store_true", help="CPU-only pods; the extender with both shipped entries")
     parser.add_argument("--expect", type=int, default=None, help="binds to wait for (default: until two quiet seconds)")
     parser.add_argument("--profile", default="", help="record the extender with py-spy into this file (gpupair runs)")
     parser.add_argument("--cpu-profile", default="",
