@@ -73,7 +73,7 @@ class ClusterUsage:
     def measure(self, models: Sequence[str]) -> Fragmentation:
         """The workload's measure over nodes of ``models``, each shape's accepted products
         resolved against them where its rule needs them (a NotIn without an In)."""
-        typical = self.workload.typical()
+        typical = self.workload.learned()
         return Fragmentation([(shape if shape[3][:1] != (RULE,) else (*shape[:3], self._rules[shape[3]].among(models)),
                                share) for shape, share in typical], models)
 

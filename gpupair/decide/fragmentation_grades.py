@@ -35,6 +35,7 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int) -
     def fits(after: bool) -> dict[int, np.ndarray]:
         return {k: rows.whole_fits(k, after) for k in measure.whole_sizes}
 
-    before = measure.amount(rows.cpu_left, rows.before, rows.model, fits(False))
-    grown = measure.amount(rows.cpu_left - pod_cpu, rows.after, rows.model, fits(True)) - before
+    weight = measure.scarcity(rows.before, rows.model)
+    before = measure.amount(rows.cpu_left, rows.before, rows.model, fits(False), weight)
+    grown = measure.amount(rows.cpu_left - pod_cpu, rows.after, rows.model, fits(True), weight) - before
     return grades(grown, rows.after.sum(axis=1), rows.capacity)

@@ -4,7 +4,7 @@ the CPU request it is fed (gpupair/decide/pod_request.py)."""
 import numpy as np
 import pytest
 
-from gpupair.decide.fragmentation import MAX_SCORE, PACKING, QUANTUM, Fragmentation, Workload, grades
+from gpupair.decide.fragmentation import MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, Fragmentation, Workload, grades
 from gpupair.decide.pod_request import PodRequestError, cpu_request, parse_milli
 
 
@@ -48,6 +48,36 @@ def test_the_workload_counts_each_pod_once_and_forgets_it():
     assert sorted(measure.share.tolist()) == pytest.approx([1 / 3, 2 / 3])
     workload.remove((4000, 1000, 8, ()))
     assert workload.measure([""]).whole_sizes == []
+
+
+def test_gpupair_learns_every_shape_where_fgds_target_workload_drops_the_tail():
+    workload = Workload()
+    for _ in range(99):
+        workload.add((1000, 1000, 1, ()))
+    workload.add((1000, 1000, 1, ("T4",)))  # 1% of the pods, pinned: FGD's 95% cut drops it
+    assert len(workload.typical()) == 1
+    assert [shape for shape, _ in workload.learned()] == [(1000, 1000, 1, ()), (1000, 1000, 1, ("T4",))]
+    for cpu in range(MAX_SHAPES + 10):
+        workload.add((cpu, 0, 0, ()))
+    assert len(workload.learned()) == MAX_SHAPES  # the most common, a bound on the cost
+
+
+def test_a_shape_pinned_to_a_scarce_product_weighs_by_its_scarcity():
+    pinned, flexible = ((0, 1000, 1, ("T4",)), 0.5), ((0, 1000, 1, ()), 0.5)
+    measure = Fragmentation([pinned, flexible], ["G2", "T4"])
+    # Eight GPUs left on the G2 node, two on the T4 node: the T4 shape can use a fifth of them.
+    left = np.array([[1000] * 8, [1000, 1000] + [0] * 6])
+    model = np.array([0, 1])
+    assert measure.scarcity(left, model).tolist() == [5.0, 1.0]
+    # A flexible pod placed on the T4 node takes what the pinned shape needs: that costs five
+    # times the pinned shape's share; on the G2 node it frees the T4 node for it.
+    after = np.array([[0] + [1000] * 7, [0, 1000] + [0] * 6])
+    weight = measure.scarcity(left, model)
+    grown = measure.amount(np.zeros(2), after, model, weight=weight) - measure.amount(np.zeros(2), left, model, weight=weight)
+    unweighted = measure.amount(np.zeros(2), after, model) - measure.amount(np.zeros(2), left, model)
+    assert grown[1] - grown[0] > unweighted[1] - unweighted[0] > 0
+    # No product of the shape among the rows: it weighs every row alike, so 1.
+    assert measure.scarcity(left[:1], model[:1]).tolist() == [1.0, 1.0]
 
 
 def test_cpu_requests_in_millicores_by_the_effective_request_rule():
