@@ -13,18 +13,10 @@ outweighs the profile's.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.controlplane.gpupair_install import scheduler_extenders
-from tests.controlplane.workloads import SEED_TOPO, gpu_pod, wait_reported
+from tests.controlplane.workloads import SEED_TOPO, gpu_pod, wait_reported, with_cpu
 
 FREE = {"roomy": {4, 5, 6, 7}, "tight": {4, 5, 6, 7}}
-
-
-def with_cpu(pod: dict[str, Any], cpu: str) -> dict[str, Any]:
-    resources = pod["spec"]["containers"][0].setdefault("resources", {})
-    resources.setdefault("requests", {})["cpu"] = cpu
-    return pod
 
 
 def test_a_cpu_pod_goes_where_it_strands_no_gpu(api, namespace, kubelets, scheduler, gpupair):

@@ -35,6 +35,13 @@ def gpu_pod(namespace: str, name: str, gpus: int, *, node: str = "", devices: tu
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+def with_cpu(pod: dict[str, Any], cpu: str) -> dict[str, Any]:
+    """``pod`` with its first container requesting ``cpu``."""
+    resources = pod["spec"]["containers"][0].setdefault("resources", {})
+    resources.setdefault("requests", {})["cpu"] = cpu
+    return pod
+
+
 def reported_free(api: Api, node: str) -> list[int] | None:
     """The free GPUs the node's reporter last published (None before its first report)."""
     annotations = api.get("v1", "Node", node)["metadata"].get("annotations") or {}
