@@ -34,7 +34,7 @@ from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decide.dra_source import ClaimNotSeen, DraNodes
 from gpupair.decide.node_picture import AnnotatedNodes, NodePicture
 from gpupair.decide.decisions import Decider
-from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, SHARED_RESOURCE_NAMES
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.every_pod import EVERY_POD_VERB, gpu_entry_resources, managed
@@ -129,6 +129,7 @@ def assemble(
     dra_nic_drivers: frozenset[str] = frozenset(),
     pod_watch_wait: float = POD_WATCH_WAIT,
     fragmentation: bool = False,
+    shared_resources: tuple[str, ...] = SHARED_RESOURCE_NAMES,
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
@@ -139,7 +140,8 @@ def assemble(
     RDMA DRA drivers whose devices are the NICs, where no reporter publishes them.
     ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about.
     ``fragmentation``: prioritize with the fragmentation score (extender/fragmentation_score.py),
-    fed by the node cache and the pod watch."""
+    fed by the node cache and the pod watch; ``shared_resources``: the extended resources of GPU
+    shares, whose pods count in its workload."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
@@ -172,7 +174,8 @@ def assemble(
     if fragmentation:
         from gpupair.extender.cluster_usage import ClusterUsage, claims_accept  # numpy, only for this score
 
-        evaluator.usage = ClusterUsage(requests.of, claims_accept(picture) if dra is not None else None)
+        evaluator.usage = ClusterUsage(requests.of, claims_accept(picture) if dra is not None else None,
+                                       shared_resources)
         if cache is not None:
             cache.usage = evaluator.usage
     pods = PodWatch(reservations, requests, evaluator.usage) if api is not None else None

@@ -1,6 +1,10 @@
 """What the fragmentation score needs beyond the node reports (``--score fragmentation``):
 each node's CPU, allocatable and requested, its GFD product label, and the shapes of the pods in
-the cluster, each with the GPU products it accepts (gpupair/decide/gpu_products.py).
+the cluster, each with the GPU products it accepts (gpupair/decide/gpu_products.py). A pod
+asking GPU shares (``shared``: time-slicing's ``nvidia.com/gpu.shared``) counts as a shape of that
+many GPUs: the reporters publish whole GPUs, and a share takes one from what they show free (the
+simulator's ``shipped`` counts it so; as a CPU-only shape, FGD's default workload allocated 0.2
+points less at 100% arrival, seed 42).
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
 CPU and labels, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
@@ -17,7 +21,8 @@ from collections.abc import Callable, Sequence
 
 from gpupair.decide.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
-from gpupair.decide.pod_request import PodRequestError, cpu_request, parse_milli
+from gpupair.decide.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
+from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 
 log = logging.getLogger("gpupair.extender.usage")
 
@@ -34,10 +39,13 @@ def claims_accept(picture: Any) -> Callable[[Any], Accepted]:
 
 
 class ClusterUsage:
-    def __init__(self, gpus_of, claims_accept: Callable[[Any], Accepted] | None = None) -> None:
+    def __init__(self, gpus_of, claims_accept: Callable[[Any], Accepted] | None = None,
+                 shared: Sequence[str] = SHARED_RESOURCE_NAMES) -> None:
         """``gpus_of``: a pod's GPU count as the extender reads it (PodRequests.of);
-        ``claims_accept``: the products its DRA claims' selectors accept."""
+        ``claims_accept``: the products its DRA claims' selectors accept; ``shared``: the
+        extended resources of GPU shares."""
         self._gpus_of = gpus_of
+        self._shared = tuple(shared)
         self._claims_accept = claims_accept
         self.allocatable: dict[str, int] = {}  # node -> CPU millicores
         self.labels: dict[str, str] = {}  # node -> its GFD product label, normalised
@@ -100,6 +108,7 @@ class ClusterUsage:
             return
         try:
             cpu, gpus = cpu_request(pod), self._gpus_of(pod)
+            gpus = gpus or sum(gpu_request(pod, name) for name in self._shared)
         except PodRequestError:
             return  # the verbs say why when the pod reaches them
         node = str(spec.get("nodeName") or "")

@@ -14,6 +14,7 @@ from gpupair.command.flags import (
     add_lease_namespace, add_resource_name, add_stale_after, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
+from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 
 if TYPE_CHECKING:
     from gpupair.command.tls import ReloadingTLS
@@ -39,6 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "counted; CPU pods are scored through the every-pod entry, prioritizeVerb prioritize-every-pod) or "
              "best-fit (the NUMA node the set breaks least, then its link; GPU pods only)",
              choices=("fragmentation", "best-fit"))
+    add_flag(parser, "--shared-resources", ",".join(SHARED_RESOURCE_NAMES),
+             "extended resources of GPU shares (comma-separated; time-slicing's renamed resource): under "
+             "--score fragmentation a pod asking one counts as a GPU pod in the cluster's workload")
     add_flag(parser, "--reservation-ttl", 120.0,
              "seconds a reservation lasts if no report shows its devices taken and the pod stays", bounds=DURATION)
     add_flag(parser, "--annotate-plan", False,
@@ -142,6 +146,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         nic_level=args.nic_level,
         dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),
         fragmentation=args.score == "fragmentation",
+        shared_resources=tuple(name.strip() for name in args.shared_resources.split(",") if name.strip()),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts

@@ -6,6 +6,8 @@ kept a hard-coded one)."""
 from __future__ import annotations
 
 RESOURCE_NAME = "nvidia.com/gpu"  # the extended resource the device plugin advertises
+# GPU shares as NVIDIA's time-slicing advertises them with renameByDefault: one a share
+SHARED_RESOURCE_NAMES = ("nvidia.com/gpu.shared",)
 REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
 TOKEN_AUDIENCE = "gpupair-reporter"  # the audience of the verifier's projected token
 VERIFIER_CONTAINER = "gpupair-verify"  # the sidecar the webhook injects; a pod without it gets no verdict

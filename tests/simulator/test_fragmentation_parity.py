@@ -132,11 +132,13 @@ class Fleet:
 
 
 def pod_object(pod: TracePod, name: str, node: str, devices) -> dict:
-    """The trace pod as the API serves it: its CPU request, its GPUs (a share asks one GPU of a
-    time-sliced node), its models as a nodeSelector (one) or required node affinity (several)."""
+    """The trace pod as the API serves it: its CPU request, its GPUs (a share asks one of
+    time-slicing's renamed resource, as docs/simulate.md models it), its models as a nodeSelector
+    (one) or required node affinity (several)."""
     resources = {"requests": {"cpu": f"{pod.milli_cpu}m"}}
     if pod.gpus:
-        resources["limits"] = {"nvidia.com/gpu": str(pod.gpus)}
+        shared = pod.milli_per_gpu < MILLI
+        resources["limits"] = {"nvidia.com/gpu.shared" if shared else "nvidia.com/gpu": str(pod.gpus)}
     spec: dict = {"containers": [{"name": "main", "image": "job:1", "resources": resources}]}
     if len(pod.models) == 1:
         spec["nodeSelector"] = {PRODUCT_LABEL: pod.models[0]}
