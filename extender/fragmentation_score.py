@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from gpupair.decide import placement
+from gpupair.decide.decisions import preferred_band
 from gpupair.decide.fragmentation import MILLI
 from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.intent import Intent
@@ -64,8 +65,10 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     measure = usage.measure(models)
     graded = fragmentation_grades(measure, node_rows([(state, plan, cpu_left, models.index(product))
                                                        for _, state, plan, cpu_left, product in rows]), cpu)
+    banded = decisions is not None and not all(decisions[index].preferred_met for index, *_ in rows)
     for (index, *_), grade in zip(rows, graded.tolist()):
-        scores[index] = grade
+        # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
+        scores[index] = preferred_band(grade, decisions[index].preferred_met) if banded else grade
     return scores
 
 

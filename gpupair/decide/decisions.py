@@ -75,6 +75,15 @@ class NodeDecision:
     reason: str = ""
     plan: tuple[int, ...] | None = None  # the set the device plugin is expected to pick
     score: int = 0
+    # False where a ``preferred`` pod passes with a set that misses what it prefers (not close,
+    # outside its scope, not near a NIC): the tier a score other than best fit must keep.
+    preferred_met: bool = True
+
+
+def preferred_band(score: int, met: bool) -> int:
+    """A 0-10 score moved into its tier: 6-10 where the set is what the pod prefers, 0-5 where
+    not, so every node that meets the preference ranks above every node that does not."""
+    return 6 + score * 4 // 10 if met else score * 5 // 10
 
 
 @dataclass
@@ -129,9 +138,9 @@ class Decider:
                 f"need {gpus} GPUs {self.scope.phrase}; free sets {self.scope.phrase}: none "
                 f"(free: {placement.free_summary(state)})"))
         if within(layout, decision.plan, self.scope):
-            return replace(decision, score=6 + decision.score * 4 // 10)
+            return replace(decision, score=preferred_band(decision.score, True))
         if intent is Intent.PREFERRED:
-            return replace(decision, score=decision.score * 5 // 10)
+            return replace(decision, score=preferred_band(decision.score, False), preferred_met=False)
         picker = "allocator" if node.source == DRA else "device plugin"
         got = f"{format_set(decision.plan)} ({layout.worst_link(decision.plan)})"
         sets = free_sets(layout, state.free, gpus, self.scope)
@@ -155,7 +164,7 @@ class Decider:
                 return NodeDecision(node.name, False, reason=(
                     f"the pod asks for a NIC at {level} or closer; this node's reporter publishes no NICs "
                     f"({NICS_KEY} missing)"))
-            return replace(decision, score=0)
+            return replace(decision, score=0, preferred_met=False)
         limit = links.distance(level)
         nearest = {g: node.nics.nearest(g) for g in range(state.layout.size)}
         near = frozenset(g for g, found in nearest.items() if found and links.distance(found[1]) <= limit)
@@ -164,14 +173,14 @@ class Decider:
         ) or "no NICs"
         if not placement.fit(NodeState(state.layout, state.free & near), gpus).feasible:
             if not required:
-                return replace(decision, score=0)
+                return replace(decision, score=0, preferred_met=False)
             needed = placement.min_numa_nodes(state.layout, gpus) or 1
             where = "on one NUMA node" if needed == 1 else f"within {needed} NUMA nodes"
             return NodeDecision(node.name, False, reason=(
                 f"need {gpus} GPUs {where} with a NIC at {level} or closer; free near {free_near}"))
         if decision.plan is not None and not set(decision.plan) <= near:
             if not required:
-                return replace(decision, score=0)
+                return replace(decision, score=0, preferred_met=False)
             picker = "allocator" if node.source == DRA else "device plugin"
             return NodeDecision(node.name, False, reason=(
                 f"the {picker} would take {format_set(decision.plan)}, not all near a NIC at {level}; "
@@ -200,7 +209,7 @@ class Decider:
                 f"the allocator took {format_set(plan)} ({layout.worst_link(plan)}) for this pod's claims here, "
                 "not a close set"))
         if intent is Intent.NONE or not close:
-            decision = NodeDecision(node.name, True, plan=plan)
+            decision = NodeDecision(node.name, True, plan=plan, preferred_met=close or intent is not Intent.PREFERRED)
         else:
             score = placement.score(state, plan)
             decision = NodeDecision(node.name, True, plan=plan,
@@ -241,7 +250,7 @@ class Decider:
                     f"free: {placement.free_summary(state)}"))
             close = False
         if intent is Intent.NONE or not close:
-            return NodeDecision(node.name, True, plan=plan)
+            return NodeDecision(node.name, True, plan=plan, preferred_met=close or intent is not Intent.PREFERRED)
         score = placement.score(state, plan)
         if intent is Intent.PREFERRED:
             score = max(score, 1)  # above every node without a close set (those score 0)

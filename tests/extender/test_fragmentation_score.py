@@ -5,6 +5,7 @@ is its allocatable less its pods' requests, and CPU-only pods are scored too."""
 from __future__ import annotations
 
 from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.decide.intent import PLACEMENT_KEY
 from gpupair.extender.main import configure
 from gpupair.topology.report import PRODUCT_KEY
 from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
@@ -75,6 +76,24 @@ async def test_best_fit_remains_the_default_and_gives_cpu_pods_no_opinion():
             assert k.extender.evaluator.usage is None
             _, answer = await k.client.post("prioritize", args_body(pod_object(0, uid="web"), names=["roomy"]))
     assert scores(answer) == {"roomy": 0}
+
+
+async def test_a_preferred_pod_ranks_every_close_set_above_the_set_fragmentation_alone_would_pick():
+    async with running_kube_double() as double:
+        # "whole": every GPU free, a close pair, but taking it breaks the 8 GPUs a waiting pod
+        # needs; "split": GPU3 and GPU4 free, across the sockets, the pair that strands nothing.
+        double.store.create("nodes", node("whole", EVERY_GPU, "64", {}))
+        double.store.create("nodes", node("split", {3, 4}, "64", {("infra", "h"): EVERY_GPU - {3, 4}}))
+        double.store.create("pods", with_cpu(make_pod("h", "infra", gpus=6, node_name="split"), "4"), "infra")
+        double.store.create("pods", with_cpu(make_pod("trainer", "ml", gpus=8), "16"), "ml")  # waiting
+        pod = with_cpu(pod_object(2, uid="pair"), "4")
+        async with kube_extender(double, fragmentation=True) as k:
+            await eventually(lambda: k.extender.ready())
+            _, required = await k.client.post("prioritize", args_body(pod, names=["whole", "split"]))
+            pod["metadata"].setdefault("annotations", {})[PLACEMENT_KEY] = "preferred"
+            _, preferred = await k.client.post("prioritize", args_body(pod, names=["whole", "split"]))
+    assert scores(required) == {"whole": 10, "split": 0}  # split fails the filter: no opinion there
+    assert scores(preferred)["whole"] >= 6 > 5 >= scores(preferred)["split"]
 
 
 def pinned(pod: dict, product: str) -> dict:
