@@ -273,15 +273,16 @@ def summary(snapshot: Snapshot) -> list[str]:
     """The printed summary: what was written, then each kind of finding with its count."""
     gpu_nodes = [n for n in snapshot.nodes if n.gpus]
     shapes = Counter((n.gpus, n.model or "(no product)") for n in gpu_nodes)
-    fleet = ", ".join(f"{count} x {gpus} {model}" for (gpus, model), count in sorted(shapes.items(), key=lambda s: (-s[0][0], s[0][1])))
+    fleet = ", ".join(f"{count} x {gpus} {model}"
+                      for (gpus, model), count in sorted(shapes.items(), key=lambda s: (-s[0][0], s[0][1])))
     whole = sum(1 for p in snapshot.pods if p.gpus and p.milli_per_gpu == MILLI)
     share = sum(1 for p in snapshot.pods if p.gpus and p.milli_per_gpu < MILLI)
     lines = [
         f"nodes: {len(snapshot.nodes)} ({len(gpu_nodes)} with GPUs{': ' + fleet if fleet else ''}; "
         f"{sum(n.gpus for n in gpu_nodes)} GPUs)",
         f"pods: {len(snapshot.pods)} ({whole} whole-GPU, {share} share, {len(snapshot.pods) - whole - share} CPU-only), "
-        f"in creation order; {snapshot.daemon_pods} DaemonSet or static pods left out, their requests taken off "
-        "their nodes",
+        f"in creation order; {snapshot.daemon_pods} DaemonSet or static pod(s) left out, their requests taken "
+        "off their nodes",
     ]
     counts = snapshot.counts()
     for kind, text in KINDS.items():

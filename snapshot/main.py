@@ -53,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     snapshot = convert(cluster.nodes, cluster.pods, cluster.slices, cluster.claims,
                        SnapshotOptions(resource=args.resource_name, shared=tuple(sorted(args.shared_resources)),
                                        dra_driver=args.dra_driver, gpu_classes=args.gpu_device_classes))
-    for finding in snapshot.findings:
-        log.warning(finding.line, extra={"finding": finding.kind})
+    for finding in snapshot.findings:  # a CPU node is no problem, only worth its line
+        log.log(logging.INFO if finding.kind == "node-no-gpus" else logging.WARNING, finding.line,
+                extra={"finding": finding.kind})
     nodes_file, pods_file = folder / NODE_FILE, folder / POD_FILE
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -64,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
         raise Failure(f"{error.filename or folder}: {error.strerror or error}") from None
     lines = [f"snapshot: {line}" for line in summary(snapshot)]
     lines += [f"snapshot: {why}" for why in cluster.unseen]
-    lines.append(f"wrote {nodes_file} and {pods_file}; replay: gpupair simulate --scenario trace "
-                 f"--trace-nodes {shlex.quote(str(nodes_file))} --trace-pods {shlex.quote(str(pods_file))}")
+    lines.append(f"wrote {nodes_file} and {pods_file}")
+    lines.append(f"replay: gpupair simulate --scenario trace --trace-nodes {shlex.quote(str(nodes_file))} "
+                 f"--trace-pods {shlex.quote(str(pods_file))}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
