@@ -172,3 +172,24 @@ def test_the_options_name_other_resources():
     snap = convert(nodes, [pod("p", created=1, limits={"nvidia.com/mig-1g.10gb": "1"})],
                    options=SnapshotOptions(resource="nvidia.com/mig-1g.10gb"))
     assert (snap.nodes[0].gpus, snap.pods[0].gpus) == (7, 1)
+
+
+def test_pod_level_resources_replace_the_containers_sum_where_set():
+    both = pod("pod-level", created=1, requests={"cpu": "1", "memory": "1Gi"})
+    both["spec"]["resources"] = {"limits": {"cpu": "3"}}  # a pod-level limit alone is its request; memory not set
+    snap = convert([], [both])
+    assert snap.pods == [TracePod("ns/pod-level", 3000, 1024, 0, 0)]
+
+
+def test_dra_nodes_and_claims_give_gpus_where_no_resource_does():
+    from tests.dra_support import DRIVER, allocated_claim, node_slice
+
+    claimed = pod("claimed", created=1, node_name="d", requests={"cpu": "1"})
+    claimed["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "two"}]
+    published = node_slice("d")
+    for device in published["spec"]["devices"]:
+        device["attributes"]["productName"] = {"string": "NVIDIA H200"}
+    claim = allocated_claim("ns", "two", "d", [0, 1], pod="claimed", pod_uid="uid-claimed")
+    snap = convert([node("d")], [claimed], [published], [claim], SnapshotOptions(dra_driver=DRIVER))
+    assert snap.nodes == [TraceNode("d", 32000, 262144, 8, "NVIDIA-H200")]  # no nvidia.com/gpu: the slice's
+    assert snap.pods == [TracePod("ns/claimed", 1000, 0, 2, 1000)]
