@@ -32,6 +32,7 @@ COPY verifier/ verifier/
 COPY simulator/ simulator/
 COPY audit/ audit/
 COPY status/ status/
+COPY snapshot/ snapshot/
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m pip --python /opt/gpupair/bin/python install --no-deps /wheels/*.whl
 

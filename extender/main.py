@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 
 from gpupair.command.flags import (
     DURATION, PORT, add_default_placement, add_dra_driver, add_gpu_device_classes, add_kube_flags,
-    add_lease_namespace, add_resource_name, add_stale_after, add_tls_flags, listen_address,
+    add_lease_namespace, add_resource_name, add_shared_resources, add_stale_after, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
-from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 
 if TYPE_CHECKING:
     from gpupair.command.tls import ReloadingTLS
@@ -40,9 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "counted; CPU pods are scored through the every-pod entry, prioritizeVerb prioritize-every-pod) or "
              "best-fit (the NUMA node the set breaks least, then its link; GPU pods only)",
              choices=("fragmentation", "best-fit"))
-    add_flag(parser, "--shared-resources", ",".join(SHARED_RESOURCE_NAMES),
-             "extended resources of GPU shares (comma-separated; time-slicing's renamed resource): under "
-             "--score fragmentation a pod asking one counts as a GPU pod in the cluster's workload")
+    add_shared_resources(parser, "under --score fragmentation a pod asking one counts as a GPU pod in the "
+                         "cluster's workload")
     add_flag(parser, "--reservation-ttl", 120.0,
              "seconds a reservation lasts if no report shows its devices taken and the pod stays", bounds=DURATION)
     add_flag(parser, "--annotate-plan", False,
@@ -146,7 +144,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         nic_level=args.nic_level,
         dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),
         fragmentation=args.score == "fragmentation",
-        shared_resources=tuple(name.strip() for name in args.shared_resources.split(",") if name.strip()),
+        shared_resources=tuple(sorted(args.shared_resources)),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts

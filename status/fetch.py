@@ -31,7 +31,8 @@ class NodesNotVisible(RuntimeError):
     """The one list status cannot do without."""
 
 
-async def _read(call, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+async def read_items(call, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """A list call's items as raw JSON; an ApiException for a status outside 2xx."""
     response = await call(*args, _preload_content=False, **kwargs)
     try:
         data = await response.read()
@@ -57,19 +58,19 @@ async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: s
     nodes whose GPUs it publishes ('' for none)."""
     core = k8s.CoreV1Api(api)
     resource = k8s.ResourceV1Api(api)
-    slices_call = (_read(resource.list_resource_slice, field_selector=f"spec.driver={dra_driver}")
+    slices_call = (read_items(resource.list_resource_slice, field_selector=f"spec.driver={dra_driver}")
                    if dra_driver else _none())
-    claims_call = _read(resource.list_resource_claim_for_all_namespaces) if dra_driver else _none()
-    leases_call = (_read(k8s.CoordinationV1Api(api).list_namespaced_lease, lease_namespace,
+    claims_call = read_items(resource.list_resource_claim_for_all_namespaces) if dra_driver else _none()
+    leases_call = (read_items(k8s.CoordinationV1Api(api).list_namespaced_lease, lease_namespace,
                          label_selector=HEARTBEAT_SELECTOR) if lease_namespace else _none())
     if namespace:
-        pods_call = _read(core.list_namespaced_pod, namespace, field_selector=LIVE_PODS)
-        events_call = _read(core.list_namespaced_event, namespace, field_selector=WARNINGS)
+        pods_call = read_items(core.list_namespaced_pod, namespace, field_selector=LIVE_PODS)
+        events_call = read_items(core.list_namespaced_event, namespace, field_selector=WARNINGS)
     else:
-        pods_call = _read(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)
-        events_call = _read(core.list_event_for_all_namespaces, field_selector=WARNINGS)
+        pods_call = read_items(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)
+        events_call = read_items(core.list_event_for_all_namespaces, field_selector=WARNINGS)
     nodes, pods, events, leases, slices, claims = await asyncio.gather(
-        asyncio.wait_for(_read(core.list_node, label_selector=node_selector or None), timeout),
+        asyncio.wait_for(read_items(core.list_node, label_selector=node_selector or None), timeout),
         asyncio.wait_for(pods_call, timeout), asyncio.wait_for(events_call, timeout),
         asyncio.wait_for(leases_call, timeout), asyncio.wait_for(slices_call, timeout),
         asyncio.wait_for(claims_call, timeout), return_exceptions=True)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("gpupair.audit.main", "run rounds of multi-GPU test pods and report which GPUs each got (TSV)"),
     "reporter": ("gpupair.reporter.main", "publish this node's GPU layout and free GPUs as node annotations"),
     "status": ("gpupair.status.main", "the cluster's GPU nodes at a glance: free maps, report ages, pending pods, FAILs"),
+    "snapshot": ("gpupair.snapshot.main", "write the cluster's nodes and pods as the openb CSVs `simulate --scenario trace` replays"),
 }
 
 

@@ -403,6 +403,14 @@ def add_gpu_device_classes(parser: argparse.ArgumentParser, help: str) -> None:
              f"DRA DeviceClasses whose devices are GPUs (comma-separated): {help}", type=name_set)
 
 
+def add_shared_resources(parser: argparse.ArgumentParser, help: str) -> None:
+    """The extended resources of GPU shares (time-slicing's renamed resource). The value is a
+    set (``name_set``)."""
+    add_flag(parser, "--shared-resources", ",".join(defaults.SHARED_RESOURCE_NAMES),
+             f"extended resources of GPU shares (comma-separated; time-slicing's renamed resource): {help}",
+             type=name_set)
+
+
 def add_stale_after(parser: argparse.ArgumentParser, help: str = "") -> None:
     """How old a node's newest heartbeat may be before its report counts as stale; ``gpupair
     status`` judges as the extender does, so both take one default and one range."""

@@ -4,6 +4,11 @@ kube-scheduler and kubelet size a pod as the larger of
 - the app containers plus the restartable init containers (native sidecars), summed, and
 - for each init container in order, its own request plus the sidecars started before it.
 The extender, the webhook and the simulator all count with this one function.
+
+``pod_request`` adds what kube-scheduler adds on top for CPU and memory (its
+``resourcehelper.PodRequests``): pod-level resources (``spec.resources``) replace the
+containers' sum where set, and the RuntimeClass's ``spec.overhead`` counts on top. `gpupair
+snapshot` writes those; the extender's CPU accounting still reads the containers alone.
 """
 
 from __future__ import annotations
@@ -70,6 +75,12 @@ def parse_milli(value: Any, where: str) -> int:
     return int(number.to_integral_value(rounding="ROUND_CEILING"))
 
 
+def parse_bytes(value: Any, where: str) -> int:
+    """A memory quantity ("512Mi", "1G", 1e9) in bytes, rounded up."""
+    milli = parse_milli(value, where)
+    return -(-milli // 1000)
+
+
 def _container_request(container: Any, resource: str, where: str, parse=parse_count) -> int:
     if not isinstance(container, Mapping):
         raise PodRequestError(f"{where}: a container must be an object")
@@ -101,6 +112,30 @@ def cpu_request(pod: Mapping[str, Any]) -> int:
     """The pod's effective CPU request in millicores (a limit alone counts as the request, as
     the API server defaults it)."""
     return _effective(pod, "cpu", parse_milli)
+
+
+def memory_request(pod: Mapping[str, Any]) -> int:
+    """The pod's effective memory request in bytes (a limit alone counts as the request)."""
+    return _effective(pod, "memory", parse_bytes)
+
+
+def pod_request(pod: Mapping[str, Any], resource: str) -> int:
+    """``cpu`` (millicores) or ``memory`` (bytes) as kube-scheduler counts the pod: its pod-level
+    request (a pod-level limit alone defaults it) where set, else the containers' effective
+    request; plus its overhead."""
+    parse = parse_milli if resource == "cpu" else parse_bytes
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return _effective(pod, resource, parse)
+    pod_level = _container_request({"resources": spec.get("resources") or {}}, resource, "spec", parse) \
+        if spec.get("resources") else None
+    total = pod_level if pod_level else _effective(pod, resource, parse)
+    overhead = spec.get("overhead") or {}
+    if not isinstance(overhead, Mapping):
+        raise PodRequestError("spec.overhead: must be an object")
+    if resource in overhead:
+        total += parse(overhead[resource], f"spec.overhead[{resource}]")
+    return total
 
 
 def _effective(pod: Mapping[str, Any], resource: str, parse) -> int:

@@ -10,11 +10,15 @@ A file that cannot be read as such stops the run with one line naming the file a
 (``TraceFileError``, exit 2): an unknown column, a missing value, a negative number, a pod
 asking a share of more than one GPU. ``gpu_milli`` above 1000 is taken as 1000, as FGD's
 converter does (``data/pod_csv_to_yaml.py``); an empty one on a GPU pod means whole GPUs.
+
+``write_nodes`` and ``write_pods`` write the same format (`gpupair snapshot`); what they write,
+``read_nodes`` and ``read_pods`` read back unchanged.
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,3 +171,19 @@ def read_pods(path: str | Path) -> list[TracePod]:
         pods.append(TracePod(name, _count(path, number, row, "cpu_milli"), _count(path, number, row, "memory_mib"),
                              gpus, milli, models))
     return pods
+
+
+def write_nodes(path: str | Path, nodes: Sequence[TraceNode]) -> None:
+    with Path(path).open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(NODE_COLUMNS)
+        writer.writerows((n.name, n.milli_cpu, n.memory_mib, n.gpus, n.model) for n in nodes)
+
+
+def write_pods(path: str | Path, pods: Sequence[TracePod]) -> None:
+    """With ``gpu_spec``: the models a GPU pod may run on, ``A|B`` (empty: any)."""
+    with Path(path).open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow((*POD_COLUMNS, "gpu_spec"))
+        writer.writerows((p.name, p.milli_cpu, p.memory_mib, p.gpus, p.milli_per_gpu if p.gpus else 0,
+                          "|".join(p.models)) for p in pods)

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Pairs of flags whose names look alike but that name different things.
 DISTINCT = {
     frozenset({"--node", "--node-name"}): "audit's node to pin test pods to; the reporter's own node",
+    frozenset({"--output", "--output-dir"}): "a form or file to print to; snapshot's folder for its two CSV files",
 }
 
 
@@ -144,6 +145,7 @@ USAGE_ERRORS = {
     "audit": (["--output", "/nonexistent/r.tsv"], "--output: /nonexistent does not exist"),
     "reporter": (["--dry-run", "--topology-file", "/nonexistent/topo.txt"], "cannot read layout file"),
     "status": (["--now", "yesterday"], "--now 'yesterday' is not an RFC 3339 time"),
+    "snapshot": (["--output-dir", "/dev/null"], "--output-dir /dev/null is not a folder"),
 }
 
 

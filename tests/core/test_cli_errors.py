@@ -27,7 +27,7 @@ from gpupair.command.cli_reference import command_parsers
 from tests.core.test_cli_contract import REPO, contract_flags, gpupair
 
 SEED_TOPO = str(REPO / "tests" / "fixtures" / "topo" / "seed-5090d.txt")
-KUBE_COMMANDS = ("certs", "extender", "audit", "reporter", "status")
+KUBE_COMMANDS = ("certs", "extender", "audit", "reporter", "status", "snapshot")
 SERVICES = {  # command -> what it needs to reach its listener
     "extender": ["--host", "127.0.0.1", "--no-node-cache", "--lease-namespace", ""],
     "reporter": ["--host", "127.0.0.1", "--node-name", "n", "--topology-file", SEED_TOPO, "--allocated", "",
@@ -240,7 +240,8 @@ async def test_every_kind_of_bad_kubeconfig_is_one_sentence(tmp_path):
 def test_a_bad_kubeconfig_is_one_line_and_exit_2_in_every_command(command, tmp_path):
     files = write_kubeconfigs(tmp_path)
     extra = {"reporter": ["--node-name", "n", "--once", "--topology-file", SEED_TOPO, "--allocated", ""],
-             "audit": ["--output", str(tmp_path / "r.tsv")]}.get(command, [])
+             "audit": ["--output", str(tmp_path / "r.tsv")],
+             "snapshot": ["--output-dir", str(tmp_path / "out")]}.get(command, [])
     path, says = files["not YAML"]  # every other kind takes the same path (the test above)
     done = gpupair(command, "--kubeconfig", str(path), *extra)
     assert done.returncode == 2 and says in one_error_line(done.stderr, command), done.stderr

@@ -1,0 +1,1 @@
+"""`gpupair snapshot`: a live cluster's nodes and pods as the openb pair `simulate --scenario trace` replays."""

@@ -1,0 +1,195 @@
+"""The pure conversion of `gpupair snapshot` (gpupair/snapshot/convert.py): API objects as dicts in,
+openb rows and findings out; the rows written and read back by the trace reader unchanged."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, write_nodes, write_pods
+from gpupair.snapshot.convert import REPLICAS_LABEL, SnapshotOptions, convert, summary
+from gpupair.topology.report import PRODUCT_KEY, encode_annotations
+from tests.layouts import seed_layout
+
+A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def node(name: str, *, cpu: str = "32", memory: str = "256Gi", gpus: int | None = None, labels=None,
+         report: str | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110", **(extra or {})}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    notes: dict[str, str] = {}
+    if report is not None:
+        notes = encode_annotations(seed_layout(name), set(range(8)), 1, NOW)
+        if report:
+            notes[PRODUCT_KEY] = report
+    return {"metadata": {"name": name, "labels": dict(labels or {}), "annotations": notes},
+            "status": {"allocatable": allocatable}}
+
+
+def pod(name: str, *, created: int, node_name: str = "", requests: dict[str, str] | None = None,
+        limits: dict[str, str] | None = None, namespace: str = "ns", phase: str = "Pending", **spec: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    body: dict[str, Any] = {"containers": [{"name": "main", "resources": resources}], **spec}
+    if node_name:
+        body["nodeName"] = node_name
+    return {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                         "creationTimestamp": f"2026-12-01T00:00:{created:02d}Z"},
+            "spec": body, "status": {"phase": phase}}
+
+
+def pinned(obj: dict[str, Any], *products: str) -> dict[str, Any]:
+    if len(products) == 1:
+        obj["spec"]["nodeSelector"] = {PRODUCT_LABEL: products[0]}
+    else:
+        obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": PRODUCT_LABEL, "operator": "In", "values": list(products)}]}]}}}
+    return obj
+
+
+def test_nodes_take_gpus_from_allocatable_then_the_report_and_the_product_from_the_report_then_the_label():
+    snap = convert([
+        node("a", gpus=8, report="NVIDIA A100-SXM4-80GB", labels={PRODUCT_LABEL: "something-else"}),
+        node("b", gpus=4, labels={PRODUCT_LABEL: T4}),  # no report: allocatable and the label
+        node("c", report="NVIDIA A100-SXM4-80GB"),  # no nvidia.com/gpu: the report's 8
+        node("cpu", cpu="64", memory="128Gi"),
+    ], [])
+    assert snap.nodes == [
+        TraceNode("a", 32000, 262144, 8, A100),
+        TraceNode("b", 32000, 262144, 4, T4),
+        TraceNode("c", 32000, 262144, 8, A100),
+        TraceNode("cpu", 64000, 131072, 0, ""),
+    ]
+    assert {(f.kind, f.subject) for f in snap.findings} == {("node-no-report", "b"), ("node-no-gpus", "cpu")}
+
+
+def test_pods_in_creation_order_with_effective_requests_gpus_and_accepted_products():
+    nodes = [node("a", gpus=8, labels={PRODUCT_LABEL: A100}), node("b", gpus=4, labels={PRODUCT_LABEL: T4})]
+    init = pod("init", created=5, requests={"cpu": "500m", "memory": "1Gi"})
+    init["spec"]["initContainers"] = [{"name": "setup", "resources": {"requests": {"cpu": "4", "memory": "100M"}}}]
+    overhead = pod("overhead", created=6, requests={"cpu": "1", "memory": "1Gi"}, overhead={"cpu": "250m"})
+    snap = convert(nodes, [
+        pinned(pod("pinned-one", created=3, node_name="b", requests={"cpu": "2"}, limits={"nvidia.com/gpu": "1"}), T4),
+        pod("whole", created=1, node_name="a", requests={"cpu": "8", "memory": "64Gi"}, limits={"nvidia.com/gpu": "2"}),
+        pinned(pod("either", created=2, limits={"nvidia.com/gpu": "4"}), T4, A100, "H100-not-here"),
+        init, overhead,
+        pod("done", created=0, phase="Succeeded", limits={"nvidia.com/gpu": "8"}),
+        pinned(pod("cpu-pinned", created=7, requests={"cpu": "1"}), T4),  # a CPU pod's products are not written
+    ])
+    assert snap.pods == [
+        TracePod("ns/whole", 8000, 65536, 2, 1000),
+        TracePod("ns/either", 0, 0, 4, 1000, ("H100-not-here", A100, T4)),
+        TracePod("ns/pinned-one", 2000, 0, 1, 1000, (T4,)),
+        TracePod("ns/init", 4000, 1024, 0, 0),  # the init container's CPU, the app's memory (100M: 96 MiB)
+        TracePod("ns/overhead", 1250, 1024, 0, 0),
+        TracePod("ns/cpu-pinned", 1000, 0, 0, 0),
+    ]
+    assert [(f.kind, f.subject) for f in snap.findings if f.kind.startswith("pod")] == [("pod-no-requests", "ns/either")]
+
+
+def test_a_share_is_a_thousand_over_the_replicas_of_its_node_or_of_the_cluster():
+    shared = {"nvidia.com/gpu.shared": "32"}
+    nodes = [node("ts4", report="", labels={REPLICAS_LABEL: "4", PRODUCT_LABEL: "Tesla-T4-SHARED"}, extra=shared),
+             node("ts3", report="", extra={"nvidia.com/gpu.shared": "24"})]  # 8 GPUs reported: 3 a GPU
+    snap = convert(nodes, [
+        pod("on-4", created=1, node_name="ts4", requests={"cpu": "1"}, limits={"nvidia.com/gpu.shared": "1"}),
+        pod("on-3", created=2, node_name="ts3", requests={"cpu": "1"}, limits={"nvidia.com/gpu.shared": "1"}),
+        pod("two-on-4", created=3, node_name="ts4", requests={"cpu": "1"}, limits={"nvidia.com/gpu.shared": "2"}),
+        pod("pending", created=4, requests={"cpu": "1"}, limits={"nvidia.com/gpu.shared": "1"}),
+        pod("many", created=5, requests={"cpu": "1"}, limits={"nvidia.com/gpu.shared": "9"}),
+    ])
+    assert [n.gpus for n in snap.nodes] == [8, 8]
+    assert [(p.name, p.gpus, p.milli_per_gpu) for p in snap.pods] == [
+        ("ns/on-4", 1, 250), ("ns/on-3", 1, 333), ("ns/two-on-4", 1, 500),
+        ("ns/pending", 1, 333),  # 3 and 4 once each: the smaller share
+        ("ns/many", 1, 1000),  # at most one GPU
+    ]
+
+
+def test_a_share_pod_with_no_sharing_node_is_left_out_with_a_line():
+    snap = convert([node("a", gpus=8)], [pod("s", created=1, requests={"cpu": "1"},
+                                              limits={"nvidia.com/gpu.shared": "1"})])
+    assert snap.pods == []
+    assert [(f.kind, f.subject) for f in snap.findings] == [
+        ("node-no-report", "a"), ("node-no-product", "a"), ("pod-share-unknown", "ns/s")]
+
+
+def test_replicas_under_the_gpu_resource_are_divided_back_to_gpus():
+    snap = convert([node("r", gpus=32, labels={REPLICAS_LABEL: "4"}, report="")], [])
+    assert snap.nodes[0].gpus == 8
+    assert [f.kind for f in snap.findings] == ["node-replicated", "node-no-product"]
+
+
+def test_daemonset_and_static_pods_are_capacity_not_workload():
+    daemon = pod("agent", created=1, node_name="a", requests={"cpu": "2", "memory": "4Gi"})
+    daemon["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "agent", "apiVersion": "apps/v1", "uid": "u"}]
+    static = pod("etcd", created=1, node_name="a", requests={"cpu": "1"})
+    static["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "x"}
+    snap = convert([node("a", gpus=8, labels={PRODUCT_LABEL: A100})], [daemon, static])
+    assert snap.nodes == [TraceNode("a", 29000, 258048, 8, A100)]
+    assert snap.pods == [] and snap.daemon_pods == 2
+
+
+def test_bad_objects_give_a_line_each_and_never_stop_the_conversion():
+    nodes = [node("bad-cpu", cpu="lots"), node("a", gpus=20, labels={PRODUCT_LABEL: A100}), {"metadata": "nope"},
+             node("nameless-product", gpus=2)]
+    bad_gpus = pod("bad-gpus", created=1, limits={"nvidia.com/gpu": "1.5"})
+    bad_spec = pod("bad-spec", created=2)
+    bad_spec["spec"]["containers"] = "not a list"
+    bad_affinity = pod("bad-affinity", created=3, limits={"nvidia.com/gpu": "1"}, affinity="nope")
+    snap = convert(nodes, [bad_gpus, bad_spec, bad_affinity, "not a pod", pinned(
+        pod("nowhere", created=4, requests={"cpu": "1"}, limits={"nvidia.com/gpu": "1"}), "H100")])
+    assert [n.name for n in snap.nodes] == ["a", "nameless-product"]
+    assert snap.nodes[0].gpus == 16
+    assert [p.name for p in snap.pods] == ["ns/nowhere"]
+    counts = snap.counts()
+    assert counts == {"node-unreadable": 2, "node-too-many-gpus": 1, "node-no-report": 2,
+                      "node-no-product": 1, "pod-unreadable": 3, "pod-no-product": 1}
+    text = "\n".join(summary(snap))
+    assert "3 x pod left out: spec unreadable" in text and "2 x node left out" in text
+
+
+def test_what_is_written_reads_back_unchanged(tmp_path):
+    nodes = [TraceNode("a", 32000, 262144, 8, A100), TraceNode("cpu", 64000, 1024, 0, "")]
+    pods = [TracePod("ns/p", 1000, 512, 2, 1000, (A100, T4)), TracePod("ns/s", 0, 0, 1, 250),
+            TracePod("ns/c", 500, 0, 0, 0)]
+    write_nodes(tmp_path / "n.csv", nodes)
+    write_pods(tmp_path / "p.csv", pods)
+    assert read_nodes(tmp_path / "n.csv") == nodes
+    assert read_pods(tmp_path / "p.csv") == pods
+
+
+def test_the_options_name_other_resources():
+    nodes = [node("m", extra={"nvidia.com/mig-1g.10gb": "7"}, labels={PRODUCT_LABEL: A100})]
+    snap = convert(nodes, [pod("p", created=1, limits={"nvidia.com/mig-1g.10gb": "1"})],
+                   options=SnapshotOptions(resource="nvidia.com/mig-1g.10gb"))
+    assert (snap.nodes[0].gpus, snap.pods[0].gpus) == (7, 1)
+
+
+def test_pod_level_resources_replace_the_containers_sum_where_set():
+    both = pod("pod-level", created=1, requests={"cpu": "1", "memory": "1Gi"})
+    both["spec"]["resources"] = {"limits": {"cpu": "3"}}  # a pod-level limit alone is its request; memory not set
+    snap = convert([], [both])
+    assert snap.pods == [TracePod("ns/pod-level", 3000, 1024, 0, 0)]
+
+
+def test_dra_nodes_and_claims_give_gpus_where_no_resource_does():
+    from tests.dra_support import DRIVER, allocated_claim, node_slice
+
+    claimed = pod("claimed", created=1, node_name="d", requests={"cpu": "1"})
+    claimed["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "two"}]
+    published = node_slice("d")
+    for device in published["spec"]["devices"]:
+        device["attributes"]["productName"] = {"string": "NVIDIA H200"}
+    claim = allocated_claim("ns", "two", "d", [0, 1], pod="claimed", pod_uid="uid-claimed")
+    snap = convert([node("d")], [claimed], [published], [claim], SnapshotOptions(dra_driver=DRIVER))
+    assert snap.nodes == [TraceNode("d", 32000, 262144, 8, "NVIDIA-H200")]  # no nvidia.com/gpu: the slice's
+    assert snap.pods == [TracePod("ns/claimed", 1000, 0, 2, 1000)]
