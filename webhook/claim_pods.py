@@ -3,20 +3,28 @@
 kube-scheduler asks an extender about a pod only when one of the pod's containers requests a
 resource in the extender's ``managedResources``; a pod that asks DRA for GPUs through
 ``spec.resourceClaims`` requests none, so the extender never saw it. The webhook therefore gives
-such a pod one unit of an extended resource that no node advertises and only the extender's
-entry names (``gpupair.io/claim``, with ``ignoredByScheduler: true``). Nothing else reads it:
+such a pod an extended resource that no node advertises and only the extender's GPU entry names
+(``gpupair.io/claim``), as request and limit of **zero**:
 
-- kube-scheduler's NodeResourcesFit skips a resource an extender lists with
-  ``ignoredByScheduler: true`` (pkg/scheduler/scheduler.go ``buildExtenders`` puts them into
-  NodeResourcesFitArgs.IgnoredResources; pkg/scheduler/framework/plugins/noderesources/fit.go
-  ``fitsRequest`` skips them);
-- the kubelet drops requests of extended resources its node does not advertise before it fits
-  the pod (pkg/kubelet/lifecycle/predicate.go ``removeMissingExtendedResources``).
+- kube-scheduler asks an entry about a pod by the *names* of its containers' requests and limits,
+  whatever their quantity (pkg/scheduler/extender.go ``hasManagedResources``);
+- every check of a quantity skips a zero: NodeResourcesFit (pkg/scheduler/framework/plugins/
+  noderesources/fit.go ``fitsRequest``: "Skip in case request quantity is zero", before it looks
+  at ``ignoredByScheduler``) and DynamicResources' extended-resource filter alike; the kubelet
+  drops requests of extended resources its node does not advertise before it fits the pod
+  (pkg/kubelet/lifecycle/predicate.go ``removeMissingExtendedResources``).
+
+So the mark can strand no pod, whatever the scheduler's configuration: with the GPU entry
+registered the pod reaches the extender; without it (the install-order window, a scheduler
+configured without the entry, a pod naming another scheduler) kube-scheduler places it alone,
+as it places an unmarked one. A mark of one, as gpupair wrote it before, waited on "Insufficient
+gpupair.io/claim" wherever no entry listed it with ``ignoredByScheduler: true``; the shipped
+entry still lists it so, which keeps pods marked by an older webhook schedulable.
 
 The webhook cannot read the pod's claims (it has no API access), so every pod with
 ``spec.resourceClaims`` is marked; one whose claims ask no GPU reaches the extender, which
-passes every node for it. Requests and limits are both set: an extended resource may not be
-overcommitted, so the apiserver refuses a request without an equal limit.
+passes every node for it. Requests and limits are both set, equal: an extended resource may not
+be overcommitted, so the apiserver refuses a request without an equal limit.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any
 
 from gpupair.kubewire.defaults import CLAIM_POD_RESOURCE  # noqa: F401 - the dra component's --claim-pod-resource
 from gpupair.webhook.claims import pointer
-MARK = "1"
+MARK = "0"  # a name kube-scheduler routes by, a quantity nothing counts (above)
 
 
 def has_claims(pod: Mapping[str, Any]) -> bool:
@@ -43,7 +51,7 @@ def _asks(container: Any, resource: str) -> bool:
 
 
 def mark_ops(pod: Mapping[str, Any], resource: str) -> list[dict[str, Any]]:
-    """The JSON patch that makes the pod's first container request and limit one ``resource``;
+    """The JSON patch that makes the pod's first container request and limit ``resource`` (zero);
     empty for a pod without claims, one already marked (reinvocation), or one without a
     container the patch can reach."""
     if not resource or not has_claims(pod):

@@ -34,8 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
              bounds=Range(2, limits.MAX_GPUS))
     add_flag(parser, "--claim-pod-resource", "",
              "if set (the dra component: gpupair.io/claim), pods with spec.resourceClaims request and limit "
-             "one of this extended resource, which only the extender's scheduler entry names: kube-scheduler "
-             "then asks the extender about claim pods, and still not about other pods", type=extended_resource)
+             "zero of this extended resource, which only the extender's scheduler entry names: kube-scheduler "
+             "then asks the extender about claim pods, and still not about other pods (a zero is never "
+             "counted: without that entry they are placed as before)", type=extended_resource)
     add_flag(parser, "--nvlink-pairs", "",
              "GPU indices joined by NVLink bridges on the DRA nodes (0+1,2+3,...; at most 7 pairs): a claim "
              "asking gpupair.io/scope: nvlink gets one firstAvailable subrequest per pair for a request of 2 "

@@ -11,13 +11,15 @@ import time
 import urllib.request
 from typing import Any
 
+from gpupair.extender.app import VERBS
+from gpupair.extender.every_pod import EVERY_POD_VERB
 from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
     allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
     seed_topology_file,
 )
-from tests.controlplane.gpupair_install import Install, scheduler_extender, scheduler_extenders
+from tests.controlplane.gpupair_install import Install, scheduler_extenders
 from tests.controlplane.workloads import gpu_pod, scheduling_failures, wait_gone, wait_verdict
 from tests.dra_support import FRAGMENTED
 
@@ -27,19 +29,19 @@ FAIL_REASON = "GPUPlacementFailed"
 
 
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
-               every_pod: bool = False, free: dict[str, set[int]] | None = None,
+               every_pod: bool = False, gpu_entry: bool = True, free: dict[str, set[int]] | None = None,
                topology=seed_topology_file) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
-    extender's GPU entry registered (or both shipped entries, ``every_pod``), on DRA nodes with ``free`` GPUs and the
-    layout ``topology`` writes (the test takes the gpu_device_class fixture: the DeviceClass,
-    removed after it)."""
+    extender's GPU entry registered (and the every-pod entry, ``every_pod``; without the GPU entry,
+    ``gpu_entry=False``), on DRA nodes with ``free`` GPUs and the layout ``topology`` writes (the
+    test takes the gpu_device_class fixture: the DeviceClass, removed after it)."""
     install = gpupair("dra")
     install.webhook()
     sim = kubelets()
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
-               "extenders": scheduler_extenders(url) if every_pod else [scheduler_extender(url)]})
+    entries = scheduler_extenders(url)[0 if gpu_entry else 1:2 if every_pod else 1]
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": entries})
     dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()},
                            topology=topology)
     for node in sim.nodes.values():
@@ -205,22 +207,22 @@ def test_a_cross_numa_grant_fails_only_where_the_pod_asked_for_required(
                               "resource.kubernetes.io/pcieRoot; dra-node-1: free GPU3 (pci0000:60) | GPU4 (pci0000:80)"}
 
 
-def extender_requests(url: str) -> float:
-    """Every request the extender has answered, by its own gpupair_extender_requests_total."""
+def extender_requests(url: str, verbs: set[str]) -> float:
+    """The requests the extender has answered on ``verbs``, by its own gpupair_extender_requests_total."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in response.read().decode().splitlines()
-                   if line.startswith("gpupair_extender_requests_total{"))
+        lines = response.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("gpupair_extender_requests_total{")
+               and any(f'verb="{verb}"' in line for verb in verbs))
 
 
-def test_as_installed_claim_pods_reach_the_extender_and_cpu_pods_never_do(
-        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
-    """Four empty nodes, gpupair as the dra component installs it (the shipped scheduler entry,
-    no every-pod entry). 4 one-GPU claims, then 8 four-GPU claims under a numaNode constraint:
-    the webhook marks every claim pod, the extender best-fits the one-GPU claims into one NUMA
-    node, so 7 of the 8 fit (kube-scheduler alone placed 6). Then 20 CPU-only pods at once: all
-    placed, and the extender's own request counter does not move."""
-    empty = {name: set(range(8)) for name in FRAGMENTED}
-    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty)
+GPU_ENTRY_VERBS = set(VERBS)  # the GPU entry's; the every-pod entry has its own verb
+
+
+def ones_then_fours(api: Api, namespace: str, sure: int) -> tuple[list[tuple[str, str, list[int]]], list[str]]:
+    """On four empty nodes: 4 one-GPU claim pods, each bound before the next, then 8 four-GPU
+    claim pods under a numaNode constraint, one at a time. The four-GPU pods placed (with their
+    devices, each verdict PASS and naming them) and those left waiting; once ``sure`` are placed,
+    the next is given 8 s (30 s before)."""
     api.create(claim_template(namespace, "one", 1, constraint=None))
     api.create(claim_template(namespace, "four", 4))
     for i in range(4):
@@ -231,7 +233,7 @@ def test_as_installed_claim_pods_reach_the_extender_and_cpu_pods_never_do(
         name = f"four-{i}"
         api.create(claim_pod(namespace, name, template="four"))
         try:
-            [pod] = bound(api, namespace, [name], timeout=8.0 if len(placed) >= 7 else 30.0)
+            [pod] = bound(api, namespace, [name], timeout=8.0 if len(placed) >= sure else 30.0)
         except TimeoutError:
             waiting.append(name)
             continue
@@ -239,14 +241,51 @@ def test_as_installed_claim_pods_reach_the_extender_and_cpu_pods_never_do(
         placed.append((name, pod["spec"]["nodeName"], sorted(devices)))
         verdict = wait_verdict(api, namespace, name, timeout=10.0)
         assert verdict["gpupair.io/granted"] == granted(sorted(devices)) and verdict["gpupair.io/verdict"] == "PASS"
+    return placed, waiting
+
+
+def test_as_installed_claim_pods_reach_the_extender_and_cpu_pods_only_the_every_pod_entry(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
+    """Four empty nodes, gpupair as the dra component installs it, both shipped scheduler entries
+    (the GPU entry and the every-pod entry). 4 one-GPU claims, then 8 four-GPU claims under a
+    numaNode constraint: the webhook marks every claim pod, the extender best-fits the one-GPU
+    claims into one NUMA node, so 7 of the 8 fit (kube-scheduler alone placed 6). Then 20 CPU-only
+    pods at once: all placed, each scored by the every-pod entry, none sent to the GPU entry."""
+    empty = {name: set(range(8)) for name in FRAGMENTED}
+    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty, every_pod=True)
+    placed, waiting = ones_then_fours(api, namespace, sure=6)
     assert len(placed) == 7 and len(waiting) == 1, (placed, waiting)
     assert not cross_numa(placed)
-    marked = api.get("v1", "Pod", "four-0", namespace)["spec"]["containers"][0]["resources"]["limits"]
-    assert marked.get(CLAIM_POD_RESOURCE) == "1"
+    marked = api.get("v1", "Pod", "four-0", namespace)["spec"]["containers"][0]["resources"]
+    assert marked["requests"].get(CLAIM_POD_RESOURCE) == marked["limits"].get(CLAIM_POD_RESOURCE) == "0"
 
-    before = extender_requests(url)
+    gpu_entry, every_pod = extender_requests(url, GPU_ENTRY_VERBS), extender_requests(url, {EVERY_POD_VERB})
     cpu = [f"cpu-{i}" for i in range(20)]
     for name in cpu:
         api.create(gpu_pod(namespace, name, 0))
     bound(api, namespace, cpu)
-    assert before > 0 and extender_requests(url) == before
+    assert gpu_entry > 0 and extender_requests(url, GPU_ENTRY_VERBS) == gpu_entry
+    assert extender_requests(url, {EVERY_POD_VERB}) == every_pod + 20
+
+
+def test_a_marked_claim_pod_with_no_entry_naming_the_mark_is_placed_by_kube_scheduler_alone(
+        api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
+    """The install-order window, and any configuration without the GPU entry: the dra component
+    applied (the webhook marks claim pods) while kube-scheduler runs only the every-pod entry,
+    which names no resource. The zero mark strands nothing: every claim pod is scheduled as
+    kube-scheduler alone schedules it (the one-GPU claims, and 4 to 7 of the four-GPU claims, as
+    without gpupair), and a pod that waits does so for its devices, never on "Insufficient
+    gpupair.io/claim" (with a mark of one, the first one-GPU claim pod waited: "0/4 nodes are
+    available: 4 Insufficient gpupair.io/claim")."""
+    empty = {name: set(range(8)) for name in FRAGMENTED}
+    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty,
+                        every_pod=True, gpu_entry=False)
+    placed, waiting = ones_then_fours(api, namespace, sure=4)
+    marked = api.get("v1", "Pod", "one-0", namespace)["spec"]["containers"][0]["resources"]["limits"]
+    reasons = {name: scheduling_failures(api, namespace, name) for name in waiting}
+
+    assert marked.get(CLAIM_POD_RESOURCE) == "0"
+    # Each node's second NUMA node holds one at least; the rest is kube-scheduler's tie-breaking.
+    assert len(placed) >= 4 and len(placed) + len(waiting) == 8, (placed, waiting)
+    assert all(r and not [m for m in r if CLAIM_POD_RESOURCE in m] for r in reasons.values()), reasons
+    assert extender_requests(url, GPU_ENTRY_VERBS) == 0

@@ -9,7 +9,7 @@ import pytest
 
 from gpupair.decide.intent import IntentError
 from gpupair.webhook.admission import InjectOptions, plan
-from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
+from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE, MARK
 from tests.webhook.test_webhook_patch import OPTIONS, patched, pod_with
 
 MARKING = InjectOptions(sidecar=OPTIONS.sidecar, claim_pod_resource=CLAIM_POD_RESOURCE)
@@ -29,9 +29,11 @@ def asked(pod: dict) -> tuple[dict, dict]:
     return resources.get("requests") or {}, resources.get("limits") or {}
 
 
-def test_a_claim_pod_requests_and_limits_one_mark_in_its_first_container():
+def test_a_claim_pod_requests_and_limits_a_zero_mark_in_its_first_container():
+    """Zero: kube-scheduler routes by the name, and nothing that counts a quantity counts a zero,
+    so no scheduler configuration can leave the pod waiting on it (webhook.claim_pods)."""
     after, ops = patched(claim_pod(), MARKING)
-    assert asked(after) == ({CLAIM_POD_RESOURCE: "1"}, {CLAIM_POD_RESOURCE: "1"})
+    assert MARK == "0" and asked(after) == ({CLAIM_POD_RESOURCE: "0"}, {CLAIM_POD_RESOURCE: "0"})
     assert {o["path"] for o in ops} == {"/spec/containers/0/resources"}
 
 
@@ -43,8 +45,8 @@ def test_a_claim_pod_requests_and_limits_one_mark_in_its_first_container():
 def test_the_mark_joins_what_the_container_already_asks(resources):
     after, _ = patched(claim_pod(**copy.deepcopy(resources)), MARKING)
     requests, limits = asked(after)
-    assert requests == {**resources.get("requests", {}), CLAIM_POD_RESOURCE: "1"}
-    assert limits == {**resources.get("limits", {}), CLAIM_POD_RESOURCE: "1"}
+    assert requests == {**resources.get("requests", {}), CLAIM_POD_RESOURCE: MARK}
+    assert limits == {**resources.get("limits", {}), CLAIM_POD_RESOURCE: MARK}
     assert after["spec"]["containers"][0]["resources"].get("claims") == resources.get("claims")
 
 
