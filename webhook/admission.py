@@ -273,19 +273,20 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
     return Plan(ops, outcome, gpus, routed, notes, placement=placement.get(PLACEMENT_KEY, ""), marked=marked)
 
 
-def admit(request: AdmissionRequest, options: InjectOptions,
-          namespace_intent: Intent | None = None) -> tuple[Plan, list[str]]:
+def admit(request: AdmissionRequest, options: InjectOptions, namespace_intent: Intent | None = None,
+          pod: Mapping[str, str] | None = None) -> tuple[Plan, list[str]]:
     """The plan for any admission request, and warnings for the client. Refuses only an object
     whose gpupair.io/placement is not a value gpupair knows: placing it by a guess would be
     wrong either way (too strict for a misspelt ``preferred``, too loose for ``requried``).
     A pod gets the verifier (webhook.admission.plan), a ResourceClaim or ResourceClaimTemplate
     the intent as a constraint (webhook.claims); anything else, and any other operation than
-    CREATE, is let through unchanged."""
+    CREATE, is let through unchanged. ``pod``: the annotations of the pod a claim was made for
+    (webhook.claim_owner), where they were read."""
     kind, resource = request.kind, request.resource.resource
     if request.subResource or request.operation != "CREATE":
         return Plan([], "not-a-pod-create"), []
     if claims.is_claim_kind(kind.group, kind.version, kind.kind, resource):
-        return _admit_claim(request, options, namespace_intent)
+        return _admit_claim(request, options, namespace_intent, pod)
     if not (kind.group == "" and kind.kind == "Pod" and resource == "pods"):
         return Plan([], "not-a-pod-create"), []
     try:
@@ -297,9 +298,11 @@ def admit(request: AdmissionRequest, options: InjectOptions,
     return result, result.notes
 
 
-def admit_scope(request: AdmissionRequest, scope: Scope) -> tuple[Plan, list[str]]:
+def admit_scope(request: AdmissionRequest, scope: Scope,
+                pod: Mapping[str, str] | None = None) -> tuple[Plan, list[str]]:
     """The namespace's default ``gpupair.io/scope`` (the calling entry's path) written on a pod,
-    claim or template being created that asks none; nothing else changes. The scope entries for
+    claim or template being created that asks none (for a claim made for a pod, ``pod``: the
+    pod's own, where it asks one); nothing else changes. The scope entries for
     claims come first in the configuration, so the claim entries plan under the scope recorded."""
     kind, resource = request.kind, request.resource.resource
     if request.subResource or request.operation != "CREATE":
@@ -307,9 +310,11 @@ def admit_scope(request: AdmissionRequest, scope: Scope) -> tuple[Plan, list[str
     obj = request.object
     if claims.is_claim_kind(kind.group, kind.version, kind.kind, resource):
         try:
-            ops = claims.scope_default_ops(obj, kind.kind, scope)
+            ops = claims.scope_default_ops(obj, kind.kind, scope, pod)
         except claims.ClaimError as exc:
             return Plan([], "claim-unreadable"), [f"gpupair: {kind.kind} left unchanged: {exc}"]
+        except IntentError:  # the claim entry refuses it
+            return Plan([], "scope-unchanged"), []
     elif kind.group == "" and kind.kind == "Pod" and resource == "pods" and isinstance(obj, Mapping):
         meta = obj.get("metadata")
         if meta is not None and not isinstance(meta, Mapping):
@@ -322,11 +327,12 @@ def admit_scope(request: AdmissionRequest, scope: Scope) -> tuple[Plan, list[str
     return Plan(ops, "scope-defaulted" if ops else "scope-unchanged"), []
 
 
-def _admit_claim(request: AdmissionRequest, options: InjectOptions,
-                 namespace_intent: Intent | None) -> tuple[Plan, list[str]]:
+def _admit_claim(request: AdmissionRequest, options: InjectOptions, namespace_intent: Intent | None,
+                 pod: Mapping[str, str] | None) -> tuple[Plan, list[str]]:
     kind = request.kind.kind
     try:
-        result = claims.plan_claim(request.object, kind, options.claims, options.default_intent, namespace_intent)
+        result = claims.plan_claim(request.object, kind, options.claims, options.default_intent, namespace_intent,
+                                   pod)
     except claims.ClaimError as exc:
         return Plan([], "claim-unreadable"), [f"gpupair: {kind} left unchanged: {exc}"]
     except IntentError as exc:

@@ -25,12 +25,18 @@ reads it, in the claim, once, at creation (a claim's spec is immutable):
   handled as under ``numa``.
 
 The intent is the object's own ``gpupair.io/placement`` annotation (for a template, its own or
-that of ``spec.metadata``, the metadata its claims get), else the namespace default the
-webhook entry carries, else the cluster default: as for pods. Every object admitted (but
-kube-scheduler's extended-resource claim) is given the intent it was decided under as that
-annotation (a template in ``spec.metadata``), ``none`` and unchanged requests included, so a
-claim pod's intent can be read from its claims (gpupair/decide/claim_intent.py) and the claims a
-template yields carry it and come back unchanged: the constraint is already there.
+that of ``spec.metadata``, the metadata its claims get), else, for a claim the resourceclaim
+controller made from a template for a pod (owned by the pod), that pod's own annotation, else the
+namespace default the webhook entry carries, else the cluster default; the scope likewise (the
+claim's, else its pod's). Every claim admitted (but kube-scheduler's extended-resource claim) is
+given the intent it was decided under as that annotation, ``none`` and unchanged requests
+included, so a claim pod's intent can be read from its claims (gpupair/decide/claim_intent.py).
+
+A template is planned at its creation only where it asks something itself (a placement, or a
+scope, its own or its namespace's, recorded by the scope entries): it is annotated and rewritten,
+and its claims come back carrying the constraint, left as written: the template's ask wins over
+its pods'. A template that asks nothing is left as it is: each claim made from it is planned when
+it is made, under its own pod's ask, as pods are planned under their own annotations.
 
 The patch is computed against exactly the object received: unknown fields stay as they are, and
 the request's own fields (selectors, tolerations, capacity, fields newer than this module) move
@@ -65,6 +71,9 @@ MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
 # Set by kube-scheduler on the claim it makes for a pod asking an extended resource that a
 # DeviceClass maps to DRA devices; it has allocated the devices before it creates the claim.
 EXTENDED_RESOURCE_CLAIM_KEY = dra.EXTENDED_RESOURCE_CLAIM_KEY
+# Set by the resourceclaim controller on each claim it makes from a pod's template (the entry of
+# the pod's spec.resourceClaims it serves); the pod is the claim's controller ownerReference.
+POD_CLAIM_NAME_KEY = "resource.kubernetes.io/pod-claim-name"
 
 
 class ClaimError(ValueError):
@@ -127,6 +136,54 @@ class ObjectMeta(KubeWire):
     annotations: dict[str, str] | None = None
 
 
+class OwnerReference(KubeWire):
+    apiVersion: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
+
+
+class OwnedMeta(KubeWire):
+    annotations: dict[str, str] | None = None
+    ownerReferences: list[OwnerReference] | None = None
+
+
+def owner_pod(obj: Any, kind: str) -> tuple[str, str] | None:
+    """(name, uid) of the pod a ResourceClaim was made for from a template: its controller
+    ownerReference, a v1 Pod, on a claim the resourceclaim controller annotated with the
+    pod's claim name (pkg/controller/resourceclaim/controller.go, handleClaim). None for any
+    other object, or one that cannot be read."""
+    if kind != "ResourceClaim" or not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
+        return None
+    try:
+        meta = OwnedMeta.model_validate(obj["metadata"])
+    except ValidationError:
+        return None
+    if POD_CLAIM_NAME_KEY not in (meta.annotations or {}):
+        return None
+    pods = [r for r in meta.ownerReferences or [] if r.controller and r.apiVersion == "v1" and r.kind == "Pod"]
+    return (pods[0].name, pods[0].uid) if len(pods) == 1 and pods[0].name and pods[0].uid else None
+
+
+def _pod_intent(pod: Mapping[str, str] | None) -> Intent | None:
+    """The placement a claim's pod asks; a value gpupair does not know counts as ``required``,
+    the strictest, as on the pod itself (gpupair/decide/intent.py pod_intent)."""
+    try:
+        return asked_intent(pod or {})
+    except IntentError:
+        return Intent.REQUIRED
+
+
+def _pod_scope(pod: Mapping[str, str] | None) -> Scope | None:
+    """The scope a claim's pod asks; None for none, or a value gpupair does not know."""
+    value = (pod or {}).get(SCOPE_KEY)
+    try:
+        return None if value is None else parse_scope(value)
+    except ValueError:
+        return None
+
+
 def pointer(*parts: str | int) -> str:
     """A JSON pointer (RFC 6901): "~" and "/" inside a part are escaped. (The pod patch uses it too.)"""
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
@@ -175,12 +232,13 @@ def _parts(obj: Any, kind: str) -> _Parts:
                   None if meta is None else _object(meta, "spec.metadata"))
 
 
-def resolve_intent(obj: Any, kind: str, namespace_intent: Intent | None, default: Intent
-                   ) -> tuple[Intent, str]:
+def resolve_intent(obj: Any, kind: str, namespace_intent: Intent | None, default: Intent,
+                   pod: Mapping[str, str] | None = None) -> tuple[Intent, str]:
     """The intent for a claim or template and where it came from: ``object`` (its own
     annotation; for a template, that of ``spec.metadata``), ``template`` (a template's own
-    metadata only), ``namespace`` or ``default``. IntentError on a value gpupair does not know,
-    or a template whose two annotations disagree."""
+    metadata only), ``pod`` (the annotations ``pod`` of the pod a claim was made for),
+    ``namespace`` or ``default``. IntentError on a value gpupair does not know, or a template
+    whose two annotations disagree."""
     parts = _parts(obj, kind)
     own = asked_intent(_annotations(parts.meta or {}, ".".join(parts.meta_path)))
     if kind == "ResourceClaimTemplate":
@@ -192,9 +250,18 @@ def resolve_intent(obj: Any, kind: str, namespace_intent: Intent | None, default
             return top, "template"
     if own is not None:
         return own, "object"
+    if _pod_intent(pod) is not None:
+        return _pod_intent(pod), "pod"
     if namespace_intent is not None:
         return namespace_intent, "namespace"
     return default, "default"
+
+
+def _asks_placement(obj: Any, kind: str) -> bool:
+    """Whether the claim or template asks a placement of its own: then it is planned whole under
+    its own ask (and its namespace's scope), and the pod it was made for does not come into it.
+    IntentError on a value gpupair does not know."""
+    return resolve_intent(obj, kind, None, Intent.NONE)[1] in ("object", "template")
 
 
 def _asked_scope(obj: Any, kind: str) -> str | None:
@@ -207,12 +274,15 @@ def _asked_scope(obj: Any, kind: str) -> str | None:
     return next((value for value in found if value is not None), None)
 
 
-def resolve_scope(obj: Any, kind: str) -> Scope:
-    """The scope a claim or template asks, ``numa`` without one. IntentError on a value gpupair
-    does not know (the object is refused, as for a bad placement)."""
+def resolve_scope(obj: Any, kind: str, pod: Mapping[str, str] | None = None) -> Scope:
+    """The scope a claim or template asks, else the one its pod asks (``pod``: the annotations
+    of the pod a claim was made for), ``numa`` without one. IntentError on a value gpupair does
+    not know on the object (it is refused, as for a bad placement)."""
     value = _asked_scope(obj, kind)
+    if value is None:
+        return _pod_scope(pod) or Scope.NUMA
     try:
-        return Scope.NUMA if value is None else parse_scope(value)
+        return parse_scope(value)
     except ValueError as exc:
         raise IntentError(str(exc)) from None
 
@@ -248,15 +318,21 @@ def _why_left(request: DeviceRequest, constraints: list[DeviceConstraint], optio
 
 
 def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
-               namespace_intent: Intent | None = None) -> ClaimPlan:
-    """What to change in a ResourceClaim or ResourceClaimTemplate (``kind``) being created.
+               namespace_intent: Intent | None = None, pod: Mapping[str, str] | None = None) -> ClaimPlan:
+    """What to change in a ResourceClaim or ResourceClaimTemplate (``kind``) being created;
+    ``pod``: the annotations of the pod a claim was made for (``owner_pod``), where read.
     Raises ClaimError on an object that cannot be read, IntentError on a placement gpupair does
     not know (the caller refuses the object)."""
     if kind not in RESOURCES:
         raise ClaimError(f"{kind}: not a ResourceClaim or ResourceClaimTemplate")
     parts = _parts(obj, kind)
-    intent, _ = resolve_intent(obj, kind, namespace_intent, default)
-    pairs = options.nvlink_pairs if resolve_scope(obj, kind) is Scope.NVLINK else ()
+    if _asks_placement(obj, kind):
+        pod = None  # planned whole under its own ask (a claim from a template that asked one)
+    intent, source = resolve_intent(obj, kind, namespace_intent, default, pod)
+    if kind == "ResourceClaimTemplate" and source in ("namespace", "default"):
+        return _defer(obj, parts)
+    scope = resolve_scope(obj, kind, pod)
+    pairs = options.nvlink_pairs if scope is Scope.NVLINK else ()
     annotations = _annotations(parts.meta or {}, ".".join(parts.meta_path))
     try:
         devices = DeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
@@ -315,8 +391,8 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     # whatever the namespace's default is when they are made. kube-scheduler's own claim is the
     # exception: nothing was asked of it.
     record = {} if extended or PLACEMENT_KEY in annotations else {PLACEMENT_KEY: intent.value}
-    if pairs and SCOPE_KEY not in annotations:  # a template's own metadata only: its claims carry it too
-        record[SCOPE_KEY] = Scope.NVLINK.value
+    if SCOPE_KEY not in annotations and (pairs or _asked_scope(obj, kind) is None and _pod_scope(pod)):
+        record[SCOPE_KEY] = scope.value  # a template's own metadata only, or its pod's: its claims carry it too
     if record:
         ops += _annotation_ops(parts, record)
     outcome = "claim-annotated" if ops else "claim-unchanged"  # annotated: the intent recorded, no request changed
@@ -351,12 +427,32 @@ def _pair(request: Mapping[str, Any], path: str, pairs: tuple[tuple[int, int], .
             {"op": "add", "path": f"{path}/firstAvailable", "value": subrequests}]
 
 
-def scope_default_ops(obj: Any, kind: str, scope: Scope) -> list[dict[str, Any]]:
+def _defer(obj: Any, parts: _Parts) -> ClaimPlan:
+    """A template that asks no placement of its own: its spec is left as written, and each claim
+    made from it is planned when the resourceclaim controller makes it, under its pod's ask. A
+    scope on the template's own metadata is copied into ``spec.metadata``, so its claims carry
+    it as their own ask (which wins over their pod's)."""
+    spec_meta = _annotations(parts.meta or {}, ".".join(parts.meta_path))
+    top = _annotations(_object(_object(obj, "ResourceClaimTemplate").get("metadata"), "metadata"), "metadata")
+    if SCOPE_KEY in top and SCOPE_KEY not in spec_meta:
+        return ClaimPlan(_annotation_ops(parts, {SCOPE_KEY: top[SCOPE_KEY]}), "template-deferred")
+    return ClaimPlan([], "template-deferred")
+
+
+def scope_default_ops(obj: Any, kind: str, scope: Scope, pod: Mapping[str, str] | None = None
+                      ) -> list[dict[str, Any]]:
     """A namespace's default scope recorded on a claim or template that asks none (a template's
-    in ``spec.metadata``, which its claims get). ClaimError on an object that cannot be read."""
+    in ``spec.metadata``, which its claims get); for a claim made for a pod (``pod``: its
+    annotations) that asks a scope, the pod's. A template that asks no placement is left as it
+    is: it is not planned (``_defer``), and its claims are recorded here when they are made.
+    ClaimError on an object that cannot be read; IntentError on a placement gpupair does not know."""
     if _asked_scope(obj, kind) is not None:
         return []
-    return _annotation_ops(_parts(obj, kind), {SCOPE_KEY: scope.value})
+    if _asks_placement(obj, kind):
+        pod = None
+    elif kind == "ResourceClaimTemplate":
+        return []
+    return _annotation_ops(_parts(obj, kind), {SCOPE_KEY: (_pod_scope(pod) or scope).value})
 
 
 def _annotation_ops(parts: _Parts, add: dict[str, str]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from gpupair.kubewire import dra
 from gpupair.decide.scope import Scope
 from gpupair.webhook.admission import AdmissionRequest, admit_scope
 from gpupair.webhook.claims import ClaimOptions
-from tests.webhook.claim_shapes import apply, claim_from_template, plain_claim, plain_template
+from tests.webhook.claim_shapes import apply, claim_from_template, claim_spec, plain_claim, plain_template
 from tests.webhook.test_claims import patched, plan
 
 PAIRED = ClaimOptions(nvlink_pairs=((0, 1), (2, 3)))
@@ -53,13 +53,27 @@ def test_preferred_adds_any_last_and_keeps_the_requests_own_selectors():
                                   ("any", [own_expression])]
 
 
-def test_a_templates_claims_carry_the_rewrite_and_the_scope():
-    after = patched(scoped(plain_template(), where="metadata"), Intent.REQUIRED, options=PAIRED)
-    assert after["spec"]["metadata"]["annotations"][SCOPE_KEY] == "nvlink"
-    claim = claim_from_template(after)
-    assert plan(claim, options=PAIRED).ops == [], "the controller's claim is already paired"
-    demand = claim_demand(dra.parse_claim(claim), frozenset({"gpu.nvidia.com"}))
+def test_a_templates_scope_reaches_its_claims_which_are_paired_when_made():
+    template = scoped(plain_template(), where="metadata")
+    result = plan(template, options=PAIRED)
+    after = apply(template, result.ops)
+    assert result.outcome == "template-deferred" and claim_spec(after) == claim_spec(template), \
+        "a template that asks no placement is left as written"
+    assert after["spec"]["metadata"]["annotations"][SCOPE_KEY] == "nvlink", "its claims carry its scope"
+    claim = patched(claim_from_template(after), options=PAIRED, pod={SCOPE_KEY: "numa"})
+    assert [name for name, _ in subrequests(claim)] == ["nvlink-0", "nvlink-1"], "the template's scope wins"
+    demand = claim_demand(dra.parse_claim({**claim, "metadata": {**claim["metadata"], "name": "c"}}),
+                          frozenset({"gpu.nvidia.com"}))
     assert (demand.gpus, demand.policy) == (2, "dra-nvlink-pairs")
+
+
+def test_a_pods_scope_and_placement_reach_a_claim_made_for_it():
+    claim = claim_from_template(plain_template())
+    after = patched(claim, Intent.NONE, Intent.NONE, options=PAIRED,
+                    pod={SCOPE_KEY: "nvlink", "gpupair.io/placement": "preferred"})
+    assert [name for name, _ in subrequests(after)] == ["nvlink-0", "nvlink-1", "any"]
+    assert {k: v for k, v in after["metadata"]["annotations"].items() if k.startswith("gpupair.io/")} == {
+        SCOPE_KEY: "nvlink", "gpupair.io/placement": "preferred"}, "the pod's ask is recorded on its claim"
 
 
 def test_the_extender_reads_preferreds_fallback():
@@ -101,10 +115,16 @@ def review(obj: dict) -> AdmissionRequest:
         "operation": "CREATE", "object": obj})
 
 
+def placed(obj: dict, value: str) -> dict:
+    obj = copy.deepcopy(obj)
+    obj["metadata"].setdefault("annotations", {})["gpupair.io/placement"] = value
+    return obj
+
+
 @pytest.mark.parametrize("obj, where", [
     ({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}, ("metadata",)),
     (plain_claim(), ("metadata",)),
-    (plain_template(), ("spec", "metadata")),
+    (placed(plain_template(), "required"), ("spec", "metadata")),
 ])
 def test_a_namespaces_default_scope_is_recorded_where_none_is_asked(obj, where):
     plan, _ = admit_scope(review(obj), Scope.NVLINK)
@@ -117,9 +137,12 @@ def test_a_namespaces_default_scope_is_recorded_where_none_is_asked(obj, where):
     assert again.ops == [] and again.outcome == "scope-unchanged", "an object's own scope wins"
 
 
-def test_a_templates_default_scope_makes_its_claims_paired():
+def test_a_namespaces_default_scope_reaches_a_templates_claims_unless_their_pod_asks_one():
     template = plain_template()
-    plan, _ = admit_scope(review(template), Scope.NVLINK)
-    scoped_template = apply(template, plan.ops)
-    after = patched(scoped_template, Intent.REQUIRED, options=PAIRED)
-    assert [name for name, _ in subrequests(after)] == ["nvlink-0", "nvlink-1"]
+    result, _ = admit_scope(review(template), Scope.NVLINK)
+    assert result.ops == [], "a template that asks nothing is planned claim by claim"
+    claim = claim_from_template(template)
+    scoped_claim = apply(claim, admit_scope(review(claim), Scope.NVLINK)[0].ops)
+    assert [name for name, _ in subrequests(patched(scoped_claim, options=PAIRED))] == ["nvlink-0", "nvlink-1"]
+    own, _ = admit_scope(review(claim), Scope.NVLINK, pod={SCOPE_KEY: "pcie-switch"})
+    assert apply(claim, own.ops)["metadata"]["annotations"][SCOPE_KEY] == "pcie-switch", "the pod's scope wins"

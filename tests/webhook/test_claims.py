@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError
+from gpupair.decide.scope import SCOPE_KEY
 from tests.webhook.claim_shapes import (
     apply,
     as_created,
@@ -31,6 +32,7 @@ from gpupair.webhook.claims import (
     RESOURCES,
     ClaimError,
     ClaimOptions,
+    ClaimPlan,
     plan_claim,
     resolve_intent,
 )
@@ -41,17 +43,17 @@ REQUIRED = {"matchAttribute": NUMA_ATTRIBUTE, "requests": ["gpus"]}
 
 
 def plan(obj: dict, default: Intent = Intent.REQUIRED, namespace: Intent | None = None,
-         options: ClaimOptions = OPTIONS):
-    return plan_claim(obj, obj["kind"], options, default, namespace)
+         options: ClaimOptions = OPTIONS, pod: dict[str, str] | None = None):
+    return plan_claim(obj, obj["kind"], options, default, namespace, pod)
 
 
 def patched(obj: dict, default: Intent = Intent.REQUIRED, namespace: Intent | None = None,
-            options: ClaimOptions = OPTIONS) -> dict:
+            options: ClaimOptions = OPTIONS, pod: dict[str, str] | None = None) -> dict:
     """The object after its patch; checked valid, and left unchanged when admitted again."""
-    result = plan(obj, default, namespace, options)
+    result = plan(obj, default, namespace, options, pod)
     after = apply(obj, result.ops)
     assert validation_errors(claim_spec(after)) == []
-    again = plan(after, default, namespace, options)
+    again = plan(after, default, namespace, options, pod)
     assert again.ops == [], "admitting the patched object again changes nothing"
     return after
 
@@ -86,12 +88,15 @@ def test_the_recorded_objects_are_valid_as_recorded():
 
 @pytest.mark.parametrize("intent", list(Intent))
 def test_the_recorded_template_with_its_own_constraint_is_left_as_written(intent):
-    result = plan(recorded_template(), intent)
+    assert plan(recorded_template(), intent) == ClaimPlan([], "template-deferred"), "it asks no placement"
+    claim = claim_from_template(recorded_template())
+    result = plan(claim, intent)
     assert spec_ops(result) == [] and result.outcome == "claim-annotated"
-    assert recorded_intent(recorded_template(), result) == intent.value
-    assert patched(recorded_template(), intent)["spec"]["spec"] == recorded_template()["spec"]["spec"]
+    assert recorded_intent(claim, result) == intent.value
+    asking = annotated(recorded_template(), intent.value, "spec.metadata")
+    assert patched(asking)["spec"]["spec"] == recorded_template()["spec"]["spec"]
     if intent is not Intent.NONE:
-        assert result.left == {"gpus": "own-constraint"}
+        assert result.left == {"gpus": "own-constraint"} == plan(asking).left
 
 
 @pytest.mark.parametrize("intent", list(Intent))
@@ -139,17 +144,18 @@ def test_kube_schedulers_extended_resource_claim_is_left_as_written():
 
 
 def test_required_template_gets_the_constraint_and_its_claims_the_intent():
-    template = plain_template()
-    after = patched(template)
+    template = annotated(plain_template(), "required")
+    after = patched(template, Intent.NONE)
     spec = after["spec"]["spec"]["devices"]
     assert spec["constraints"] == [REQUIRED]
     assert spec["requests"] == template["spec"]["spec"]["devices"]["requests"]
     assert after["spec"]["metadata"]["annotations"] == {PLACEMENT_KEY: "required"}
     assert after["metadata"] == template["metadata"], "the template's own metadata is not touched"
-    # The claim the controller makes from it comes back unchanged, whatever its namespace says now.
+    # The claim the controller makes from it comes back unchanged, whatever its namespace says
+    # now and whatever its pod asks: the template's own ask wins.
     claim = claim_from_template(after)
     for namespace in Intent:
-        assert plan(claim, namespace=namespace).ops == []
+        assert plan(claim, namespace=namespace, pod={PLACEMENT_KEY: "none", SCOPE_KEY: "nvlink"}).ops == []
 
 
 def test_existing_constraints_are_kept_and_appended_to():
@@ -243,6 +249,7 @@ def test_a_full_constraints_list_is_left_with_a_warning():
 def test_preferred_rewrites_the_request_as_first_available():
     template = plain_template(selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].index < 8"}}],
                               tolerations=[{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}])
+    template = annotated(template, "preferred", "spec.metadata")
     exact = copy.deepcopy(template["spec"]["spec"]["devices"]["requests"][0]["exactly"])
     result = plan(template, Intent.PREFERRED)
     assert (result.outcome, result.changed, result.placement) == ("claim-prioritized", ("gpus",), "preferred")
@@ -299,7 +306,7 @@ def test_a_request_already_first_available_is_left_as_written():
 def test_none_leaves_every_request_as_written_and_records_none():
     """Without the annotation a none namespace's claims would read as nothing asked, and the
     verdict and the extender would fall back to the pod's annotation or the default."""
-    for obj in (plain_template(), plain_claim(), annotated(plain_claim(), "none")):
+    for obj in (claim_from_template(plain_template()), plain_claim(), annotated(plain_claim(), "none")):
         result = plan(obj, Intent.NONE)
         assert spec_ops(result) == [] and result.placement == "none" and result.changed == ()
         assert recorded_intent(obj, result) == "none"
@@ -343,10 +350,28 @@ def test_a_templates_own_annotation_is_handed_to_its_claims():
 
 
 def test_a_template_without_spec_metadata_gets_one():
-    template = plain_template()
+    template = annotated(plain_template(), "required")
     del template["spec"]["metadata"]
     after = patched(template)
     assert after["spec"]["metadata"] == {"annotations": {PLACEMENT_KEY: "required"}}
+
+
+def test_a_template_that_asks_no_placement_is_planned_claim_by_claim():
+    """Its claims are planned when made, under the claim's own ask, then its pod's, then the
+    namespace's, then the cluster default (gpupair#47: a template planned early would pin the
+    namespace's intent on claims whose pods ask another)."""
+    template = plain_template()
+    for namespace in (None, *Intent):
+        assert plan(template, namespace=namespace) == ClaimPlan([], "template-deferred")
+    claim = claim_from_template(template)
+    assert plan(claim, Intent.NONE, Intent.NONE, pod={PLACEMENT_KEY: "required"}).outcome == "claim-constrained"
+    assert plan(claim, Intent.NONE, Intent.PREFERRED, pod={}).outcome == "claim-prioritized"
+    assert plan(claim, Intent.REQUIRED, None, pod=None).outcome == "claim-constrained"
+    assert plan(claim, Intent.NONE, Intent.NONE, pod={PLACEMENT_KEY: "bogus"}).outcome == "claim-constrained", \
+        "a pod's unknown placement counts as required, as on the pod"
+    own = annotated(claim, "none")
+    assert plan(own, namespace=Intent.REQUIRED, pod={PLACEMENT_KEY: "required"}).outcome == "claim-unchanged", \
+        "the claim's own ask wins over its pod's"
 
 
 @pytest.mark.parametrize("obj", [
@@ -397,7 +422,8 @@ INJECT = InjectOptions(sidecar=SidecarOptions(image="registry.example/gpupair:te
 
 
 def test_admit_sends_claims_and_templates_to_the_claim_plan():
-    for obj in (plain_claim(), plain_template()):
+    assert admit(request_for(plain_template()), INJECT, Intent.PREFERRED)[0].outcome == "template-deferred"
+    for obj in (plain_claim(), annotated(plain_template(), "preferred"), claim_from_template(plain_template())):
         result, warnings = admit(request_for(obj), INJECT, Intent.PREFERRED)
         assert result.outcome == "claim-prioritized" and result.ops and warnings == []
         assert result.claim.changed == ("gpus",) and result.gpus == 2 and result.placement == "preferred"

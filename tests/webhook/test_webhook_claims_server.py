@@ -53,45 +53,42 @@ def answer(server, ca, review: dict, path: str = "/mutate?timeout=5s") -> dict:
     return result["response"]
 
 
-def test_a_template_in_a_required_namespace_gets_the_numa_constraint(server, ca):
+def test_a_template_in_a_required_namespace_is_left_and_its_claims_get_the_numa_constraint(server, ca):
     template = as_created(plain_template())
     response = answer(server, ca, review_for(template), "/mutate/placement/required?timeout=5s")
+    assert response == {"uid": "0b6f5d7e-claim", "allowed": True}, "it asks nothing: planned claim by claim"
+    claim = claim_from_template(template)
+    response = answer(server, ca, review_for(claim, CLAIM_CONTROLLER), "/mutate/placement/required?timeout=5s")
     assert response["allowed"] is True and response["patchType"] == "JSONPatch"
-    after = apply(template, decode_patch({"response": response}))
-    assert after["spec"]["spec"]["devices"]["constraints"] == [
-        {"matchAttribute": NUMA_ATTRIBUTE, "requests": ["gpus"]}]
-    assert validation_errors(after["spec"]["spec"]) == []
-    # The claim the controller then creates from it goes through unchanged.
-    claim = claim_from_template(after)
-    response = answer(server, ca, review_for(claim, CLAIM_CONTROLLER))
-    assert response == {"uid": "0b6f5d7e-claim", "allowed": True}
+    after = apply(claim, decode_patch({"response": response}))
+    assert after["spec"]["devices"]["constraints"] == [{"matchAttribute": NUMA_ATTRIBUTE, "requests": ["gpus"]}]
+    assert after["metadata"]["annotations"][PLACEMENT_KEY] == "required"
+    assert validation_errors(after["spec"]) == []
+    # Admitted again (reinvocation) it goes through unchanged.
+    assert answer(server, ca, review_for(after, CLAIM_CONTROLLER)) == {"uid": "0b6f5d7e-claim", "allowed": True}
 
 
-def test_a_template_in_a_preferred_namespace_is_prioritized(server, ca):
-    template = as_created(plain_template())
-    response = answer(server, ca, review_for(template), "/mutate/placement/preferred?timeout=5s")
-    after = apply(template, decode_patch({"response": response}))
-    (request,) = after["spec"]["spec"]["devices"]["requests"]
+def test_a_templates_claim_in_a_preferred_namespace_is_prioritized(server, ca):
+    claim = claim_from_template(as_created(plain_template()))
+    response = answer(server, ca, review_for(claim, CLAIM_CONTROLLER), "/mutate/placement/preferred?timeout=5s")
+    after = apply(claim, decode_patch({"response": response}))
+    (request,) = after["spec"]["devices"]["requests"]
     assert [sub["name"] for sub in request["firstAvailable"]] == ["numa", "any"]
-    assert after["spec"]["spec"]["devices"]["constraints"] == [
-        {"matchAttribute": NUMA_ATTRIBUTE, "requests": ["gpus/numa"]}]
-    assert after["spec"]["metadata"]["annotations"][PLACEMENT_KEY] == "preferred"
-    assert validation_errors(after["spec"]["spec"]) == []
-    claim = claim_from_template(after)
-    assert answer(server, ca, review_for(claim, CLAIM_CONTROLLER), "/mutate/placement/required")["allowed"]
-    assert "patch" not in answer(server, ca, review_for(claim, CLAIM_CONTROLLER), "/mutate/placement/required")
+    assert after["spec"]["devices"]["constraints"] == [{"matchAttribute": NUMA_ATTRIBUTE, "requests": ["gpus/numa"]}]
+    assert after["metadata"]["annotations"][PLACEMENT_KEY] == "preferred"
+    assert validation_errors(after["spec"]) == []
+    assert "patch" not in answer(server, ca, review_for(after, CLAIM_CONTROLLER), "/mutate/placement/required")
 
 
 def test_the_recorded_template_and_claims_keep_their_requests_and_record_the_intent(server, ca):
-    for obj, user in ((as_created(recorded_template()), USER),
-                      (as_created(recorded_claims()["numa"]), CLAIM_CONTROLLER),
+    template = as_created(recorded_template())
+    assert answer(server, ca, review_for(template)) == {"uid": "0b6f5d7e-claim", "allowed": True}
+    for obj, user in ((as_created(recorded_claims()["numa"]), CLAIM_CONTROLLER),
                       (as_created(recorded_claims()["busy"]), USER)):
         response = answer(server, ca, review_for(obj, user))
         after = apply(obj, decode_patch({"response": response}))
-        meta = after["spec"]["metadata"] if obj["kind"] == "ResourceClaimTemplate" else after["metadata"]
-        assert meta["annotations"][PLACEMENT_KEY] == "required", obj["metadata"].get("name")
-        spec = (lambda o: o["spec"]["spec"] if o["kind"] == "ResourceClaimTemplate" else o["spec"])
-        assert spec(after) == spec(obj)
+        assert after["metadata"]["annotations"][PLACEMENT_KEY] == "required", obj["metadata"].get("name")
+        assert after["spec"] == obj["spec"]
     ext = as_created(recorded_claims()["ext"])  # kube-scheduler's own: nothing asked, nothing recorded
     assert answer(server, ca, review_for(ext, USER)) == {"uid": "0b6f5d7e-claim", "allowed": True}
 
