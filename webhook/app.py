@@ -11,6 +11,11 @@ service path may hold no query), so the webhook reads no Namespace from the API.
 ``/mutate/scope/VALUE`` likewise carries the namespace label ``gpupair.io/scope``: those entries
 only record it on a pod, claim or template that asks no scope of its own.
 
+A claim the resourceclaim controller made from a template for a pod is planned under that pod's
+own ``gpupair.io/placement`` and ``gpupair.io/scope`` where the claim asks none: with ``pods``
+(webhook.claim_owner, ``--claim-pod-asks``) the webhook reads the pod; a read that fails plans
+the claim as if the pod asked nothing.
+
 A body that is not an AdmissionReview gets HTTP 400 and an AdmissionReview whose response
 holds a Status 400 with the reason (the apiserver then applies failurePolicy, which gpupair
 deploys as Ignore); anything else is allowed, with a patch when the pod should carry the
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -30,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from gpupair.decide.intent import Intent, IntentError, parse_intent
 from gpupair.decide.scope import Scope, parse_scope
 from gpupair.command.service import add_health_routes
+from gpupair.webhook import claims
 from gpupair.webhook.admission import (
     InjectOptions,
     ReviewError,
@@ -39,6 +46,9 @@ from gpupair.webhook.admission import (
     refusal_review,
     response_review,
 )
+
+if TYPE_CHECKING:  # the API client is imported only where the webhook reads claims' pods
+    from gpupair.webhook.claim_owner import PodReader
 
 log = logging.getLogger("gpupair.webhook")
 
@@ -61,7 +71,8 @@ class Metrics:
         )
 
 
-def create_app(options: InjectOptions, registry: CollectorRegistry | None = None) -> web.Application:
+def create_app(options: InjectOptions, registry: CollectorRegistry | None = None,
+               pods: PodReader | None = None) -> web.Application:
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -69,7 +80,7 @@ def create_app(options: InjectOptions, registry: CollectorRegistry | None = None
     async def mutate(request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            return await _mutate(request, options, metrics)
+            return await _mutate(request, options, metrics, pods)
         finally:
             metrics.seconds.observe(time.perf_counter() - started)
 
@@ -86,7 +97,8 @@ def _bad_request(reason: str, metrics: Metrics) -> web.Response:
     return web.json_response(refusal_review(reason), status=400)
 
 
-async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics) -> web.Response:
+async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics,
+                  pods: PodReader | None) -> web.Response:
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -96,11 +108,13 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
     except ReviewError as exc:
         return _bad_request(str(exc), metrics)
     namespace_intent, namespace_scope = _namespace_intent(request), _namespace_scope(request)
+    owner = _claim_owner(admission) if pods is not None else None
+    pod = None if owner is None else await pods.annotations(admission.namespace, *owner)
     try:
         if namespace_scope is not None:
-            plan, warnings = admit_scope(admission, namespace_scope)
+            plan, warnings = admit_scope(admission, namespace_scope, pod)
         else:
-            plan, warnings = admit(admission, options, namespace_intent)
+            plan, warnings = admit(admission, options, namespace_intent, pod)
     except Exception:  # a bug here must not block pods: let this one through unchanged
         log.exception("planning the patch failed; object allowed unchanged", extra={"uid": admission.uid})
         metrics.reviews.labels("error").inc()
@@ -114,7 +128,8 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
         what = {"pod": name, "gpus": plan.gpus, "routed": plan.routed, "marked": plan.marked}
     else:
         what = {"kind": admission.kind.kind, "claim": name, "gpus": plan.gpus,
-                "requests": list(plan.claim.changed), "left": plan.claim.left}
+                "requests": list(plan.claim.changed), "left": plan.claim.left,
+                **({"pod": owner[0], "pod_read": pod is not None} if owner else {})}
     log.info(
         "admission review",
         extra={
@@ -129,6 +144,15 @@ async def _mutate(request: web.Request, options: InjectOptions, metrics: Metrics
         },
     )
     return web.json_response(response_review(admission.uid, plan.ops, warnings, plan.refusal))
+
+
+def _claim_owner(admission) -> tuple[str, str] | None:
+    """(name, uid) of the pod a ResourceClaim being created was made for, if it was."""
+    kind = admission.kind
+    if admission.subResource or admission.operation != "CREATE" or not claims.is_claim_kind(
+            kind.group, kind.version, kind.kind, admission.resource.resource):
+        return None
+    return claims.owner_pod(admission.object, kind.kind)
 
 
 def _namespace_scope(request: web.Request) -> Scope | None:

@@ -7,7 +7,8 @@ import argparse
 
 from gpupair.topology import limits
 from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_gpu_device_classes,
-                                   add_reporter_port, add_resource_name, add_tls_flags, add_token_audience,
+                                   add_kube_flags, add_reporter_port, add_resource_name, add_tls_flags,
+                                   add_token_audience,
                                    extended_resource, index_pairs, listen_address)
 from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
@@ -41,6 +42,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "GPU indices joined by NVLink bridges on the DRA nodes (0+1,2+3,...; at most 7 pairs): a claim "
              "asking gpupair.io/scope: nvlink gets one firstAvailable subrequest per pair for a request of 2 "
              "(empty: none; the extender still judges the allocator's first fit)", type=index_pairs)
+    add_flag(parser, "--claim-pod-asks", False,
+             "plan a claim the resourceclaim controller makes from a template for a pod under that pod's "
+             "gpupair.io/placement and gpupair.io/scope where the claim asks none: the webhook reads the pod "
+             "(get pods; the dra component grants it and mounts a token); a read that fails within 2 s plans "
+             "the claim without them")
+    add_kube_flags(parser)
     add_common_flags(parser)
 
 
@@ -48,10 +55,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from gpupair.decide.intent import Intent
-    from gpupair.command.service import serve, setup_logging
+    from gpupair.command.service import setup_logging
     from gpupair.command.tls import serving_tls
     from gpupair.webhook.admission import InjectOptions
-    from gpupair.webhook.app import create_app
     from gpupair.webhook.cert_expiry import CertificateExpiry
     from gpupair.webhook.sidecar import SidecarOptions
 
@@ -75,8 +81,25 @@ def run(args: argparse.Namespace) -> int:
 
     registry = CollectorRegistry()
     registry.register(CertificateExpiry(args.tls_cert_file))  # what the monitoring component alerts on
-    asyncio.run(serve(create_app(options, registry), args.host, args.port, ssl_context=tls.context))
+    asyncio.run(_serve(args, options, registry, tls))
     return 0
+
+
+async def _serve(args: argparse.Namespace, options, registry, tls) -> None:
+    from gpupair.command.service import serve
+    from gpupair.webhook.app import create_app
+
+    if not args.claim_pod_asks:
+        await serve(create_app(options, registry), args.host, args.port, ssl_context=tls.context)
+        return
+    from gpupair.kubeclient import kube
+    from gpupair.webhook.claim_owner import PodReader
+
+    api = await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
+    try:
+        await serve(create_app(options, registry, PodReader(api)), args.host, args.port, ssl_context=tls.context)
+    finally:
+        await api.close()
 
 
 def claim_options(args: argparse.Namespace):

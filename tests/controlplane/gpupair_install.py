@@ -155,10 +155,12 @@ class Install:
         return process, url
 
     def webhook(self, env: dict[str, str] | None = None) -> Process:
-        """`gpupair webhook` with TLS, as the gpupair-webhook Deployment runs it (no API access:
-        the Deployment mounts no token)."""
+        """`gpupair webhook` with TLS, as the gpupair-webhook Deployment runs it: with its service
+        account's token where the Deployment mounts one (the dra component), else no API access."""
         spec = self._container("Deployment", "gpupair-webhook", "webhook")
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
+        if pod_spec(find(self.objects, "Deployment", "gpupair-webhook")).get("automountServiceAccountToken", True):
+            values["KUBECONFIG"] = self._token_kubeconfig("webhook", "gpupair-webhook")
         values.update(GPUPAIR_WEBHOOK_HOST=LOOPBACK, GPUPAIR_WEBHOOK_PORT=str(self.webhook_port),
                       GPUPAIR_WEBHOOK_TLS_CERT_FILE=str(self.webhook_tls.cert),
                       GPUPAIR_WEBHOOK_TLS_PRIVATE_KEY_FILE=str(self.webhook_tls.key),

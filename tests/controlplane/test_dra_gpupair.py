@@ -16,7 +16,7 @@ from gpupair.extender.every_pod import EVERY_POD_VERB
 from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
-    allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
+    RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, pod_claims, run_rounds,
     seed_topology_file,
 )
 from tests.controlplane.gpupair_install import Install, scheduler_extenders
@@ -49,18 +49,22 @@ def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager
     return install, url
 
 
-def template_under(api: Api, namespace: str, name: str, intent: str) -> dict[str, Any]:
-    """A template asking 2 GPUs with no constraint, created once the webhook admits it under
-    ``intent``: the apiserver matches webhooks against its cached namespace labels, so a template
-    created right after a relabel can still meet the old entry."""
-    def admitted() -> dict[str, Any] | None:
-        created = api.create(claim_template(namespace, name, 2, constraint=None))
-        if ((created["spec"].get("metadata") or {}).get("annotations") or {}).get(PLACEMENT) == intent:
-            return created
-        api.delete(api.path_of(created))
-        return None
+def template_under(api: Api, namespace: str, name: str, intent: str, scope: str = "",
+                   annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A template asking 2 GPUs with no constraint, created once the webhook admits claims in
+    ``namespace`` under ``intent`` (and ``scope``): the apiserver matches webhooks against its
+    cached namespace labels, so a claim made right after a relabel can still meet the old entry.
+    The template that asks nothing is left as written; each claim made from it is planned then."""
+    def admitted() -> bool:
+        spec = claim_template(namespace, "probe", 2, constraint=None)["spec"]["spec"]
+        probe = api.create({"apiVersion": RESOURCE, "kind": "ResourceClaim",
+                            "metadata": {"generateName": "probe-", "namespace": namespace}, "spec": spec})
+        api.delete(api.path_of(probe))
+        said = probe["metadata"].get("annotations") or {}
+        return said.get(PLACEMENT) == intent and (not scope or said.get("gpupair.io/scope") == scope)
 
-    return api.wait_for(admitted, 20, f"template {name} admitted under {intent}", interval=0.2)
+    api.wait_for(admitted, 20, f"claims in {namespace} admitted under {intent} {scope}", interval=0.2)
+    return api.create(claim_template(namespace, name, 2, constraint=None, annotations=annotations))
 
 
 def reservations(url: str) -> float:
@@ -143,7 +147,7 @@ def test_claims_as_written_in_a_preferred_namespace_are_placed_with_their_intent
         api, namespace, kubelets, scheduler, controller_manager, gpupair, gpu_device_class):
     """Claim pods from a template asking count: 2 with no constraint, as users write them, in a
     namespace opted in under preferred (test_dra.py has the same under required). The webhook
-    rewrites the template as firstAvailable and marks the pods, so the extender, registered as
+    rewrites each claim made from the template as firstAvailable and marks the pods, so the extender, registered as
     shipped, best-fits them; each verdict names the intent, PASS with no Warning."""
     fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair)
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "preferred"}}})

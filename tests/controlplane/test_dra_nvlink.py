@@ -17,7 +17,7 @@ from tests.controlplane.dra import (
     RESOURCE, a6000_topology_file, allocated_devices, claim_pod, claim_template, dra_nodes_with_tenants, pod_claims,
     run_rounds,
 )
-from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented
+from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented, template_under
 from tests.controlplane.workloads import wait_gone, wait_verdict
 
 FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
@@ -25,18 +25,10 @@ FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
 
 def nvlink_template(api: Api, namespace: str, name: str, intent: str, *, own: bool = True) -> dict[str, Any]:
     """A template asking 2 GPUs under gpupair.io/scope: nvlink (its own annotation, or with
-    ``own=False`` the namespace's label), created once the webhook admits it under ``intent`` and
-    that scope (the apiserver's cached namespace labels may lag a relabel)."""
-    def admitted() -> dict[str, Any] | None:
-        created = api.create(claim_template(namespace, name, 2, constraint=None,
-                                            annotations={"gpupair.io/scope": "nvlink"} if own else {}))
-        said = (created["spec"].get("metadata") or {}).get("annotations") or {}
-        if said.get(PLACEMENT) == intent and said.get("gpupair.io/scope") == "nvlink":
-            return created
-        api.delete(api.path_of(created))
-        return None
-
-    return api.wait_for(admitted, 20, f"template {name} admitted under {intent}", interval=0.2)
+    ``own=False`` the namespace's label), created once the webhook admits claims there under
+    ``intent`` (and the namespace's scope)."""
+    return template_under(api, namespace, name, intent, "" if own else "nvlink",
+                          {"gpupair.io/scope": "nvlink"} if own else {})
 
 
 def placed(api: Api, namespace: str, names: list[str]) -> dict[str, tuple[str, list[int], dict[str, str]]]:
@@ -57,7 +49,7 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
 
     # required: as many placed as there are free bridged pairs, each on one.
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
-    template = nvlink_template(api, namespace, "pair-required", "required")
+    nvlink_template(api, namespace, "pair-required", "required")
     names = [f"required-{i}" for i in range(3)]
     for name in names:
         api.create(claim_pod(namespace, name, template="pair-required"))
@@ -65,6 +57,7 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
                  60, "two pods bound")
     time.sleep(8)  # the third has had its chances
     required = placed(api, namespace, names)
+    (claim,) = pod_claims(api, api.get("v1", "Pod", next(iter(required)), namespace))
     # The waiting pod goes first: freed pairs would otherwise be allocated to it while it is deleted.
     for group in ([n for n in names if n not in required], list(required)):
         for name in group:
@@ -85,7 +78,7 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
     bound(api, namespace, names)
     preferred = placed(api, namespace, names)
 
-    subrequests = [s["name"] for s in template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]]
+    subrequests = [s["name"] for s in claim["spec"]["devices"]["requests"][0]["firstAvailable"]]
     assert subrequests == ["nvlink-0", "nvlink-1", "nvlink-2", "nvlink-3"]
     assert sorted((node, devices) for node, devices, _ in required.values()) == [("a6000-1", [2, 3]),
                                                                                    ("a6000-2", [4, 5])], required
@@ -131,3 +124,27 @@ def test_rounds_of_three_pods_with_three_bridged_pairs_free_all_get_one(
     nvlink_template(api, namespace, "pair", "preferred", own=False)
     grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"), rounds=5, per_round=3)
     assert len(grants) == 15 and {(node, tuple(devices)) for _, node, devices in grants} == BRIDGED, grants
+
+
+def test_a_pods_own_ask_reaches_the_claims_made_for_it(api, namespace, kubelets, scheduler, controller_manager,
+                                                      gpupair, gpu_device_class):
+    """gpupair#47 item 1. The same nodes and rounds as above, ten rounds, under required; the ask
+    on the pod only (gpupair.io/scope: nvlink, gpupair.io/placement: required), the template as
+    users write it, the namespace only opted in. The webhook reads each claim's pod from the API
+    (the dra component's token and get-pods right) and pairs its request: every pod on a bridged
+    pair, 30 of 30 (20 of 30 when the pod's ask did not reach its claims: the third waited)."""
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=THREE_PAIRS,
+               topology=a6000_topology_file)
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled"}}})
+    template_under(api, namespace, "pair", "required")  # the cluster default, in a namespace only opted in
+    ask = {"gpupair.io/scope": "nvlink", PLACEMENT: "required"}
+    seen: list[dict[str, Any]] = []
+    grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair", annotations=ask),
+                        rounds=10, per_round=3, on_bound=lambda pod: seen.extend(pod_claims(api, pod)))
+
+    assert "firstAvailable" not in api.get(RESOURCE, "ResourceClaimTemplate", "pair", namespace)["spec"]["spec"]["devices"]["requests"][0], \
+        "a template that asks nothing is left as written"
+    assert {(c["metadata"]["annotations"][PLACEMENT], c["metadata"]["annotations"]["gpupair.io/scope"],
+             tuple(s["name"] for s in c["spec"]["devices"]["requests"][0]["firstAvailable"])) for c in seen} \
+        == {("required", "nvlink", ("nvlink-0", "nvlink-1", "nvlink-2", "nvlink-3"))}
+    assert len(grants) == 30 and {(node, tuple(devices)) for _, node, devices in grants} == BRIDGED, grants

@@ -55,8 +55,10 @@ def test_the_component_renders_and_validates_on_every_overlay(overlay, with_dra)
     keys = [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs]
     assert len(keys) == len(set(keys))
     plain = render(overlay)
-    assert sorted(keys) == sorted((o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
-                                  for o in plain), "it changes objects, it adds none"
+    assert sorted(keys) == sorted([(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+                                   for o in plain] + [("ClusterRole", "", "gpupair-webhook"),
+                                                      ("ClusterRoleBinding", "", "gpupair-webhook")]), \
+        "it changes objects, and adds only the webhook's read of claims' pods"
     for obj in objs:
         if api_group(obj) not in CRD_GROUPS:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -141,10 +143,12 @@ def test_rbac_adds_only_read_access_to_slices_and_claims(overlay, with_dra):
                                          (dra, "resourceclaims", "get", "*", "*"),
                                          ("", "pods", "list", "*", "*"),
                                          ("", "pods", "watch", "*", "*")}
-    assert added["gpupair-webhook"] == added["gpupair-certs"] == set()
+    assert added["gpupair-webhook"] == {("", "pods", "get", "*", "*")}, "the pod a claim was made for, by name"
+    assert added["gpupair-certs"] == set()
     assert all(rules_of(plain, a) <= rules_of(objs, a) for a in added), "nothing taken away"
-    webhook = find(objs, "ServiceAccount", "gpupair-webhook")
-    assert webhook["automountServiceAccountToken"] is False, "the webhook still needs no API access"
+    assert find(objs, "ServiceAccount", "gpupair-webhook")["automountServiceAccountToken"] is False
+    assert pod_spec(find(objs, "Deployment", "gpupair-webhook"))["automountServiceAccountToken"] is True, \
+        "only the webhook's own pods mount its token"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -165,10 +169,11 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
             ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_REPORTER_DRA_DRIVER"}),
             ("Deployment", "gpupair-webhook", "webhook",
              {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE",
-              "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE", "GPUPAIR_WEBHOOK_NVLINK_PAIRS"})):
+              "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE", "GPUPAIR_WEBHOOK_NVLINK_PAIRS",
+              "GPUPAIR_WEBHOOK_CLAIM_POD_ASKS"})):
         before, after = env_of(container(plain, kind, name, c)), env_of(container(objs, kind, name, c))
         assert set(after) - set(before) == new and before.items() <= after.items(), name
-    assert pod_spec(find(objs, "Deployment", "gpupair-webhook"))["automountServiceAccountToken"] is False
+    assert webhook["GPUPAIR_WEBHOOK_CLAIM_POD_ASKS"] == "true"
 
 
 def test_the_components_variables_are_current_flag_variables(with_dra):
