@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -139,6 +140,7 @@ def run_real(args, nodes, pods) -> dict:
     finally:
         plane.stop()
         stop_all()
+        shutil.rmtree(plane.directory, ignore_errors=True)  # etcd's data: ~150 MB on tmpfs at full size
 
 
 def run_simulated(args, nodes, pods) -> dict:
