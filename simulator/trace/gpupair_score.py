@@ -34,10 +34,14 @@ class FragmentationScore:
 
     def seen(self, pod: TracePod) -> None:
         """The pod watch saw the pod created: before it is scheduled, whether it fits or not."""
-        if self.whole_only:
-            self.workload.add((pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models))
-        else:
-            self.workload.add(pod.shape)
+        self.workload.add(self._shape(pod))
+
+    def gone(self, pod: TracePod) -> None:
+        """The pod watch saw the pod deleted: FGD's protocol deletes a pod no node takes."""
+        self.workload.remove(self._shape(pod))
+
+    def _shape(self, pod: TracePod) -> tuple:
+        return (pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models) if self.whole_only else pod.shape
 
     def scores(self, pod: TracePod, rows: np.ndarray) -> np.ndarray:
         c = self.cluster

@@ -8,7 +8,8 @@ Each pod goes through one scheduling cycle as kube-scheduler runs it:
   extender's: ``score * weight * (MaxNodeScore / MaxExtenderPriority)``;
 - select: the highest total; ties to the first in node order (FGD's random node prefix), or, when
   the extender scored, uniformly among the tied nodes, as kube-scheduler does with an extender.
-One node passing is taken unscored. A pod no node takes is dropped and counted as arrived.
+One node passing is taken unscored. A pod no node takes is dropped (deleted: gpupair's pod watch
+forgets its shape, as on the real plane) and counted as arrived.
 
 What is counted per run, beside FGD's allocation curve:
 - multi-GPU pods placed, and how many got a set within the fewest NUMA nodes their node's shape
@@ -124,6 +125,8 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
         row = _schedule(cluster, policy, (tables, fragmentation), pod, config, ties, result)
         if row is not None:
             used += pod.gpu_milli
+        elif fragmentation is not None:
+            fragmentation.gone(pod)  # deleted, as on the real plane (bench/trace_real.py)
         arrivals_log[index], used_log[index] = arrived, used
         if index % 256 == 255:
             progress(256)

@@ -121,7 +121,7 @@ class Fleet:
         try:
             return self.score.scores(pod, rows).tolist()
         finally:
-            self.score.workload.remove((pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models))
+            self.score.gone(pod)
 
     def rows_for(self, pod: TracePod) -> np.ndarray:
         """The nodes kube-scheduler would offer after its filters and gpupair's."""
