@@ -9,6 +9,15 @@ and the webhook reads it when it changes. Whoever gathers it already reads the N
 
 Decoding keeps every node whose topology decodes and reports the others, so one bad report does
 not hide the rest.
+
+A ConfigMap holds 1 MiB: about 800 8-GPU nodes written out in full. Past that the document is
+written compact: one topology per distinct layout with its GPUs' uuids left out of the grouping
+(the link matrix, index, PCI address and NUMA node of each GPU), under one of its nodes' names,
+and ``"same": {"<node>": "<node written in full>"}`` for the rest. Every node keeps its links and
+addresses; only the uuids of the nodes under ``same`` are lost, so a class whose selector has to
+name uuids (gpupair/decide/nvlink_classes.py) matches on the written node alone: fewer bridged
+pairs offered, none wrong. Where even that is over the limit, the document is written empty
+(links unknown: claims get the ``numa`` rule) and the writer says so.
 """
 
 from __future__ import annotations
@@ -29,8 +38,46 @@ class NodeLinksError(ValueError):
 
 
 def encode_node_links(topologies: Mapping[str, str]) -> str:
-    """The document for ``topologies`` (node name -> its ``gpupair.io/topology`` value)."""
+    """The document for ``topologies`` (node name -> its ``gpupair.io/topology`` value), in full."""
     return json.dumps({"v": FORMAT_VERSION, "nodes": dict(sorted(topologies.items()))}, separators=(",", ":"))
+
+
+def encode_node_links_within(topologies: Mapping[str, str], limit: int = MAX_BYTES) -> tuple[str, str]:
+    """The document for ``topologies`` that fits in ``limit`` bytes, and how it was written:
+    ``full``, ``compact`` (one entry per distinct layout, the module docstring) or ``empty``
+    (not even that fits: no node's links)."""
+    full = encode_node_links(topologies)
+    if len(full.encode()) <= limit:
+        return full, "full"
+    written: dict[str, str] = {}
+    same: dict[str, str] = {}
+    first_of: dict[str, str] = {}
+    for name, topology in sorted(topologies.items()):
+        key = _layout_key(topology)
+        if key in first_of:
+            same[name] = first_of[key]
+        else:
+            first_of[key] = name
+            written[name] = topology
+    compact = json.dumps({"v": FORMAT_VERSION, "nodes": written, "same": same}, separators=(",", ":"))
+    if len(compact.encode()) <= limit:
+        return compact, "compact"
+    return encode_node_links({}), "empty"
+
+
+def _layout_key(topology: str) -> str:
+    """What nodes of one board, bridged alike, share: the topology without its GPUs' uuids (and
+    without any other per-GPU field that names the one GPU). A value that does not read as JSON
+    is its own key."""
+    try:
+        report = json.loads(topology)
+        devices = report.get("devices")
+        if isinstance(devices, list):
+            report["devices"] = [{k: v for k, v in d.items() if k != "uuid"} if isinstance(d, dict) else d
+                                 for d in devices]
+        return json.dumps(report, sort_keys=True, separators=(",", ":"))
+    except (ValueError, AttributeError):
+        return "\0" + topology
 
 
 def decode_node_links(text: str) -> tuple[dict[str, NodeLayout], dict[str, str]]:
@@ -47,6 +94,9 @@ def decode_node_links(text: str) -> tuple[dict[str, NodeLayout], dict[str, str]]
     nodes = document.get("nodes")
     if not isinstance(nodes, dict):
         raise NodeLinksError('"nodes" must be an object of node name -> gpupair.io/topology')
+    same = document.get("same", {})
+    if not isinstance(same, dict):
+        raise NodeLinksError('"same" must be an object of node name -> a node written in "nodes"')
     layouts: dict[str, NodeLayout] = {}
     problems: dict[str, str] = {}
     for name, topology in nodes.items():
@@ -57,4 +107,9 @@ def decode_node_links(text: str) -> tuple[dict[str, NodeLayout], dict[str, str]]
             layouts[name] = decode_layout(topology)
         except ReportError as exc:
             problems[name] = exc.reason
+    for name, like in same.items():
+        if like in layouts:
+            layouts.setdefault(name, layouts[like])
+        else:
+            problems[name] = f"the same as {like!r}, which the document does not hold decoded"
     return layouts, problems
