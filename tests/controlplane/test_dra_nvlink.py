@@ -3,7 +3,7 @@ box whose bridges join GPU0+1, 2+3, 4+5 and 6+7 (tests/fixtures/topo/unige-3741-
 free {1,2,3} | {4,5} | {0,2,4,6}: two bridged pairs free, and on the first node the allocator's
 first fit would take GPU1+GPU2 (NODE) while GPU2+GPU3 is free. A ResourceClaimTemplate asking
 gpupair.io/scope: nvlink (its own annotation, then the namespace's label), in an opted-in
-namespace, with the webhook's --nvlink-pairs as the dra component sets it: the
+namespace, with the webhook's --nvlink-pairs as the override (0+1,2+3,4+5,6+7): the
 webhook writes one firstAvailable subrequest per bridged pair, the extender predicts the pick
 from the node's measured links, and the reporters judge the verdict against the scope."""
 
@@ -20,6 +20,9 @@ from tests.controlplane.dra import (
 from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented
 from tests.controlplane.workloads import wait_gone, wait_verdict
 
+# The dra component no longer sets it (the webhook reads the measured links from the ConfigMap
+# the extender writes); these tests keep the index pairs as the override.
+OVERRIDE = {"GPUPAIR_WEBHOOK_NVLINK_PAIRS": "0+1,2+3,4+5,6+7"}
 FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
 
 
@@ -52,7 +55,7 @@ def placed(api: Api, namespace: str, names: list[str]) -> dict[str, tuple[str, l
 
 def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, scheduler, controller_manager, gpupair,
                                               gpu_device_class):
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE, webhook_env=OVERRIDE,
                topology=a6000_topology_file)  # as the dra component installs it: its pairs are this box's
 
     # required: as many placed as there are free bridged pairs, each on one.
@@ -124,7 +127,7 @@ def test_rounds_of_three_pods_with_three_bridged_pairs_free_all_get_one(
     where first fit takes GPU0+GPU2. Five rounds of three 2-GPU claim pods created together, under
     preferred in a namespace labelled gpupair.io/scope=nvlink: every pod on a bridged pair."""
     free = THREE_PAIRS
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free,
+    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free, webhook_env=OVERRIDE,
                topology=a6000_topology_file)
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {
         INJECT: "enabled", PLACEMENT: "preferred", "gpupair.io/scope": "nvlink"}}})
