@@ -9,20 +9,26 @@ from the node's measured links, and the reporters judge the verdict against the 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
+from gpupair.decide.nvlink_classes import selector
+from gpupair.topology.node_links import FILE_KEY
+
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
-    RESOURCE, a6000_topology_file, allocated_devices, claim_pod, claim_template, dra_nodes_with_tenants, pod_claims,
+    RESOURCE, a6000_topology_file, allocated_devices, hgx_h100_topology_file, claim_pod, claim_template, dra_nodes_with_tenants, pod_claims,
     run_rounds,
 )
+from tests.controlplane.gpupair_install import NAMESPACE
 from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented
 from tests.controlplane.workloads import wait_gone, wait_verdict
 
 # The dra component no longer sets it (the webhook reads the measured links from the ConfigMap
 # the extender writes); these tests keep the index pairs as the override.
 OVERRIDE = {"GPUPAIR_WEBHOOK_NVLINK_PAIRS": "0+1,2+3,4+5,6+7"}
+NODE_LINKS = "gpupair-node-links"
 FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
 
 
@@ -134,3 +140,82 @@ def test_rounds_of_three_pods_with_three_bridged_pairs_free_all_get_one(
     nvlink_template(api, namespace, "pair", "preferred", own=False)
     grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"), rounds=5, per_round=3)
     assert len(grants) == 15 and {(node, tuple(devices)) for _, node, devices in grants} == BRIDGED, grants
+
+
+# --- the links the reporters measured, as the dra component installs gpupair (no override): the
+# extender writes them into the ConfigMap gpupair-node-links, the harness's stand-in for the
+# kubelet's ConfigMap volume writes it to the webhook's --node-links-file.
+
+def measured_links(api: Api, install, nodes: list[str]) -> dict[str, Any]:
+    """The node-links document once the extender has written every one of ``nodes`` into the
+    ConfigMap and the webhook's mounted file says the same."""
+    def written() -> dict[str, Any] | None:
+        found = api.find("v1", "ConfigMap", NODE_LINKS, NAMESPACE)
+        text = ((found or {}).get("data") or {}).get(FILE_KEY)
+        return {"text": text, **json.loads(text)} if text and set(json.loads(text)["nodes"]) >= set(nodes) else None
+
+    document = api.wait_for(written, 30, f"the extender's {NODE_LINKS} naming {nodes}", interval=0.2)
+    mounted = [v.directory / FILE_KEY for v in install.volumes if v.name == NODE_LINKS]
+    assert len(mounted) == 1, "the webhook's Deployment mounts the ConfigMap once"
+    api.wait_for(lambda: mounted[0].exists() and mounted[0].read_text() == document["text"], 10,
+                 "the webhook's node-links file current", interval=0.1)
+    return document
+
+
+def bus(index: int) -> str:
+    """GPU ``index``'s pciBusID as the node's slice publishes it (the seed's bus ids, lower-case)."""
+    return f"0000:{(0x21, 0x31, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1)[index]:02x}:00.0"
+
+
+def test_measured_links_bridged_box_required_on_bridged_pairs(api, namespace, kubelets, scheduler,
+                                                              controller_manager, gpupair, gpu_device_class):
+    """The recorded A6000 box, no --nvlink-pairs: the webhook's subrequests select the bridged
+    pairs by pciBusID, which kube-scheduler's CEL evaluates; under required each placed pod gets one."""
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
+                            topology=a6000_topology_file)
+    document = measured_links(api, install, list(FREE))
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
+    template = nvlink_template(api, namespace, "pair-required", "required")
+    names = [f"required-{i}" for i in range(3)]
+    for name in names:
+        api.create(claim_pod(namespace, name, template="pair-required"))
+    api.wait_for(lambda: len([n for n in names if api.get("v1", "Pod", n, namespace)["spec"].get("nodeName")]) >= 2,
+                 60, "two pods bound")
+    time.sleep(6)  # the third has had its chances
+    required = placed(api, namespace, names)
+
+    assert set(document["nodes"]) == set(FREE), document
+    subrequests = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [(s["name"], [x["cel"]["expression"] for x in s.get("selectors") or []]) for s in subrequests] == [
+        (f"nvlink-{n}", [selector("pciBusID", [bus(a), bus(b)])])
+        for n, (a, b) in enumerate([(0, 1), (2, 3), (4, 5), (6, 7)])], subrequests
+    assert sorted((node, devices) for node, devices, _ in required.values()) == [("a6000-1", [2, 3]),
+                                                                                   ("a6000-2", [4, 5])], required
+    assert {(v["gpupair.io/link"], v["gpupair.io/verdict"], v["gpupair.io/verdict-scope"])
+            for _, _, v in required.values()} == {("NV4", "PASS", "nvlink")}
+
+
+HGX_FREE = {"hgx-1": {1, 2, 3}, "hgx-2": {4, 6}}
+
+
+def test_measured_links_nvswitch_box_unconstrained(api, namespace, kubelets, scheduler, controller_manager,
+                                                   gpupair, gpu_device_class):
+    """The recorded HGX H100 board (every pair NV18), no --nvlink-pairs: an nvlink claim under
+    required gets one subrequest without a selector (any two GPUs), and every pod is placed."""
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=HGX_FREE,
+                            topology=hgx_h100_topology_file)
+    document = measured_links(api, install, list(HGX_FREE))
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
+    template = nvlink_template(api, namespace, "pair-any", "required")
+    names = [f"any-{i}" for i in range(2)]
+    for name in names:
+        api.create(claim_pod(namespace, name, template="pair-any"))
+    bound(api, namespace, names)
+    found = placed(api, namespace, names)
+
+    assert set(document["nodes"]) == set(HGX_FREE), document
+    subrequests = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [s["name"] for s in subrequests] == ["nvlink-0"] and "selectors" not in subrequests[0], subrequests
+    assert sorted((node, devices) for node, devices, _ in found.values()) == [("hgx-1", [1, 2]),
+                                                                                ("hgx-2", [4, 6])], found
+    assert {(v["gpupair.io/link"], v["gpupair.io/verdict"]) for _, _, v in found.values()} == {("NV18", "PASS")}
