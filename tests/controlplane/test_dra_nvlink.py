@@ -3,9 +3,13 @@ box whose bridges join GPU0+1, 2+3, 4+5 and 6+7 (tests/fixtures/topo/unige-3741-
 free {1,2,3} | {4,5} | {0,2,4,6}: two bridged pairs free, and on the first node the allocator's
 first fit would take GPU1+GPU2 (NODE) while GPU2+GPU3 is free. A ResourceClaimTemplate asking
 gpupair.io/scope: nvlink (its own annotation, then the namespace's label), in an opted-in
-namespace, with the webhook's --nvlink-pairs as the override (0+1,2+3,4+5,6+7): the
-webhook writes one firstAvailable subrequest per bridged pair, the extender predicts the pick
-from the node's measured links, and the reporters judge the verdict against the scope."""
+namespace, gpupair as the dra component installs it (no --nvlink-pairs): the extender writes the
+reporters' measured links into the ConfigMap gpupair-node-links, the webhook reads it through its
+mount (the harness's ConfigMapVolume) and writes one firstAvailable subrequest per bridged pair,
+selecting its devices by resource.kubernetes.io/pciBusID, kube-scheduler evaluates those
+selectors, the extender predicts the pick from the node's measured links, and the reporters
+judge the verdict against the scope. On an NVSwitch board (every pair NVLink) the claim is left
+unconstrained."""
 
 from __future__ import annotations
 
@@ -25,11 +29,33 @@ from tests.controlplane.gpupair_install import NAMESPACE
 from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented
 from tests.controlplane.workloads import wait_gone, wait_verdict
 
-# The dra component no longer sets it (the webhook reads the measured links from the ConfigMap
-# the extender writes); these tests keep the index pairs as the override.
-OVERRIDE = {"GPUPAIR_WEBHOOK_NVLINK_PAIRS": "0+1,2+3,4+5,6+7"}
 NODE_LINKS = "gpupair-node-links"
 FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
+
+
+# --- the links the reporters measured, as the dra component installs gpupair (no override): the
+# extender writes them into the ConfigMap gpupair-node-links, the harness's stand-in for the
+# kubelet's ConfigMap volume writes it to the webhook's --node-links-file.
+
+def measured_links(api: Api, install, nodes: list[str]) -> dict[str, Any]:
+    """The node-links document once the extender has written every one of ``nodes`` into the
+    ConfigMap and the webhook's mounted file says the same."""
+    def written() -> dict[str, Any] | None:
+        found = api.find("v1", "ConfigMap", NODE_LINKS, NAMESPACE)
+        text = ((found or {}).get("data") or {}).get(FILE_KEY)
+        return {"text": text, **json.loads(text)} if text and set(json.loads(text)["nodes"]) >= set(nodes) else None
+
+    document = api.wait_for(written, 30, f"the extender's {NODE_LINKS} naming {nodes}", interval=0.2)
+    mounted = [v.directory / FILE_KEY for v in install.volumes if v.name == NODE_LINKS]
+    assert len(mounted) == 1, "the webhook's Deployment mounts the ConfigMap once"
+    api.wait_for(lambda: mounted[0].exists() and mounted[0].read_text() == document["text"], 10,
+                 "the webhook's node-links file current", interval=0.1)
+    return document
+
+
+def bus(index: int) -> str:
+    """GPU ``index``'s pciBusID as the node's slice publishes it (the seed's bus ids, lower-case)."""
+    return f"0000:{(0x21, 0x31, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1)[index]:02x}:00.0"
 
 
 def nvlink_template(api: Api, namespace: str, name: str, intent: str, *, own: bool = True) -> dict[str, Any]:
@@ -61,8 +87,9 @@ def placed(api: Api, namespace: str, names: list[str]) -> dict[str, tuple[str, l
 
 def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, scheduler, controller_manager, gpupair,
                                               gpu_device_class):
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE, webhook_env=OVERRIDE,
-               topology=a6000_topology_file)  # as the dra component installs it: its pairs are this box's
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
+                            topology=a6000_topology_file)
+    document = measured_links(api, install, list(FREE))
 
     # required: as many placed as there are free bridged pairs, each on one.
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
@@ -94,8 +121,11 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
     bound(api, namespace, names)
     preferred = placed(api, namespace, names)
 
-    subrequests = [s["name"] for s in template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]]
-    assert subrequests == ["nvlink-0", "nvlink-1", "nvlink-2", "nvlink-3"]
+    assert set(document["nodes"]) == set(FREE), document
+    subrequests = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [(s["name"], [x["cel"]["expression"] for x in s.get("selectors") or []]) for s in subrequests] == [
+        (f"nvlink-{n}", [selector("pciBusID", [bus(a), bus(b)])])
+        for n, (a, b) in enumerate([(0, 1), (2, 3), (4, 5), (6, 7)])], subrequests
     assert sorted((node, devices) for node, devices, _ in required.values()) == [("a6000-1", [2, 3]),
                                                                                    ("a6000-2", [4, 5])], required
     assert {(v["gpupair.io/link"], v["gpupair.io/verdict"], v["gpupair.io/verdict-scope"])
@@ -133,66 +163,14 @@ def test_rounds_of_three_pods_with_three_bridged_pairs_free_all_get_one(
     where first fit takes GPU0+GPU2. Five rounds of three 2-GPU claim pods created together, under
     preferred in a namespace labelled gpupair.io/scope=nvlink: every pod on a bridged pair."""
     free = THREE_PAIRS
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free, webhook_env=OVERRIDE,
-               topology=a6000_topology_file)
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free,
+                            topology=a6000_topology_file)
+    measured_links(api, install, list(free))
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {
         INJECT: "enabled", PLACEMENT: "preferred", "gpupair.io/scope": "nvlink"}}})
     nvlink_template(api, namespace, "pair", "preferred", own=False)
     grants = run_rounds(api, namespace, lambda ns, name: claim_pod(ns, name, template="pair"), rounds=5, per_round=3)
     assert len(grants) == 15 and {(node, tuple(devices)) for _, node, devices in grants} == BRIDGED, grants
-
-
-# --- the links the reporters measured, as the dra component installs gpupair (no override): the
-# extender writes them into the ConfigMap gpupair-node-links, the harness's stand-in for the
-# kubelet's ConfigMap volume writes it to the webhook's --node-links-file.
-
-def measured_links(api: Api, install, nodes: list[str]) -> dict[str, Any]:
-    """The node-links document once the extender has written every one of ``nodes`` into the
-    ConfigMap and the webhook's mounted file says the same."""
-    def written() -> dict[str, Any] | None:
-        found = api.find("v1", "ConfigMap", NODE_LINKS, NAMESPACE)
-        text = ((found or {}).get("data") or {}).get(FILE_KEY)
-        return {"text": text, **json.loads(text)} if text and set(json.loads(text)["nodes"]) >= set(nodes) else None
-
-    document = api.wait_for(written, 30, f"the extender's {NODE_LINKS} naming {nodes}", interval=0.2)
-    mounted = [v.directory / FILE_KEY for v in install.volumes if v.name == NODE_LINKS]
-    assert len(mounted) == 1, "the webhook's Deployment mounts the ConfigMap once"
-    api.wait_for(lambda: mounted[0].exists() and mounted[0].read_text() == document["text"], 10,
-                 "the webhook's node-links file current", interval=0.1)
-    return document
-
-
-def bus(index: int) -> str:
-    """GPU ``index``'s pciBusID as the node's slice publishes it (the seed's bus ids, lower-case)."""
-    return f"0000:{(0x21, 0x31, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1)[index]:02x}:00.0"
-
-
-def test_measured_links_bridged_box_required_on_bridged_pairs(api, namespace, kubelets, scheduler,
-                                                              controller_manager, gpupair, gpu_device_class):
-    """The recorded A6000 box, no --nvlink-pairs: the webhook's subrequests select the bridged
-    pairs by pciBusID, which kube-scheduler's CEL evaluates; under required each placed pod gets one."""
-    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
-                            topology=a6000_topology_file)
-    document = measured_links(api, install, list(FREE))
-    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
-    template = nvlink_template(api, namespace, "pair-required", "required")
-    names = [f"required-{i}" for i in range(3)]
-    for name in names:
-        api.create(claim_pod(namespace, name, template="pair-required"))
-    api.wait_for(lambda: len([n for n in names if api.get("v1", "Pod", n, namespace)["spec"].get("nodeName")]) >= 2,
-                 60, "two pods bound")
-    time.sleep(6)  # the third has had its chances
-    required = placed(api, namespace, names)
-
-    assert set(document["nodes"]) == set(FREE), document
-    subrequests = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
-    assert [(s["name"], [x["cel"]["expression"] for x in s.get("selectors") or []]) for s in subrequests] == [
-        (f"nvlink-{n}", [selector("pciBusID", [bus(a), bus(b)])])
-        for n, (a, b) in enumerate([(0, 1), (2, 3), (4, 5), (6, 7)])], subrequests
-    assert sorted((node, devices) for node, devices, _ in required.values()) == [("a6000-1", [2, 3]),
-                                                                                   ("a6000-2", [4, 5])], required
-    assert {(v["gpupair.io/link"], v["gpupair.io/verdict"], v["gpupair.io/verdict-scope"])
-            for _, _, v in required.values()} == {("NV4", "PASS", "nvlink")}
 
 
 HGX_FREE = {"hgx-1": {1, 2, 3}, "hgx-2": {4, 6}}
