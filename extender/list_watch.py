@@ -40,6 +40,21 @@ class WatchHandler(Protocol):
         """One ADDED, MODIFIED or DELETED event."""
 
 
+class Handlers:
+    """Several handlers on one watch: each sees every list and event, in the order given."""
+
+    def __init__(self, *handlers: WatchHandler) -> None:
+        self.handlers = handlers
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        for handler in self.handlers:
+            handler.replace(items)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        for handler in self.handlers:
+            handler.apply(event_type, obj)
+
+
 class ListWatch:
     """``list_func`` is a kubernetes-asyncio list call such as ``CoreV1Api(api).list_node``."""
 

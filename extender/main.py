@@ -7,6 +7,7 @@ import asyncio
 import functools
 import gc
 import logging
+import re
 from typing import TYPE_CHECKING
 
 from gpupair.command.flags import (
@@ -61,7 +62,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--dra-nic-drivers", "",
              "RDMA DRA drivers (comma-separated) whose ResourceSlices publish the NICs, on nodes whose reporter "
              "publishes none: links inferred from pcieRoot and numaNode")
+    add_flag(parser, "--node-links-configmap", "",
+             "publish the nodes' gpupair.io/topology into this ConfigMap ([namespace/]name; namespace default: "
+             "this pod's), key node-links.json, for the webhook's --node-links-file: written when the nodes' links "
+             "change (at most once per 2 s), never on a schedule; needs get and patch on it (the dra component: "
+             "gpupair-node-links; empty: not published)", type=configmap_name)
     add_common_flags(parser)
+
+
+def configmap_name(text: str) -> tuple[str, str] | None:
+    """``[namespace/]name`` -> (namespace, name); the namespace defaults to this pod's."""
+    from gpupair.kubewire import leases  # standard library only
+
+    text = text.strip()
+    if not text:
+        return None
+    namespace, _, name = text.rpartition("/")
+    dns = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+    if not dns.fullmatch(name) or (namespace and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace)):
+        raise argparse.ArgumentTypeError(f"expected [namespace/]name of a ConfigMap (lower-case DNS names), got {text!r}")
+    return namespace or leases.own_namespace(), name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,8 +169,18 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts
     watches = []
-    if extender.node_cache is not None:
-        watches.append(ListWatch("nodes", core.list_node, extender.node_cache,
+    publisher = None
+    node_handlers = [extender.node_cache] if extender.node_cache is not None else []
+    if args.node_links_configmap:
+        from gpupair.extender.node_links import NodeLinks, NodeLinksPublisher
+
+        links = NodeLinks()
+        node_handlers.append(links)
+        publisher = NodeLinksPublisher(api, links, *args.node_links_configmap)
+    if node_handlers:
+        from gpupair.extender.list_watch import Handlers
+
+        watches.append(ListWatch("nodes", core.list_node, Handlers(*node_handlers),
                                  on_restart=lambda why: restarts.labels("nodes", why).inc()))
     if extender.heartbeats is not None:
         from gpupair.extender.node_leases import list_leases
@@ -164,6 +194,8 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
                                  on_restart=lambda why: restarts.labels("pods", why).inc(),
                                  progress=extender.pod_watch.progress))
     tasks = [asyncio.create_task(w.run(), name=f"watch-{w.resource}") for w in watches]
+    if publisher is not None:
+        tasks.append(asyncio.create_task(publisher.run(), name="node-links"))
     if extender.node_cache is not None:
         extender.settled = False  # before serving: /readyz waits for the freeze
         tasks.append(asyncio.create_task(_freeze_when_ready(extender)))

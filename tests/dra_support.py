@@ -30,8 +30,8 @@ def recorded_claims() -> list[dict[str, Any]]:
 def node_slice(node: str, *, name: str = "", pool: str = "", generation: int = 1, slice_count: int = 1,
                devices: Iterable[int] = range(8), numa: bool = True, driver: str = DRIVER) -> dict[str, Any]:
     """The recorded dra-node-1 slice, published for ``node``: devices gpu-<i> for ``devices``,
-    uuids GPU-<node>-<i>, the seed's bus ids and one PCIe root per GPU; without ``numa`` the
-    driver omits numaNode (sysfs said -1)."""
+    uuids GPU-<node>-<i>, the seed's bus ids (lower-case, as the driver writes them) and one PCIe
+    root per GPU; without ``numa`` the driver omits numaNode (sysfs said -1)."""
     obj = copy.deepcopy(recorded("resourceslice-dra-node-1.json"))
     for key in ("creationTimestamp", "resourceVersion", "uid", "generation"):
         obj["metadata"].pop(key, None)
@@ -43,6 +43,11 @@ def node_slice(node: str, *, name: str = "", pool: str = "", generation: int = 1
     spec["devices"] = [d for d in spec["devices"] if d["attributes"]["index"]["int"] in wanted]
     for device in spec["devices"]:
         device["attributes"]["uuid"]["string"] = f"GPU-{node}-{device['attributes']['index']['int']}"
+        # NVIDIA's driver publishes the lower-case form k8s.io/dynamic-resource-allocation/
+        # deviceattribute checks (0000:a1:00.0); the recorded slice was hand-written upper-case.
+        bus = device["attributes"].get("resource.kubernetes.io/pciBusID")
+        if bus is not None:
+            bus["string"] = bus["string"].lower()
         if not numa:
             device["attributes"].pop("resource.kubernetes.io/numaNode")
     return obj

@@ -55,6 +55,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "nodes": ("Node", "v1", False),
     "pods": ("Pod", "v1", True),
     "events": ("Event", "v1", True),
+    "configmaps": ("ConfigMap", "v1", True),
     "leases": ("Lease", "coordination.k8s.io/v1", True),
     "resourceslices": ("ResourceSlice", "resource.k8s.io/v1", False),
     "deviceclasses": ("DeviceClass", "resource.k8s.io/v1", False),
@@ -75,6 +76,7 @@ FIELD_LABELS: dict[str, set[str]] = {
         "regarding.kind", "regarding.name", "regarding.namespace",
     },
     "leases": {"metadata.name", "metadata.namespace"},
+    "configmaps": {"metadata.name", "metadata.namespace"},
     # k8s.io/kubernetes pkg/registry/resource/*/strategy.go: the selectable fields of each kind
     "resourceslices": {"metadata.name", "spec.nodeName", "spec.driver"},
     "deviceclasses": {"metadata.name"},
@@ -577,7 +579,7 @@ class KubeDouble:
         r.add_post("/apis/events.k8s.io/v1/namespaces/{namespace}/{resource:events}", self._collection)
         r.add_get("/apis/events.k8s.io/v1/namespaces/{namespace}/{resource:events}", self._collection)
         r.add_route("*", "/api/v1/{resource:nodes}/{name}", self._item)
-        r.add_route("*", "/api/v1/namespaces/{namespace}/{resource:pods|events}/{name}", self._item)
+        r.add_route("*", "/api/v1/namespaces/{namespace}/{resource:pods|events|configmaps}/{name}", self._item)
         r.add_post("/api/v1/namespaces/{namespace}/pods/{name}/binding", self._binding)
         r.add_get("/api/v1/namespaces/{namespace}/pods/{name}/log", self._log)
         r.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)

@@ -17,12 +17,15 @@ reads it, in the claim, once, at creation (a claim's spec is immutable):
 - ``none``, a request some constraint of the claim already covers, a request already written as
   ``firstAvailable``, ``allocationMode: All``, an unknown mode and other DeviceClasses: left as
   written.
-- ``gpupair.io/scope: nvlink`` on the object, with ``--nvlink-pairs`` set: a request for 2 GPUs
-  becomes ``firstAvailable`` of one subrequest per bridged pair (``nvlink-<n>``, a selector naming
-  its two devices by ``index``), and under ``preferred`` the unconstrained ``any`` last. The
-  allocator then takes the first free bridged pair on a node; nothing in DRA names links, so the
-  pairs must be the nodes' bridges (the reporters' topology shows them). Other counts are
-  handled as under ``numa``.
+- ``gpupair.io/scope: nvlink`` on the object: a request for 2 GPUs becomes ``firstAvailable`` of
+  one subrequest per NVLink pair (``nvlink-<n>``, a selector naming its two devices), and under
+  ``preferred`` the unconstrained ``any`` last. The allocator then takes the first free bridged
+  pair on a node. Nothing in DRA names links: the pairs come from the links the reporters
+  measured, per class of nodes (gpupair/decide/nvlink_classes.py; an NVSwitch class needs no
+  pair), or from ``--nvlink-pairs``, which overrides them. Where the links are known and no node
+  has an NVLink pair, ``required`` gets one subrequest without a selector, which the extender
+  refuses on every node with its reason, and the client a warning. Other counts are handled as
+  under ``numa``.
 
 The intent is the object's own ``gpupair.io/placement`` annotation (for a template, its own or
 that of ``spec.metadata``, the metadata its claims get), else, for a claim the resourceclaim
@@ -46,13 +49,14 @@ types of the fields decided on and lenient about everything else, as Go's decode
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpupair.kubewire import dra
+from gpupair.decide.nvlink_classes import NvlinkChoices, index_choices
 from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
 from gpupair.decide.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.kubewire.wire import KubeWire, explain
@@ -84,7 +88,9 @@ class ClaimError(ValueError):
 class ClaimOptions:
     device_classes: frozenset[str] = GPU_DEVICE_CLASSES
     gpus_per_numa: int = DEFAULT_GPUS_PER_NUMA_NODE  # the most devices one NUMA constraint can hold
-    nvlink_pairs: tuple[tuple[int, int], ...] = ()  # device indices joined by NVLink bridges, in order
+    nvlink_pairs: tuple[tuple[int, int], ...] = ()  # device indices joined by NVLink bridges, in order (the override)
+    # The subrequests from the reporters' measured links (webhook/node_links.py), read per claim.
+    nvlink_source: Callable[[], NvlinkChoices] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.gpus_per_numa < 2:
@@ -332,7 +338,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     if kind == "ResourceClaimTemplate" and source in ("namespace", "default"):
         return _defer(obj, parts)
     scope = resolve_scope(obj, kind, pod)
-    pairs = options.nvlink_pairs if scope is Scope.NVLINK else ()
+    pairs, pair_notes = _nvlink_selectors(options, intent) if scope is Scope.NVLINK else ((), ())
     annotations = _annotations(parts.meta or {}, ".".join(parts.meta_path))
     try:
         devices = DeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
@@ -368,6 +374,8 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
                 continue
             changed.append(request.name)
             count += exact.count
+            if exact.count == 2:
+                notes += [f"gpupair: request {request.name!r}: {note}" for note in pair_notes]
             if pairs and exact.count == 2:
                 paired.append(request.name)
                 ops += _pair(parts.spec["devices"]["requests"][index], pointer(*base, "requests", index), pairs,
@@ -413,14 +421,30 @@ def _prioritize(request: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
     ]
 
 
-def _pair(request: Mapping[str, Any], path: str, pairs: tuple[tuple[int, int], ...], or_any: bool
+def _nvlink_selectors(options: ClaimOptions, intent: Intent) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
+    """The NVLink subrequests' selectors (None: one without) and notes for the client: from
+    ``--nvlink-pairs`` where set, else from the measured links; none where neither is known."""
+    if options.nvlink_pairs:
+        return index_choices(options.nvlink_pairs).selectors, ()
+    choices = options.nvlink_source() if options.nvlink_source is not None else None
+    if choices is None or not choices.known:
+        return (), ()
+    if choices.bridged:
+        return choices.selectors, choices.notes
+    if intent is Intent.REQUIRED:  # the extender then refuses each node: "free sets joined by NVLink: none"
+        return (None,), ("no node the reporters measured has an NVLink pair: under required it waits until one does",)
+    return (), ("no node the reporters measured has an NVLink pair: placed as under numa",)
+
+
+def _pair(request: Mapping[str, Any], path: str, pairs: tuple[str | None, ...], or_any: bool
           ) -> list[dict[str, Any]]:
-    """``exactly`` becomes ``firstAvailable``: each bridged pair in turn, then (``or_any``) any two."""
+    """``exactly`` becomes ``firstAvailable``: each NVLink selector in turn (None: any two, as on
+    NVSwitch boards), then (``or_any``) any two."""
     sub = {key: value for key, value in request["exactly"].items() if key != "adminAccess"}
     own = list(sub.pop("selectors", None) or [])
-    subrequests = [{"name": NVLINK_SUBREQUEST.format(n), **sub, "selectors": own + [
-        {"cel": {"expression": f"device.attributes[device.driver].index in [{a}, {b}]"}}]}
-        for n, (a, b) in enumerate(pairs)]
+    subrequests = [{"name": NVLINK_SUBREQUEST.format(n), **sub, **(
+        {"selectors": own + [{"cel": {"expression": cel}}]} if cel is not None else ({"selectors": own} if own else {}))}
+        for n, cel in enumerate(pairs)]
     if or_any:
         subrequests.append({"name": ANY_SUBREQUEST, **sub, **({"selectors": own} if own else {})})
     return [{"op": "remove", "path": f"{path}/exactly"},

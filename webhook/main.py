@@ -38,10 +38,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "zero of this extended resource, which only the extender's scheduler entry names: kube-scheduler "
              "then asks the extender about claim pods, and still not about other pods (a zero is never "
              "counted: without that entry they are placed as before)", type=extended_resource)
+    add_flag(parser, "--node-links-file", "",
+             "the nodes' measured links (the ConfigMap gpupair-node-links mounted, node-links.json), read when it "
+             "changes: a claim asking gpupair.io/scope: nvlink gets, for a request of 2, one firstAvailable "
+             "subrequest per NVLink pair of each class of nodes with one link matrix (none for an NVSwitch "
+             "class; empty or unreadable: the links are unknown)")
+    add_flag(parser, "--nvlink-device-attribute", "pciBusID",
+             "the DRA driver's attribute the NVLink subrequests name devices by (resource.kubernetes.io/pciBusID, "
+             "or the driver's index or uuid; uuid wherever the chosen one would also match an unbridged pair; "
+             "NVIDIA's driver publishes no index since v25.12)", choices=("pciBusID", "index", "uuid"))
     add_flag(parser, "--nvlink-pairs", "",
-             "GPU indices joined by NVLink bridges on the DRA nodes (0+1,2+3,...; at most 7 pairs): a claim "
-             "asking gpupair.io/scope: nvlink gets one firstAvailable subrequest per pair for a request of 2 "
-             "(empty: none; the extender still judges the allocator's first fit)", type=index_pairs)
+             "override: GPU indices joined by NVLink bridges on every DRA node (0+1,2+3,...; at most 7 pairs), "
+             "written by the driver's index instead of the measured links of --node-links-file "
+             "(empty: no override)", type=index_pairs)
     add_flag(parser, "--claim-pod-asks", False,
              "plan a claim the resourceclaim controller makes from a template for a pod under that pod's "
              "gpupair.io/placement and gpupair.io/scope where the claim asks none: the webhook reads the pod "
@@ -105,8 +114,11 @@ async def _serve(args: argparse.Namespace, options, registry, tls) -> None:
 def claim_options(args: argparse.Namespace):
     from gpupair.webhook.claims import ClaimOptions
 
+    from gpupair.webhook.node_links import NodeLinksFile
+
+    source = NodeLinksFile(args.node_links_file, args.nvlink_device_attribute) if args.node_links_file else None
     try:
         return ClaimOptions(device_classes=args.gpu_device_classes, gpus_per_numa=args.gpus_per_numa_node,
-                            nvlink_pairs=args.nvlink_pairs)
+                            nvlink_pairs=args.nvlink_pairs, nvlink_source=source)
     except ValueError as exc:
         raise UsageError(f"--nvlink-pairs: {exc}") from None

@@ -56,6 +56,15 @@ def a6000_topology_file(directory: Path, node: str) -> Path:
     return path
 
 
+def hgx_h100_topology_file(directory: Path, node: str) -> Path:
+    """The recorded HGX H100 board (tests/fixtures/topo/sglang-30401-hgx-h100.txt: every pair NV18
+    through NVSwitch) as JSON, its devices named as the node's slice names them."""
+    links = read_layout(str(A6000_TOPO.parent / "sglang-30401-hgx-h100.txt")).links
+    path = directory / f"{node}-topology.json"
+    path.write_text(encode_topology(NodeLayout(devices=seed_layout(f"GPU-{node}").devices, links=links)))
+    return path
+
+
 def publish_slices(api: Api, nodes: list[str], **options: Any) -> list[dict[str, Any]]:
     """One ResourceSlice per node, as the driver publishes it; ``options`` go to node_slice
     (``devices``, ``numa``, ...)."""

@@ -11,13 +11,18 @@ on one machine overridden (listen addresses, ports, kubelet paths, TLS file path
 the apiserver with a token of the workload's ServiceAccount from TokenRequest; a reporter's
 token is bound to a reporter Pod made from the DaemonSet's template and pinned to its node, so
 it carries the node's name as a kubelet-minted token does (the admission policies need it).
+A ConfigMap volume the webhook's Deployment mounts is kept by ``ConfigMapVolume``, the kubelet's
+part: the ConfigMap read through the apiserver, its keys written as files in a directory that
+stands for the mount path (env values under the mount path are pointed there).
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import os
 import ssl
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -73,6 +78,46 @@ def wait_reporter_ready(process: Process, node: SimNode, port: int) -> None:
                process, interval=0.1)
 
 
+class ConfigMapVolume:
+    """The kubelet's ConfigMap volume, here: a thread that reads ConfigMap ``name`` every
+    ``interval`` seconds through the apiserver and writes each key as a file of ``directory``,
+    swapping it in whole by a rename (a new inode, as the kubelet's symlink swap); a key gone, or
+    the ConfigMap gone (an optional volume), removes its file."""
+
+    def __init__(self, api: Api, namespace: str, name: str, directory: Path, interval: float = 0.5) -> None:
+        self.api, self.namespace, self.name, self.directory, self.interval = api, namespace, name, directory, interval
+        directory.mkdir(parents=True, exist_ok=True)
+        self._stop = threading.Event()
+        self.sync()
+        self._thread = threading.Thread(target=self._run, name=f"configmap-volume-{name}", daemon=True)
+        self._thread.start()
+
+    def sync(self) -> None:
+        found = self.api.find("v1", "ConfigMap", self.name, self.namespace)
+        data = dict((found or {}).get("data") or {})
+        for key, value in data.items():
+            path = self.directory / key
+            if path.exists() and path.read_text(encoding="utf-8") == value:
+                continue
+            staged = self.directory / f"..{key}.tmp"
+            staged.write_text(value, encoding="utf-8")
+            os.replace(staged, path)
+        for path in self.directory.iterdir():
+            if not path.name.startswith("..") and path.name not in data:
+                path.unlink()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sync()
+            except Exception:  # the apiserver going away at teardown; the next round retries
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 class Install:
     """gpupair from one rendering of deploy/ (``objects``) on ``plane``."""
 
@@ -82,6 +127,7 @@ class Install:
         self.objects = objects
         self.directory = directory
         self.processes: list[Process] = []
+        self.volumes: list[ConfigMapVolume] = []
         self.reporter_port = free_port()  # one port for every node's reporter, each node its own IP
         self.webhook_port = free_port()
         self.webhook_tls: CertPair = plane.ca.issue("webhook", "gpupair-webhook", server=True, hosts=(LOOPBACK,))
@@ -165,12 +211,30 @@ class Install:
                       GPUPAIR_WEBHOOK_TLS_CERT_FILE=str(self.webhook_tls.cert),
                       GPUPAIR_WEBHOOK_TLS_PRIVATE_KEY_FILE=str(self.webhook_tls.key),
                       GPUPAIR_REPORTER_PORT=str(self.reporter_port))
+        values.update(self._configmap_volumes("Deployment", "gpupair-webhook", spec, values))
         values.update(env or {})
         process = self._start("webhook", spec, values)
         context = ssl.create_default_context(cafile=str(self.plane.ca.cert_file))
         wait_until(lambda: _ready(f"https://{LOOPBACK}:{self.webhook_port}/readyz", context), 60,
                    "gpupair webhook /readyz", process, interval=0.1)
         return process
+
+    def _configmap_volumes(self, kind: str, name: str, spec_container: dict[str, Any],
+                           values: dict[str, str]) -> dict[str, str]:
+        """Each ConfigMap volume the container mounts kept in a directory of its own here (a
+        ``ConfigMapVolume``); the env values under its mount path, pointed into that directory."""
+        volumes = {v["name"]: v for v in pod_spec(find(self.objects, kind, name)).get("volumes") or []}
+        changed: dict[str, str] = {}
+        for mount in spec_container.get("volumeMounts") or []:
+            source = volumes.get(mount["name"], {}).get("configMap")
+            if source is None:
+                continue
+            directory = self.directory / f"{name}-volume-{mount['name']}"
+            self.volumes.append(ConfigMapVolume(self.api, NAMESPACE, source["name"], directory))
+            prefix = mount["mountPath"].rstrip("/") + "/"
+            changed.update({key: str(directory / value[len(prefix):])
+                            for key, value in values.items() if value.startswith(prefix)})
+        return changed
 
     def reporter_pod(self, node: SimNode) -> dict[str, Any]:
         """A gpupair-reporter Pod from the DaemonSet's template, on ``node`` (as the DaemonSet
@@ -208,6 +272,9 @@ class Install:
         return process
 
     def stop(self) -> None:
+        for volume in self.volumes:
+            volume.stop()
+        self.volumes.clear()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()

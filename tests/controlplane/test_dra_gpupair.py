@@ -30,13 +30,13 @@ FAIL_REASON = "GPUPlacementFailed"
 
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
                every_pod: bool = False, gpu_entry: bool = True, free: dict[str, set[int]] | None = None,
-               topology=seed_topology_file) -> tuple[Install, str]:
+               topology=seed_topology_file, webhook_env: dict[str, str] | None = None) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
     extender's GPU entry registered (and the every-pod entry, ``every_pod``; without the GPU entry,
     ``gpu_entry=False``), on DRA nodes with ``free`` GPUs and the layout ``topology`` writes (the
     test takes the gpu_device_class fixture: the DeviceClass, removed after it)."""
     install = gpupair("dra")
-    install.webhook()
+    install.webhook(webhook_env)
     sim = kubelets()
     controller_manager("resourceclaim-controller")
     _, url = install.extender()

@@ -3,24 +3,59 @@ box whose bridges join GPU0+1, 2+3, 4+5 and 6+7 (tests/fixtures/topo/unige-3741-
 free {1,2,3} | {4,5} | {0,2,4,6}: two bridged pairs free, and on the first node the allocator's
 first fit would take GPU1+GPU2 (NODE) while GPU2+GPU3 is free. A ResourceClaimTemplate asking
 gpupair.io/scope: nvlink (its own annotation, then the namespace's label), in an opted-in
-namespace, with the webhook's --nvlink-pairs as the dra component sets it: the
-webhook writes one firstAvailable subrequest per bridged pair, the extender predicts the pick
-from the node's measured links, and the reporters judge the verdict against the scope."""
+namespace, gpupair as the dra component installs it (no --nvlink-pairs): the extender writes the
+reporters' measured links into the ConfigMap gpupair-node-links, the webhook reads it through its
+mount (the harness's ConfigMapVolume) and writes one firstAvailable subrequest per bridged pair,
+selecting its devices by resource.kubernetes.io/pciBusID, kube-scheduler evaluates those
+selectors, the extender predicts the pick from the node's measured links, and the reporters
+judge the verdict against the scope. On an NVSwitch board (every pair NVLink) the claim is left
+unconstrained."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
+from gpupair.decide.nvlink_classes import selector
+from gpupair.topology.node_links import FILE_KEY
+
 from tests.controlplane.api import Api
 from tests.controlplane.dra import (
-    RESOURCE, a6000_topology_file, allocated_devices, claim_pod, claim_template, dra_nodes_with_tenants, pod_claims,
+    RESOURCE, a6000_topology_file, allocated_devices, hgx_h100_topology_file, claim_pod, claim_template, dra_nodes_with_tenants, pod_claims,
     run_rounds,
 )
+from tests.controlplane.gpupair_install import NAMESPACE
 from tests.controlplane.test_dra_gpupair import INJECT, PLACEMENT, bound, fragmented, template_under
 from tests.controlplane.workloads import wait_gone, wait_verdict
 
+NODE_LINKS = "gpupair-node-links"
 FREE = {"a6000-1": {1, 2, 3}, "a6000-2": {4, 5}, "a6000-3": {0, 2, 4, 6}}
+
+
+# --- the links the reporters measured, as the dra component installs gpupair (no override): the
+# extender writes them into the ConfigMap gpupair-node-links, the harness's stand-in for the
+# kubelet's ConfigMap volume writes it to the webhook's --node-links-file.
+
+def measured_links(api: Api, install, nodes: list[str]) -> dict[str, Any]:
+    """The node-links document once the extender has written every one of ``nodes`` into the
+    ConfigMap and the webhook's mounted file says the same."""
+    def written() -> dict[str, Any] | None:
+        found = api.find("v1", "ConfigMap", NODE_LINKS, NAMESPACE)
+        text = ((found or {}).get("data") or {}).get(FILE_KEY)
+        return {"text": text, **json.loads(text)} if text and set(json.loads(text)["nodes"]) >= set(nodes) else None
+
+    document = api.wait_for(written, 30, f"the extender's {NODE_LINKS} naming {nodes}", interval=0.2)
+    mounted = [v.directory / FILE_KEY for v in install.volumes if v.name == NODE_LINKS]
+    assert len(mounted) == 1, "the webhook's Deployment mounts the ConfigMap once"
+    api.wait_for(lambda: mounted[0].exists() and mounted[0].read_text() == document["text"], 10,
+                 "the webhook's node-links file current", interval=0.1)
+    return document
+
+
+def bus(index: int) -> str:
+    """GPU ``index``'s pciBusID as the node's slice publishes it (the seed's bus ids, lower-case)."""
+    return f"0000:{(0x21, 0x31, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1)[index]:02x}:00.0"
 
 
 def nvlink_template(api: Api, namespace: str, name: str, intent: str, *, own: bool = True) -> dict[str, Any]:
@@ -44,8 +79,9 @@ def placed(api: Api, namespace: str, names: list[str]) -> dict[str, tuple[str, l
 
 def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, scheduler, controller_manager, gpupair,
                                               gpu_device_class):
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
-               topology=a6000_topology_file)  # as the dra component installs it: its pairs are this box's
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
+                            topology=a6000_topology_file)
+    document = measured_links(api, install, list(FREE))
 
     # required: as many placed as there are free bridged pairs, each on one.
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
@@ -78,8 +114,11 @@ def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, schedule
     bound(api, namespace, names)
     preferred = placed(api, namespace, names)
 
-    subrequests = [s["name"] for s in claim["spec"]["devices"]["requests"][0]["firstAvailable"]]
-    assert subrequests == ["nvlink-0", "nvlink-1", "nvlink-2", "nvlink-3"]
+    assert set(document["nodes"]) == set(FREE), document
+    subrequests = claim["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [(s["name"], [x["cel"]["expression"] for x in s.get("selectors") or []]) for s in subrequests] == [
+        (f"nvlink-{n}", [selector("pciBusID", [bus(a), bus(b)])])
+        for n, (a, b) in enumerate([(0, 1), (2, 3), (4, 5), (6, 7)])], subrequests
     assert sorted((node, devices) for node, devices, _ in required.values()) == [("a6000-1", [2, 3]),
                                                                                    ("a6000-2", [4, 5])], required
     assert {(v["gpupair.io/link"], v["gpupair.io/verdict"], v["gpupair.io/verdict-scope"])
@@ -117,8 +156,9 @@ def test_rounds_of_three_pods_with_three_bridged_pairs_free_all_get_one(
     where first fit takes GPU0+GPU2. Five rounds of three 2-GPU claim pods created together, under
     preferred in a namespace labelled gpupair.io/scope=nvlink: every pod on a bridged pair."""
     free = THREE_PAIRS
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free,
-               topology=a6000_topology_file)
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=free,
+                            topology=a6000_topology_file)
+    measured_links(api, install, list(free))
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {
         INJECT: "enabled", PLACEMENT: "preferred", "gpupair.io/scope": "nvlink"}}})
     nvlink_template(api, namespace, "pair", "preferred", own=False)
@@ -133,8 +173,9 @@ def test_a_pods_own_ask_reaches_the_claims_made_for_it(api, namespace, kubelets,
     users write it, the namespace only opted in. The webhook reads each claim's pod from the API
     (the dra component's token and get-pods right) and pairs its request: every pod on a bridged
     pair, 30 of 30 (20 of 30 when the pod's ask did not reach its claims: the third waited)."""
-    fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=THREE_PAIRS,
-               topology=a6000_topology_file)
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=THREE_PAIRS,
+                            topology=a6000_topology_file)
+    measured_links(api, install, list(THREE_PAIRS))
     api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled"}}})
     template_under(api, namespace, "pair", "required")  # the cluster default, in a namespace only opted in
     ask = {"gpupair.io/scope": "nvlink", PLACEMENT: "required"}
@@ -148,3 +189,30 @@ def test_a_pods_own_ask_reaches_the_claims_made_for_it(api, namespace, kubelets,
              tuple(s["name"] for s in c["spec"]["devices"]["requests"][0]["firstAvailable"])) for c in seen} \
         == {("required", "nvlink", ("nvlink-0", "nvlink-1", "nvlink-2", "nvlink-3"))}
     assert len(grants) == 30 and {(node, tuple(devices)) for _, node, devices in grants} == BRIDGED, grants
+
+
+HGX_FREE = {"hgx-1": {1, 2, 3}, "hgx-2": {4, 6}}
+
+
+def test_measured_links_nvswitch_box_unconstrained(api, namespace, kubelets, scheduler, controller_manager,
+                                                   gpupair, gpu_device_class):
+    """The recorded HGX H100 board (every pair NV18), no --nvlink-pairs: an nvlink claim under
+    required gets one subrequest without a selector (any two GPUs), and every pod is placed."""
+    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=HGX_FREE,
+                            topology=hgx_h100_topology_file)
+    document = measured_links(api, install, list(HGX_FREE))
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
+    nvlink_template(api, namespace, "pair-any", "required")
+    names = [f"any-{i}" for i in range(2)]
+    for name in names:
+        api.create(claim_pod(namespace, name, template="pair-any"))
+    bound(api, namespace, names)
+    found = placed(api, namespace, names)
+    (claim,) = pod_claims(api, api.get("v1", "Pod", names[0], namespace))
+
+    assert set(document["nodes"]) == set(HGX_FREE), document
+    subrequests = claim["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [s["name"] for s in subrequests] == ["nvlink-0"] and "selectors" not in subrequests[0], subrequests
+    assert sorted((node, devices) for node, devices, _ in found.values()) == [("hgx-1", [1, 2]),
+                                                                                ("hgx-2", [4, 6])], found
+    assert {(v["gpupair.io/link"], v["gpupair.io/verdict"]) for _, _, v in found.values()} == {("NV18", "PASS")}

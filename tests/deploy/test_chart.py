@@ -314,6 +314,21 @@ def test_dra_settings_reach_the_containers():
     assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == "gpu.example.com,big-gpu.example.com"
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == "8"
     assert webhook["GPUPAIR_WEBHOOK_NVLINK_PAIRS"] == "0+1,2+3"
+    assert webhook["GPUPAIR_WEBHOOK_NODE_LINKS_FILE"] == "/node-links/node-links.json"
+
+
+def test_dra_node_links_off_leaves_no_configmap_role_mount_or_override():
+    on = helm_template({"dra": {"enabled": True}})
+    assert "GPUPAIR_WEBHOOK_NVLINK_PAIRS" not in env_of(container(on, "Deployment", "gpupair-webhook", "webhook"))
+    assert find(on, "Role", "gpupair-extender-node-links")["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpupair-node-links"],
+         "verbs": ["get", "patch"]}]
+    objs = helm_template({"dra": {"enabled": True, "nodeLinks": False}})
+    assert not [o for o in objs if o["metadata"]["name"] in ("gpupair-node-links", "gpupair-extender-node-links")]
+    webhook = container(objs, "Deployment", "gpupair-webhook", "webhook")
+    assert "GPUPAIR_WEBHOOK_NODE_LINKS_FILE" not in env_of(webhook)
+    assert [m["name"] for m in webhook["volumeMounts"]] == ["tls", "tmp"]
+    assert "GPUPAIR_EXTENDER_NODE_LINKS_CONFIGMAP" not in env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
 
 
 def test_monitoring_labels_and_parts():

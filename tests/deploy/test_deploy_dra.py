@@ -26,6 +26,7 @@ from tests.deploy_manifests import (
 )
 from tests.webhook.claim_shapes import plain_claim
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
+from gpupair.topology.node_links import FILE_KEY
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 
@@ -34,6 +35,10 @@ pytestmark = needs_kubectl
 CLAIM_RULES = [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
                 "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}]
 _rendered: dict[str, list[dict]] = {}
+NODE_LINKS = "gpupair-node-links"
+NODE_LINKS_OBJECTS = [("ConfigMap", "gpupair-system", NODE_LINKS),
+                      ("Role", "gpupair-system", "gpupair-extender-node-links"),
+                      ("RoleBinding", "gpupair-system", "gpupair-extender-node-links")]
 
 
 @pytest.fixture
@@ -55,10 +60,11 @@ def test_the_component_renders_and_validates_on_every_overlay(overlay, with_dra)
     keys = [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs]
     assert len(keys) == len(set(keys))
     plain = render(overlay)
-    assert sorted(keys) == sorted([(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
-                                   for o in plain] + [("ClusterRole", "", "gpupair-webhook"),
-                                                      ("ClusterRoleBinding", "", "gpupair-webhook")]), \
-        "it changes objects, and adds only the webhook's read of claims' pods"
+    assert sorted(set(keys) - set(NODE_LINKS_OBJECTS)) == sorted(
+        [(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in plain]
+        + [("ClusterRole", "", "gpupair-webhook"), ("ClusterRoleBinding", "", "gpupair-webhook")]), \
+        "it changes objects, and adds only the webhook's read of claims' pods, the node-links ConfigMap and its writer's Role"
+    assert set(NODE_LINKS_OBJECTS) <= set(keys)
     for obj in objs:
         if api_group(obj) not in CRD_GROUPS:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -132,13 +138,14 @@ def test_the_pod_entries_match_conditions_would_skip_every_claim():
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_rbac_adds_only_read_access_to_slices_and_claims(overlay, with_dra):
+def test_rbac_adds_read_access_to_slices_and_claims_and_the_node_links_configmap_alone(overlay, with_dra):
     objs, plain = with_dra(overlay), render(overlay)
     added = {account: rules_of(objs, account) - rules_of(plain, account)
              for account in ("gpupair-extender", "gpupair-reporter", "gpupair-webhook", "gpupair-certs")}
     dra = "resource.k8s.io"
     assert added["gpupair-extender"] == {(dra, resource, verb, "*", "*") for resource in ("resourceslices", "resourceclaims")
-                                         for verb in ("get", "list", "watch")}
+                                         for verb in ("get", "list", "watch")} | {
+        ("", "configmaps", "get", NODE_LINKS, "gpupair-system"), ("", "configmaps", "patch", NODE_LINKS, "gpupair-system")}
     assert added["gpupair-reporter"] == {(dra, "resourceslices", "list", "*", "*"),
                                          (dra, "resourceclaims", "get", "*", "*"),
                                          ("", "pods", "list", "*", "*"),
@@ -161,19 +168,38 @@ def test_the_dra_driver_and_the_webhooks_settings(overlay, with_dra):
     assert webhook["GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES"] == ",".join(sorted(GPU_DEVICE_CLASSES))
     assert webhook["GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE"] == str(DEFAULT_GPUS_PER_NUMA_NODE)
     assert webhook["GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE"] == CLAIM_POD_RESOURCE
-    assert webhook["GPUPAIR_WEBHOOK_NVLINK_PAIRS"] == "0+1,2+3,4+5,6+7"
+    assert "GPUPAIR_WEBHOOK_NVLINK_PAIRS" not in webhook, "the measured links, not one list for every node"
+    assert extender["GPUPAIR_EXTENDER_NODE_LINKS_CONFIGMAP"] == NODE_LINKS
     # added to each container's environment; the rest is the overlay's
     plain = render(overlay)
     for kind, name, c, new in (
-            ("Deployment", "gpupair-extender", "extender", {"GPUPAIR_EXTENDER_DRA_DRIVER"}),
+            ("Deployment", "gpupair-extender", "extender", {"GPUPAIR_EXTENDER_DRA_DRIVER",
+                                                             "GPUPAIR_EXTENDER_NODE_LINKS_CONFIGMAP"}),
             ("DaemonSet", "gpupair-reporter", "reporter", {"GPUPAIR_REPORTER_DRA_DRIVER"}),
             ("Deployment", "gpupair-webhook", "webhook",
              {"GPUPAIR_WEBHOOK_GPU_DEVICE_CLASSES", "GPUPAIR_WEBHOOK_GPUS_PER_NUMA_NODE",
-              "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE", "GPUPAIR_WEBHOOK_NVLINK_PAIRS",
-              "GPUPAIR_WEBHOOK_CLAIM_POD_ASKS"})):
+               "GPUPAIR_WEBHOOK_CLAIM_POD_RESOURCE", "GPUPAIR_WEBHOOK_NODE_LINKS_FILE",
+               "GPUPAIR_WEBHOOK_CLAIM_POD_ASKS"})):
         before, after = env_of(container(plain, kind, name, c)), env_of(container(objs, kind, name, c))
         assert set(after) - set(before) == new and before.items() <= after.items(), name
     assert webhook["GPUPAIR_WEBHOOK_CLAIM_POD_ASKS"] == "true"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_webhook_reads_the_node_links_configmap_the_extender_writes(overlay, with_dra):
+    objs = with_dra(overlay)
+    webhook = container(objs, "Deployment", "gpupair-webhook", "webhook")
+    spec = pod_spec(find(objs, "Deployment", "gpupair-webhook"))
+    path = env_of(webhook)["GPUPAIR_WEBHOOK_NODE_LINKS_FILE"]
+    mount = next(m for m in webhook["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert mount["readOnly"] is True and path == f"{mount['mountPath']}/{FILE_KEY}"
+    assert volume["configMap"] == {"name": NODE_LINKS, "optional": True}, "the webhook starts without it"
+    configmap = find(objs, "ConfigMap", NODE_LINKS)
+    assert "data" not in configmap, "re-applying the manifests must leave what the extender wrote"
+    extender = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
+    assert extender["GPUPAIR_EXTENDER_NODE_LINKS_CONFIGMAP"] == configmap["metadata"]["name"]
+    assert configmap["metadata"]["namespace"] == find(objs, "Deployment", "gpupair-extender")["metadata"]["namespace"]
 
 
 def test_the_components_variables_are_current_flag_variables(with_dra):
