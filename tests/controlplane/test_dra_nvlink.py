@@ -53,6 +53,21 @@ def measured_links(api: Api, install, nodes: list[str]) -> dict[str, Any]:
     return document
 
 
+def required_pairs(api: Api, namespace: str, plane, free: dict[str, set[int]], topology, prefix: str,
+                   count: int) -> tuple[dict[str, Any], list[str]]:
+    """DRA nodes with ``free`` GPUs of the box ``topology`` records, gpupair as installed, the
+    links measured; then ``count`` 2-GPU claim pods under required from a template asking nvlink.
+    The document and the pods' names."""
+    install, _ = fragmented(api, namespace, *plane, free=free, topology=topology)
+    document = measured_links(api, install, list(free))
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
+    nvlink_template(api, namespace, f"pair-{prefix}", "required")
+    names = [f"{prefix}-{i}" for i in range(count)]
+    for name in names:
+        api.create(claim_pod(namespace, name, template=f"pair-{prefix}"))
+    return document, names
+
+
 def bus(index: int) -> str:
     """GPU ``index``'s pciBusID as the node's slice publishes it (the seed's bus ids, lower-case)."""
     return f"0000:{(0x21, 0x31, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1)[index]:02x}:00.0"
@@ -79,16 +94,9 @@ def placed(api: Api, namespace: str, names: list[str]) -> dict[str, tuple[str, l
 
 def test_nvlink_pairs_required_then_preferred(api, namespace, kubelets, scheduler, controller_manager, gpupair,
                                               gpu_device_class):
-    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=FREE,
-                            topology=a6000_topology_file)
-    document = measured_links(api, install, list(FREE))
-
     # required: as many placed as there are free bridged pairs, each on one.
-    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
-    nvlink_template(api, namespace, "pair-required", "required")
-    names = [f"required-{i}" for i in range(3)]
-    for name in names:
-        api.create(claim_pod(namespace, name, template="pair-required"))
+    document, names = required_pairs(api, namespace, (kubelets, scheduler, controller_manager, gpupair), FREE,
+                                     a6000_topology_file, "required", 3)
     api.wait_for(lambda: len([n for n in names if api.get("v1", "Pod", n, namespace)["spec"].get("nodeName")]) >= 2,
                  60, "two pods bound")
     time.sleep(8)  # the third has had its chances
@@ -198,14 +206,8 @@ def test_measured_links_nvswitch_box_unconstrained(api, namespace, kubelets, sch
                                                    gpupair, gpu_device_class):
     """The recorded HGX H100 board (every pair NV18), no --nvlink-pairs: an nvlink claim under
     required gets one subrequest without a selector (any two GPUs), and every pod is placed."""
-    install, _ = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=HGX_FREE,
-                            topology=hgx_h100_topology_file)
-    document = measured_links(api, install, list(HGX_FREE))
-    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {INJECT: "enabled", PLACEMENT: "required"}}})
-    nvlink_template(api, namespace, "pair-any", "required")
-    names = [f"any-{i}" for i in range(2)]
-    for name in names:
-        api.create(claim_pod(namespace, name, template="pair-any"))
+    document, names = required_pairs(api, namespace, (kubelets, scheduler, controller_manager, gpupair), HGX_FREE,
+                                     hgx_h100_topology_file, "any", 2)
     bound(api, namespace, names)
     found = placed(api, namespace, names)
     (claim,) = pod_claims(api, api.get("v1", "Pod", names[0], namespace))
