@@ -202,7 +202,7 @@ class KubeProfilePolicy(Policy):
         fit = self.profile.fit
         most = fit.kind == "MostAllocated"
         total = np.zeros(len(rows), dtype=np.int64)
-        weights = 0
+        weights = np.zeros(len(rows), dtype=np.int64)  # per node: a resource it has none of is skipped, weight too
         for resource, weight in fit.resources:
             if resource == "cpu":
                 capacity, requested = c.cpu_capacity[rows], c.cpu_scored[rows] + (pod.milli_cpu or 100)
@@ -219,8 +219,8 @@ class KubeProfilePolicy(Policy):
             else:
                 part = np.where(requested > capacity, 0, (capacity - requested) * MAX_NODE_SCORE // safe)
             total += np.where(capacity == 0, 0, part * weight)
-            weights += weight
-        score = (total // weights if weights else total) * self.profile.fit_weight
+            weights += np.where(capacity == 0, 0, weight)
+        score = np.where(weights > 0, total // np.maximum(weights, 1), 0) * self.profile.fit_weight
         if pod.milli_cpu or pod.memory_mib:
             score = score + self._balanced(pod, rows) * self.profile.balanced_weight
         return score
@@ -230,9 +230,12 @@ class KubeProfilePolicy(Policy):
         cpu_cap, mem_cap = c.cpu_capacity[rows], c.memory_capacity[rows]
         cpu_used, mem_used = cpu_cap - c.cpu_left[rows], mem_cap - c.memory_left[rows]
 
+        both = (cpu_cap > 0) & (mem_cap > 0)  # with one resource of the two, its spread is 0
+
         def balance(cpu, mem):
-            fractions = np.minimum(cpu / cpu_cap, 1.0), np.minimum(mem / mem_cap, 1.0)
-            return np.trunc((1 - np.abs((fractions[0] - fractions[1]) / 2)) * MAX_NODE_SCORE).astype(np.int64)
+            fractions = (np.minimum(cpu / np.maximum(cpu_cap, 1), 1.0), np.minimum(mem / np.maximum(mem_cap, 1), 1.0))
+            spread = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
+            return np.trunc((1 - spread) * MAX_NODE_SCORE).astype(np.int64)
 
         half = MAX_NODE_SCORE // 2
         return half + (half + balance(cpu_used + pod.milli_cpu, mem_used + pod.memory_mib)

@@ -118,6 +118,26 @@ def test_kube_profiles_score_as_the_scalar_transcription(full):
                 assert vector[row] == PROFILES[name.removeprefix("kube-")].score(request, usage), (name, row)
 
 
+def test_kube_profiles_skip_a_resource_a_node_has_none_of_as_the_scalar_transcription_does():
+    """kube-scheduler's resource scorers (least_allocated.go, most_allocated.go) skip a resource
+    whose allocatable is 0, its weight too; a node without memory or without GPUs is scored on
+    the rest."""
+    nodes = [TraceNode("whole", 64000, 1 << 18, 8, "G2"), TraceNode("no-memory", 64000, 0, 8, "G2"),
+             TraceNode("no-cpu", 0, 1 << 18, 8, "G2"), TraceNode("no-gpus", 64000, 1 << 18, 0, "G2")]
+    rng = np.random.default_rng(5)
+    cluster = cluster_of(nodes)
+    for name in ("kube-default", "kube-gpu-binpack", "kube-gpu-spread"):
+        policy = make_policy(name)
+        policy.bind(cluster, [], rng)
+        for probe in (pod("cpu", 8000, 0), pod("two", 16000, 2)):
+            vector = policy.scores(probe, np.arange(len(nodes)))
+            request = PodRequest(probe.gpus, probe.milli_cpu, probe.memory_mib * 2**20)
+            scalar = [PROFILES[name.removeprefix("kube-")].score(
+                request, NodeUsage.of(NodeAllocatable(n.milli_cpu, n.memory_mib * 2**20, n.gpus), []))
+                for n in nodes]
+            assert vector.tolist() == scalar, (name, probe.name)
+
+
 def test_fgd_fragmentation_counts_what_the_target_workload_cannot_use():
     one_gpu_pod = ((1000, 1000, 1, ()), 1.0)
     measure = fragmentation.Fragmentation([one_gpu_pod], ["G2"])
