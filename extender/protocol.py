@@ -22,9 +22,8 @@ from pydantic import (
 )
 
 from gpupair.kubewire import json_body
+from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY
 from gpupair.kubewire.wire import explain
-
-MAX_EXTENDER_PRIORITY = 10  # MaxExtenderPriority in types.go
 
 
 class ProtocolError(ValueError):

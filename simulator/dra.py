@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from gpupair.decide.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.decide.policies import POLICIES
+from gpupair.kubewire.defaults import MAX_NODE_SCORE
 
 FIRST_FIT = POLICIES["dra-first-fit"]
 FIRST_FIT_NUMA = POLICIES["dra-first-fit-numa"]
 # resource.FirstAvailableDeviceRequestMaxSize: DynamicResources' Score gives a request that used
 # subrequest i (0-based) this many points less i; NormalizeScore scales the top node to 100.
 MAX_SUBREQUESTS = 8
-MAX_NODE_SCORE = 100
 DYNAMIC_RESOURCES_WEIGHT = 1  # a default-profile score plugin without an explicit weight
 
 

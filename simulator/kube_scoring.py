@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
-DEFAULT_MILLI_CPU_REQUEST = 100  # schedutil.DefaultMilliCPURequest
-DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024  # schedutil.DefaultMemoryRequest, bytes
+from gpupair.kubewire.defaults import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
+
+DEFAULT_MEMORY_REQUEST = DEFAULT_MEMORY_REQUEST_MIB * 1024 * 1024  # bytes
 GPU = "nvidia.com/gpu"
 
 

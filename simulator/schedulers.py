@@ -39,14 +39,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpupair.extender.protocol import MAX_EXTENDER_PRIORITY
+from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
 from gpupair.decide.decisions import Decider, NodeDecision, NodeView
 from gpupair.decide.intent import Intent
 from gpupair.decide.nic_ask import NicAsk
 from gpupair.decide.reservations import DEFAULT_TTL, Reservation, Reservations
 from gpupair.simulator.cluster import NAMESPACE, Cluster
 from gpupair.simulator.dra import Form, dynamic_resources_scores
-from gpupair.simulator.kube_scoring import MAX_NODE_SCORE, NodeUsage, PodRequest, Profile
+from gpupair.simulator.kube_scoring import NodeUsage, PodRequest, Profile
 from gpupair.simulator.preemption import PreemptVerb
 
 EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README

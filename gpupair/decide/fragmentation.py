@@ -36,8 +36,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY as MAX_SCORE
+
 MILLI = 1000  # one GPU
-MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 QUANTUM = 10  # milli of fragmentation a point of gpupair's score stands for
 PACKING = 160  # milli of fragmentation counted for a node left all free (best fit among near equals)
 TYPICAL_SHARE = 0.95  # FGD's podPopularityThreshold: the target workload covers 95% of the pods

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY as MAX_SCORE
 from gpupair.topology import links
 from gpupair.topology.layout import NodeLayout, NodeState
-
-MAX_SCORE = 10  # kube-scheduler's extender priorities run 0..10 (MaxExtenderPriority)
 
 
 @dataclass(frozen=True)

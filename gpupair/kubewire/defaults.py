@@ -6,6 +6,13 @@ kept a hard-coded one)."""
 from __future__ import annotations
 
 RESOURCE_NAME = "nvidia.com/gpu"  # the extended resource the device plugin advertises
+# kube-scheduler's own: an extender scores 0..MaxExtenderPriority (extender/v1 types.go), a plugin
+# 0..MaxNodeScore (framework); requests a container leaves unset count as these when it scores
+# (pkg/scheduler/util DefaultMilliCPURequest, DefaultMemoryRequest)
+MAX_EXTENDER_PRIORITY = 10
+MAX_NODE_SCORE = 100
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST_MIB = 200
 # GPU shares as NVIDIA's time-slicing advertises them with renameByDefault: one a share
 SHARED_RESOURCE_NAMES = ("nvidia.com/gpu.shared",)
 REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
@@ -15,7 +22,7 @@ DRA_DRIVER = "gpu.nvidia.com"  # the DRA driver (NVIDIA's) whose ResourceSlices 
 # The DRA DeviceClasses whose devices are GPUs: NVIDIA's driver names its class after itself
 # (kubernetes-sigs/dra-driver-nvidia-gpu).
 GPU_DEVICE_CLASSES = frozenset({DRA_DRIVER})
-# What the dra component's webhook marks claim pods with (one, as request and limit), and what the
+# What the dra component's webhook marks claim pods with (zero, as request and limit), and what the
 # GPU scheduler entry lists with ignoredByScheduler: true, so kube-scheduler asks the extender
 # about them (docs/dra.md, "Which pods reach the extender").
 CLAIM_POD_RESOURCE = "gpupair.io/claim"

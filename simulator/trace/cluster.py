@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpupair.kubewire.defaults import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.numa import NumaSplits
 from gpupair.topology.layout import NodeLayout
@@ -78,8 +79,8 @@ class TraceCluster:
     def place(self, row: int, pod: TracePod, devices: Sequence[int]) -> None:
         self.cpu_left[row] -= pod.milli_cpu
         self.memory_left[row] -= pod.memory_mib
-        self.cpu_scored[row] += pod.milli_cpu or 100
-        self.memory_scored[row] += pod.memory_mib or 200
+        self.cpu_scored[row] += pod.milli_cpu or DEFAULT_MILLI_CPU_REQUEST
+        self.memory_scored[row] += pod.memory_mib or DEFAULT_MEMORY_REQUEST_MIB
         self.pods[row] += 1
         for device in devices:
             self.left[row, device] -= pod.milli_per_gpu

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpupair.kubewire.defaults import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
 from gpupair.simulator.kube_scoring import PROFILES, Profile
 from gpupair.decide import fragmentation
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.files import MILLI, TracePod
-
-MAX_NODE_SCORE = 100
 
 
 def after_whole(left: np.ndarray, gpus: int) -> np.ndarray:
@@ -205,9 +204,9 @@ class KubeProfilePolicy(Policy):
         weights = np.zeros(len(rows), dtype=np.int64)  # per node: a resource it has none of is skipped, weight too
         for resource, weight in fit.resources:
             if resource == "cpu":
-                capacity, requested = c.cpu_capacity[rows], c.cpu_scored[rows] + (pod.milli_cpu or 100)
+                capacity, requested = c.cpu_capacity[rows], c.cpu_scored[rows] + (pod.milli_cpu or DEFAULT_MILLI_CPU_REQUEST)
             elif resource == "memory":
-                capacity, requested = c.memory_capacity[rows], c.memory_scored[rows] + (pod.memory_mib or 200)
+                capacity, requested = c.memory_capacity[rows], c.memory_scored[rows] + (pod.memory_mib or DEFAULT_MEMORY_REQUEST_MIB)
             else:
                 if not pod.gpus:
                     continue  # an extended resource the pod does not ask is not scored

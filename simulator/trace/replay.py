@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gpupair.decide.decisions import DRA
-from gpupair.extender.protocol import MAX_EXTENDER_PRIORITY
+from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
 from gpupair.simulator.schedulers import EXTENDER_WEIGHT
 from gpupair.simulator.trace import protocol
 from gpupair.simulator.trace.cluster import TraceCluster
@@ -38,7 +38,7 @@ from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_dec
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.policies import FGD_POLICIES, MAX_NODE_SCORE, display_name, make_policy
+from gpupair.simulator.trace.policies import FGD_POLICIES, display_name, make_policy
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
