@@ -23,8 +23,8 @@ p_t times the GPU left on the nodes scored over the GPU left on those of its pro
 measure alone already steers flexible pods away from products that pinned shapes need, but in
 proportion to their share of pods only; a product that holds a tenth of the free GPUs runs dry
 long before its pods stop coming, and the pods pinned to it then fail while other products have
-room (on FGD's gpuspec33 workload, 85.5% allocated at 100% arrival without the weight, 93.3% with
-it; FGD 87.8%).
+room (on FGD's gpuspec33 workload, seed 42, each GPU's share known: 85.5% allocated at 100%
+arrival without the weight, 94.0% with it; FGD publishes 87.8%).
 
 numpy: a prioritize call or a trace replay asks this of every node at once.
 """
