@@ -8,11 +8,17 @@ tests/controlplane/trace_fleet.py plays them: pods in the seed's order, one at a
 kube-scheduler finds unschedulable deleted and counted as arrived and dropped.
 
 ``simulated`` is ``gpupair simulate --scenario trace``'s replay of the same nodes, pods and seed
-(kube-default with gpupair as shipped, ``--numa-split`` default, device plugin aligned).
+(kube-default with gpupair as shipped, ``--numa-split`` default, device plugin aligned), with
+kube-scheduler's percentageOfNodesToScore modelled (``--percentage-of-nodes-to-score``; unset on
+kube-scheduler is 0 there).
 
 ``--nodes N``: N of the trace's nodes with its mix of (GPUs, model), drawn with the seed
 (simulator/trace/sample.py); the pods are sampled to 130% of their GPUs.
 ``--percentage-of-nodes-to-score P``: kube-scheduler's setting (default: its own, unset).
+``--without-gpupair``: kube-scheduler alone (no extender, no gpupair objects): the baseline of
+the cost ratio. ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the
+pods to 130% of its GPUs; ``--max-pods N`` stops after N arrivals (the cost at a size whose full
+replay would take hours); ``--skip-simulated``: the real side only.
 
 Output: a table, or with ``--output json`` one document: ``real`` and ``simulated``, each with
 ``allocation`` (arrival % -> allocation %), ``multi_gpu_placed``, ``multi_gpu_numa_local``,
@@ -20,8 +26,11 @@ Output: a table, or with ``--output json`` one document: ``real`` and ``simulate
 the pod's create to kube-scheduler's answer seen on a pod watch: bound, or unschedulable),
 ``refused_pods`` (bound where the stand-in device plugin or sharing layer had nothing: 0 unless
 kube-scheduler's view lagged), ``cpu_seconds`` per process (extender, kube-scheduler,
-kube-apiserver, etcd) and ``apiserver_requests`` (apiserver_request_total over the run by verb
-and resource, with ``total``).
+kube-apiserver, etcd), ``apiserver_requests`` (apiserver_request_total over the run by verb
+and resource, with ``total``) and ``scheduler`` (kube-scheduler's own histograms over the run,
+read from its /metrics: per attempt, the mean of ``scheduling_attempt_duration_seconds`` and
+``scheduling_algorithm_duration_seconds`` (which holds the extender's filter and prioritize calls),
+and per extension point, the mean milliseconds, the count and the total seconds).
 
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/trace_real.py \\
         --trace-nodes tests/fixtures/trace/openb_node_list_gpu_node.csv \\
@@ -47,6 +56,7 @@ import numpy as np  # noqa: E402
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
+from gpupair.simulator.trace.nodes_to_score import ADAPTIVE  # noqa: E402
 from gpupair.simulator.trace.replay import SHIPPED, ReplayConfig, replay  # noqa: E402
 from gpupair.simulator.trace.sample import sample_nodes  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
@@ -83,11 +93,69 @@ def apiserver_requests(text: str) -> dict[str, float]:
     return out
 
 
+# kube-scheduler's histograms the cost is read from, and the label that splits each
+SCHEDULER_HISTOGRAMS = {
+    "scheduler_scheduling_attempt_duration_seconds": "result",
+    "scheduler_scheduling_algorithm_duration_seconds": None,
+    "scheduler_framework_extension_point_duration_seconds": "extension_point",
+}
+
+
+def histogram_sums(text: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each histogram in SCHEDULER_HISTOGRAMS, keyed ``name`` or ``name/label``,
+    summed over the other labels (profile, status)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in SCHEDULER_HISTOGRAMS:
+            continue
+        split = SCHEDULER_HISTOGRAMS[family.name]
+        for sample in family.samples:
+            part = "sum" if sample.name.endswith("_sum") else "count" if sample.name.endswith("_count") else None
+            if part is None:
+                continue
+            key = family.name.removeprefix("scheduler_") + (f"/{sample.labels.get(split, '')}" if split else "")
+            cell = out.setdefault(key, [0.0, 0.0])
+            cell[0 if part == "sum" else 1] += sample.value
+    return {key: (total, count) for key, (total, count) in out.items()}
+
+
+def scheduler_metrics(url: str) -> str:
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # kube-scheduler's self-signed serving certificate
+    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=10) as response:
+        return response.read().decode()
+
+
+def scheduler_cost(before: str, after: str) -> dict[str, dict[str, float]]:
+    """Per histogram (and label) over the run: mean milliseconds and count."""
+    start, end = histogram_sums(before), histogram_sums(after)
+    out = {}
+    for key in sorted(end):
+        total = end[key][0] - start.get(key, (0.0, 0.0))[0]
+        count = end[key][1] - start.get(key, (0.0, 0.0))[1]
+        if count > 0:
+            out[key] = {"mean_ms": round(1000 * total / count, 3), "count": int(count), "seconds": round(total, 3)}
+    return out
+
+
+def replicated(nodes: list, times: int) -> list:
+    """The fleet ``times`` over; copies named ``NAME-r1``..., in the list's order."""
+    from dataclasses import replace
+
+    return [*nodes, *(replace(node, name=f"{node.name}-r{copy}") for copy in range(1, times) for node in nodes)]
+
+
 def sampled(args) -> tuple[list, list]:
     nodes, pods = read_nodes(args.trace_nodes), read_pods(args.trace_pods)
     if args.nodes is not None:
         nodes = sample_nodes(nodes, args.nodes, np.random.default_rng([args.seed, 3]))
-    return nodes, pods
+    return replicated(nodes, args.replicate), pods
 
 
 def run_real(args, nodes, pods) -> dict:
@@ -103,27 +171,35 @@ def run_real(args, nodes, pods) -> dict:
         api = plane.admin
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}})
-        install = Install(plane, render("self-managed"), plane.directory)
-        install.apply()
+        config: dict = {"profiles": [{"schedulerName": "default-scheduler"}]}
+        processes = {}
+        if not args.without_gpupair:
+            install = Install(plane, render("self-managed"), plane.directory)
+            install.apply()
         fleet = TraceFleet(api, nodes)
         fleet.create()
-        extender, url = install.extender()
-        config = {"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)}
+        if not args.without_gpupair:
+            extender, url = install.extender()
+            config["extenders"] = scheduler_extenders(url)
+            processes["extender"] = extender.pid
         if args.percentage_of_nodes_to_score is not None:
             config["percentageOfNodesToScore"] = args.percentage_of_nodes_to_score
         scheduler = plane.scheduler(config)
-        time.sleep(2)  # the scheduler's and the extender's informers list the nodes
-        processes = {"extender": extender.pid, "kube-scheduler": scheduler.pid,
-                     "kube-apiserver": plane.apiserver.pid, "etcd": plane.etcd.pid}
+        time.sleep(2 + len(nodes) / 1000)  # the scheduler's and the extender's informers list the nodes
+        processes.update({"kube-scheduler": scheduler.pid, "kube-apiserver": plane.apiserver.pid,
+                          "etcd": plane.etcd.pid})
         cpu0 = {name: cpu_seconds(pid) for name, pid in processes.items()}
         requests0 = apiserver_requests(api.request("GET", "/metrics"))
+        histograms0 = scheduler_metrics(scheduler.url)
 
         def progress(done: int, total: int) -> None:
             if not args.quiet and (done % 500 == 0 or done == total):
                 print(f"trace_real: {done}/{total} pods", file=sys.stderr, flush=True)
 
-        result = replay_real(api, fleet, pods, args.seed, NAMESPACE, tune=args.tune, progress=progress)
+        result = replay_real(api, fleet, pods, args.seed, NAMESPACE, tune=args.tune, progress=progress,
+                             limit=args.max_pods)
         cpu = {name: round(cpu_seconds(pid) - cpu0[name], 2) for name, pid in processes.items()}
+        cost = scheduler_cost(histograms0, scheduler_metrics(scheduler.url))
         requests1 = apiserver_requests(api.request("GET", "/metrics"))
         requests = {k: v - requests0.get(k, 0.0) for k, v in requests1.items() if v - requests0.get(k, 0.0) > 0}
         requests = dict(sorted(requests.items(), key=lambda kv: -kv[1]))
@@ -136,6 +212,7 @@ def run_real(args, nodes, pods) -> dict:
             "seconds": round(result.seconds, 1), "cpu_seconds": cpu,
             "apiserver_requests": {"total": sum(requests.values()), **{k: int(v) for k, v in requests.items()}},
             "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score,
+            "gpupair": not args.without_gpupair, "scheduler": cost,
         }
     finally:
         plane.stop()
@@ -144,25 +221,34 @@ def run_real(args, nodes, pods) -> dict:
 
 
 def run_simulated(args, nodes, pods) -> dict:
-    result = replay(nodes, pods, ReplayConfig("kube-default", True, args.seed, tune=args.tune, score=SHIPPED))
+    # kube-scheduler unset is its adaptive default, which the simulator models as 0
+    percentage = ADAPTIVE if args.percentage_of_nodes_to_score is None else args.percentage_of_nodes_to_score
+    result = replay(nodes, pods, ReplayConfig("kube-default", not args.without_gpupair, args.seed, tune=args.tune,
+                                              score=SHIPPED, percentage_of_nodes_to_score=percentage))
     doc = result.as_json()
     keep = ("allocation", "multi_gpu_placed", "multi_gpu_numa_local", "arrived_pods", "failed_pods", "seconds")
-    return {k: doc[k] for k in keep}
+    return {**{k: doc[k] for k in keep}, "percentage_of_nodes_to_score": percentage}
 
 
 def table(doc: dict) -> str:
+    alone = not doc.get("real", {}).get("gpupair", True)
     lines = [f"{doc['workload']}: {doc['nodes']} nodes, {doc['gpus']} GPUs, seed {doc['seed']}; "
-             f"kube-default + gpupair as shipped",
+             f"kube-default{' alone (real)' if alone else ' + gpupair as shipped'}",
              "run        " + "  ".join(f"@{p}%".rjust(7) for p in POINTS) + "  multi-GPU  NUMA-local  dropped"]
     for side in ("real", "simulated"):
+        if side not in doc:
+            continue
         run = doc[side]
         cells = "  ".join(f"{run['allocation'].get(str(p)) or float('nan'):7.2f}" for p in POINTS)
         lines.append(f"{side:<10} {cells}  {run['multi_gpu_placed']:9d}  {run['multi_gpu_numa_local']:10d}  "
                      f"{run['failed_pods']:7d}")
+    if "real" not in doc:
+        return "\n".join(lines)
     real = doc["real"]
     lines.append(f"real: latency p50 {real['latency_p50'] * 1000:.1f} ms, p99 {real['latency_p99'] * 1000:.1f} ms; "
                  f"CPU s {real['cpu_seconds']}; apiserver requests {int(real['apiserver_requests']['total'])}; "
                  f"refused by the node {real['refused_pods']}; {real['seconds']} s")
+    lines += [f"kube-scheduler {key}: {cell['mean_ms']:.3f} ms x {cell['count']}" for key, cell in real["scheduler"].items()]
     return "\n".join(lines)
 
 
@@ -176,14 +262,22 @@ def main() -> int:
     parser.add_argument("--percentage-of-nodes-to-score", type=int)
     parser.add_argument("--output", choices=("text", "json"), default="text")
     parser.add_argument("--skip-real", action="store_true", help="the simulated side only")
+    parser.add_argument("--skip-simulated", action="store_true", help="the real side only")
+    parser.add_argument("--without-gpupair", action="store_true", help="kube-scheduler alone (the cost's baseline)")
+    parser.add_argument("--replicate", type=int, default=1, help="the fleet this many times over")
+    parser.add_argument("--max-pods", type=int, help="stop after this many arrivals")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     try:
         if args.percentage_of_nodes_to_score is not None and not 0 <= args.percentage_of_nodes_to_score <= 100:
             raise UsageError("--percentage-of-nodes-to-score must be 0-100")
+        if args.replicate < 1 or (args.max_pods is not None and args.max_pods < 1):
+            raise UsageError("--replicate and --max-pods must be at least 1")
         nodes, pods = sampled(args)
         doc = {"workload": workload_name(args.trace_pods), "seed": args.seed, "nodes": len(nodes),
-               "gpus": sum(n.gpus for n in nodes), "simulated": run_simulated(args, nodes, pods)}
+               "gpus": sum(n.gpus for n in nodes)}
+        if not args.skip_simulated:
+            doc["simulated"] = run_simulated(args, nodes, pods)
         if args.skip_real:
             print(json.dumps(doc, indent=1))
             return 0

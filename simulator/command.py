@@ -107,6 +107,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "(the GPU entry without prioritizeVerb, beside a plugin that scores GPUs itself), fragmentation "
              "(--score fragmentation for every pod, each GPU's share known), fragmentation-whole (the same, seeing "
              "whole GPUs only: what shipped scores)")
+    add_flag(parser, "--percentage-of-nodes-to-score", "",
+             "trace scenario: kube-scheduler's percentageOfNodesToScore: 0 (its default: 50 - nodes/125, at least "
+             "5) to 100; the filter stops after that share of nodes is found feasible, from where the last pod's "
+             "search stopped, and only those are scored. Unset: every node, as FGD's protocol and 100")
     add_flag(parser, "--policy-weight", 1000, "trace scenario: the weight of FGD's six as a score plugin (its "
              "published configuration: 1000); kube-scheduler's profiles keep their own", bounds=Range(1, 1_000_000))
     add_flag(parser, "--workers", 0, "trace scenario: processes for the runs (0: one per core)",

@@ -8,6 +8,9 @@ Each pod goes through one scheduling cycle as kube-scheduler runs it:
   extender's: ``score * weight * (MaxNodeScore / MaxExtenderPriority)``;
 - select: the highest total; ties to the first in node order (FGD's random node prefix), or, when
   the extender scored, uniformly among the tied nodes, as kube-scheduler does with an extender.
+With ``percentage_of_nodes_to_score`` set, the filter stops as kube-scheduler's does
+(``nodes_to_score``): only the feasible nodes it found reach gpupair and the scores; unset, every
+node is examined (FGD's protocol, and kube-scheduler at 100).
 One node passing is taken unscored. A pod no node takes is dropped (deleted: gpupair's pod watch
 forgets its shape, as on the real plane) and counted as arrived.
 
@@ -37,6 +40,7 @@ from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_decider, picker
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.nodes_to_score import FeasibleNodeSearch
 from gpupair.simulator.trace.numa import NumaSplits
 from gpupair.simulator.trace.policies import FGD_POLICIES, display_name, make_policy
 
@@ -71,6 +75,7 @@ class ReplayConfig:
     splits: NumaSplits = field(default_factory=NumaSplits)
     policy_weight: int = FGD_PLUGIN_WEIGHT  # FGD's six; kube-scheduler's profiles keep their own
     score: str = SHIPPED  # gpupair's score: a key of SCORE_LABELS
+    percentage_of_nodes_to_score: int | None = None  # kube-scheduler's setting; None: every node
 
 
 @dataclass
@@ -115,6 +120,8 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     result = ReplayResult(display_name(config.policy), config.gpupair, config.seed, config.path, config.score, {})
     fragmentation = FragmentationScore(cluster, tables, WHOLE_GPUS_ONLY[config.score]) \
         if config.gpupair and config.score in WHOLE_GPUS_ONLY else None
+    search = None if config.percentage_of_nodes_to_score is None else \
+        FeasibleNodeSearch(len(nodes), config.percentage_of_nodes_to_score)
     arrived, used = 0, 0
     arrivals_log = np.zeros(len(stream), dtype=np.int64)
     used_log = np.zeros(len(stream), dtype=np.int64)
@@ -122,7 +129,7 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
         arrived += pod.gpu_milli
         if fragmentation is not None:
             fragmentation.seen(pod)
-        row = _schedule(cluster, policy, (tables, fragmentation), pod, config, ties, result)
+        row = _schedule(cluster, policy, (tables, fragmentation), pod, config, ties, result, search)
         if row is not None:
             used += pod.gpu_milli
         elif fragmentation is not None:
@@ -139,13 +146,14 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
 
 
 def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, config: ReplayConfig,
-              ties: np.random.Generator, result: ReplayResult) -> int | None:
+              ties: np.random.Generator, result: ReplayResult,
+              search: FeasibleNodeSearch | None = None) -> int | None:
     tables, fragmentation = extender
     whole = pod.gpus > 0 and pod.milli_per_gpu == MILLI
     fits = cluster.fits(pod)
     if whole and config.path == DRA:  # DynamicResources' Filter: the allocator finds the devices
         fits &= tables.lookup("found", cluster.layout_id, cluster.free_mask, pod.gpus)
-    rows = np.flatnonzero(fits)
+    rows = np.flatnonzero(fits) if search is None else search.feasible(fits)
     # The GPU entry (managedResources: nvidia.com/gpu) is called for whole-GPU pods; with the
     # fragmentation score the every-pod entry scores every other pod too.
     called = config.gpupair and ((pod.gpus > 0 and pod.milli_per_gpu == MILLI) or fragmentation is not None)

@@ -12,6 +12,19 @@ from gpupair.command.flags import UsageError
 SCORES = ("shipped", "best-fit", "fragmentation", "fragmentation-whole", "filter")  # replay.SCORE_LABELS
 
 
+def parse_percentage(text: str) -> int | None:
+    """``--percentage-of-nodes-to-score``: None when unset (every node), else 0-100."""
+    if not str(text).strip():
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"--percentage-of-nodes-to-score: {text!r} is not a whole number") from None
+    if not 0 <= value <= 100:
+        raise ValueError(f"--percentage-of-nodes-to-score: {value} is not in 0-100")
+    return value
+
+
 def run(args: argparse.Namespace, paths: list[str]) -> int:
     from tqdm import tqdm
 
@@ -36,6 +49,7 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
         unknown = [s for s in scores if s not in SCORES]
         if unknown:
             raise ValueError(f"--gpupair-scores: unknown {', '.join(unknown)}; known: {', '.join(SCORES)}")
+        percentage = parse_percentage(args.percentage_of_nodes_to_score)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if not policies:
@@ -47,7 +61,8 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
         check_plotting()
     nodes, pods = read_nodes(args.trace_nodes), read_pods(args.trace_pods)
 
-    configs = [ReplayConfig(policy, gpupair, seed, path, args.plugin, args.tune, splits, args.policy_weight, score)
+    configs = [ReplayConfig(policy, gpupair, seed, path, args.plugin, args.tune, splits, args.policy_weight, score,
+                            percentage)
                for path in paths for policy in policies
                for gpupair, score in ((False, SCORES[0]), *((True, s) for s in scores))
                for seed in seeds]
@@ -63,6 +78,7 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
         "gpus": sum(node.gpus for node in nodes), "pod_count": len(pods), "tune": args.tune,
         "numa_split": {str(n): "+".join(map(str, splits.split(n))) for n in sorted(sizes, reverse=True) if n},
         "plugin": args.plugin, "policy_weight": args.policy_weight, "seeds": seeds,
+        "percentage_of_nodes_to_score": percentage,
     }
     if as_json:
         print(report.document(about, runs))
@@ -70,7 +86,8 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     shape = ", ".join(f"{count} x {n} GPU" for n, count in sorted(sizes.items(), reverse=True))
     print(f"trace: {len(nodes)} nodes ({shape}), {about['gpus']} GPUs; {len(pods)} pods, sampled to "
           f"{100 * args.tune:g}% of the GPUs (FGD's protocol); NUMA: {splits.describe(list(sizes))}; "
-          f"device plugin: {args.plugin}; policy plugin weight {args.policy_weight}; seeds {args.seeds}")
+          f"device plugin: {args.plugin}; policy plugin weight {args.policy_weight}; seeds {args.seeds}"
+          + ("" if percentage is None else f"; percentageOfNodesToScore {percentage}"))
     header, rows = report.table(runs)
     print(text_table(header, rows))
     written = [write_summary(tsv, (header, rows), "trace.summary"), write_summary(tsv, report.run_rows(runs), "trace.runs")]

@@ -193,9 +193,12 @@ class ControlPlane:
             f"--authentication-kubeconfig={self.scheduler_kubeconfig}",
             f"--authorization-kubeconfig={self.scheduler_kubeconfig}",
             f"--cert-dir={self.directory / (name + '-certs')}",
+            # /metrics readable without a token, as /healthz is: the benches read its histograms
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--v=2", *flags,
         ])
         self._wait_serving(process, port, "kube-scheduler /healthz")
+        process.url = f"https://{LOOPBACK}:{port}"
         return process
 
     def controller_manager(self, controllers: str = "resourceclaim-controller", name: str = "kube-controller-manager") -> Process:

@@ -61,6 +61,7 @@ class Process:
                                           stderr=subprocess.STDOUT, env=dict(env) if env is not None else None,
                                           cwd=cwd, start_new_session=True)
         self.pid = self.popen.pid
+        self.url = ""  # where it serves, for the callers that start a server and set it
         with _lock:
             _live[self.pid] = self
 

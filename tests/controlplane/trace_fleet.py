@@ -358,11 +358,13 @@ class RealResult:
 
 def replay_real(api: Api, fleet: TraceFleet, pods: Sequence[TracePod], seed: int, namespace: str,
                 tune: float = 1.3, timeout: float = 60.0,
-                progress: Callable[[int, int], None] = lambda done, total: None) -> RealResult:
+                progress: Callable[[int, int], None] = lambda done, total: None,
+                limit: int | None = None) -> RealResult:
     """FGD's protocol on the real control plane: ``fleet`` created, kube-scheduler (with gpupair
-    or not) running and watching; pods of ``seed`` in order, one at a time."""
+    or not) running and watching; pods of ``seed`` in order, one at a time; the first ``limit``
+    arrivals only where given."""
     nodes = [node.trace for node in fleet.nodes.values()]
-    stream = protocol.arrivals(pods, nodes, np.random.default_rng(seed), tune)
+    stream = protocol.arrivals(pods, nodes, np.random.default_rng(seed), tune)[:limit]
     total_gpus = sum(node.gpus for node in nodes)
     result = RealResult({})
     arrived_log = np.zeros(len(stream), dtype=np.int64)

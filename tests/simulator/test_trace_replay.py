@@ -306,6 +306,8 @@ def test_the_plot_names_the_workload_and_zooms_where_policies_part():
     (("--policies", "tetris"), "unknown policy 'tetris'"),
     (("--numa-split", "8=5+4"), "--numa-split"),
     (("--gpupair-scores", "magic"), "--gpupair-scores: unknown magic"),
+    (("--percentage-of-nodes-to-score", "101"), "--percentage-of-nodes-to-score: 101 is not in 0-100"),
+    (("--percentage-of-nodes-to-score", "half"), "--percentage-of-nodes-to-score: 'half' is not a whole number"),
 ])
 def test_bad_flags_get_one_line_and_exit_2(sliced, args, expected):
     done = simulate("--trace-nodes", str(sliced[0]), "--trace-pods", str(sliced[1]), *args)
