@@ -30,7 +30,8 @@ kube-apiserver, etcd), ``apiserver_requests`` (apiserver_request_total over the 
 and resource, with ``total``) and ``scheduler`` (kube-scheduler's own histograms over the run,
 read from its /metrics: per attempt, the mean of ``scheduling_attempt_duration_seconds`` and
 ``scheduling_algorithm_duration_seconds`` (which holds the extender's filter and prioritize calls),
-and per extension point, the mean milliseconds, the count and the total seconds).
+and per extension point, the mean milliseconds, the count and the total seconds) and ``extender``
+(the same of ``gpupair_extender_request_seconds`` by verb: the time gpupair took to answer).
 
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/trace_real.py \\
         --trace-nodes tests/fixtures/trace/openb_node_list_gpu_node.csv \\
@@ -99,18 +100,19 @@ SCHEDULER_HISTOGRAMS = {
     "scheduler_scheduling_algorithm_duration_seconds": None,
     "scheduler_framework_extension_point_duration_seconds": "extension_point",
 }
+EXTENDER_HISTOGRAMS = {"gpupair_extender_request_seconds": "verb"}  # the time gpupair takes to answer
 
 
-def histogram_sums(text: str) -> dict[str, tuple[float, float]]:
-    """(sum, count) of each histogram in SCHEDULER_HISTOGRAMS, keyed ``name`` or ``name/label``,
-    summed over the other labels (profile, status)."""
+def histogram_sums(text: str, histograms: dict[str, str | None]) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each of ``histograms`` (name: the label that splits it), keyed ``name`` or
+    ``name/label``, summed over the other labels (profile, status); the ``scheduler_`` prefix dropped."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name not in SCHEDULER_HISTOGRAMS:
+        if family.name not in histograms:
             continue
-        split = SCHEDULER_HISTOGRAMS[family.name]
+        split = histograms[family.name]
         for sample in family.samples:
             part = "sum" if sample.name.endswith("_sum") else "count" if sample.name.endswith("_count") else None
             if part is None:
@@ -121,7 +123,7 @@ def histogram_sums(text: str) -> dict[str, tuple[float, float]]:
     return {key: (total, count) for key, (total, count) in out.items()}
 
 
-def scheduler_metrics(url: str) -> str:
+def metrics_text(url: str) -> str:
     import ssl
     import urllib.request
 
@@ -132,9 +134,9 @@ def scheduler_metrics(url: str) -> str:
         return response.read().decode()
 
 
-def scheduler_cost(before: str, after: str) -> dict[str, dict[str, float]]:
-    """Per histogram (and label) over the run: mean milliseconds and count."""
-    start, end = histogram_sums(before), histogram_sums(after)
+def histogram_cost(before: str, after: str, histograms: dict[str, str | None]) -> dict[str, dict[str, float]]:
+    """Per histogram (and label) over the run: mean milliseconds, count and total seconds."""
+    start, end = histogram_sums(before, histograms), histogram_sums(after, histograms)
     out = {}
     for key in sorted(end):
         total = end[key][0] - start.get(key, (0.0, 0.0))[0]
@@ -190,7 +192,8 @@ def run_real(args, nodes, pods) -> dict:
                           "etcd": plane.etcd.pid})
         cpu0 = {name: cpu_seconds(pid) for name, pid in processes.items()}
         requests0 = apiserver_requests(api.request("GET", "/metrics"))
-        histograms0 = scheduler_metrics(scheduler.url)
+        histograms0 = metrics_text(scheduler.url)
+        extender0 = "" if args.without_gpupair else metrics_text(url)
 
         def progress(done: int, total: int) -> None:
             if not args.quiet and (done % 500 == 0 or done == total):
@@ -199,7 +202,8 @@ def run_real(args, nodes, pods) -> dict:
         result = replay_real(api, fleet, pods, args.seed, NAMESPACE, tune=args.tune, progress=progress,
                              limit=args.max_pods)
         cpu = {name: round(cpu_seconds(pid) - cpu0[name], 2) for name, pid in processes.items()}
-        cost = scheduler_cost(histograms0, scheduler_metrics(scheduler.url))
+        cost = histogram_cost(histograms0, metrics_text(scheduler.url), SCHEDULER_HISTOGRAMS)
+        answers = {} if args.without_gpupair else histogram_cost(extender0, metrics_text(url), EXTENDER_HISTOGRAMS)
         requests1 = apiserver_requests(api.request("GET", "/metrics"))
         requests = {k: v - requests0.get(k, 0.0) for k, v in requests1.items() if v - requests0.get(k, 0.0) > 0}
         requests = dict(sorted(requests.items(), key=lambda kv: -kv[1]))
@@ -212,7 +216,7 @@ def run_real(args, nodes, pods) -> dict:
             "seconds": round(result.seconds, 1), "cpu_seconds": cpu,
             "apiserver_requests": {"total": sum(requests.values()), **{k: int(v) for k, v in requests.items()}},
             "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score,
-            "gpupair": not args.without_gpupair, "scheduler": cost,
+            "gpupair": not args.without_gpupair, "scheduler": cost, "extender": answers,
         }
     finally:
         plane.stop()
@@ -226,7 +230,8 @@ def run_simulated(args, nodes, pods) -> dict:
     result = replay(nodes, pods, ReplayConfig("kube-default", not args.without_gpupair, args.seed, tune=args.tune,
                                               score=SHIPPED, percentage_of_nodes_to_score=percentage))
     doc = result.as_json()
-    keep = ("allocation", "multi_gpu_placed", "multi_gpu_numa_local", "arrived_pods", "failed_pods", "seconds")
+    keep = ("allocation", "multi_gpu_placed", "multi_gpu_numa_local", "arrived_pods", "failed_pods", "missed_by_search",
+            "seconds")
     return {**{k: doc[k] for k in keep}, "percentage_of_nodes_to_score": percentage}
 
 
@@ -249,6 +254,7 @@ def table(doc: dict) -> str:
                  f"CPU s {real['cpu_seconds']}; apiserver requests {int(real['apiserver_requests']['total'])}; "
                  f"refused by the node {real['refused_pods']}; {real['seconds']} s")
     lines += [f"kube-scheduler {key}: {cell['mean_ms']:.3f} ms x {cell['count']}" for key, cell in real["scheduler"].items()]
+    lines += [f"gpupair {key}: {cell['mean_ms']:.3f} ms x {cell['count']}" for key, cell in real["extender"].items()]
     return "\n".join(lines)
 
 

@@ -21,7 +21,9 @@ What is counted per run, beside FGD's allocation curve:
   close set free;
 - pods stranded by the NUMA rule: refused by gpupair's filter alone, while some node had enough
   GPUs free by count (with the CPU and memory);
-- whole NUMA nodes free at the end.
+- whole NUMA nodes free at the end;
+- with ``percentage_of_nodes_to_score``, pods no node the search found took while a node it never
+  reached would have (``missed_by_search``): on a live cluster such a pod waits for a retry.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class ReplayResult:
     stranded_by_numa_rule: int = 0  # pods
     stranded_gpus: int = 0
     free_numa_nodes: int = 0
+    missed_by_search: int = 0  # pods
     seconds: float = 0.0
 
     def as_json(self) -> dict:
@@ -165,6 +168,8 @@ def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, con
         rows = rows[passes]
     if not len(rows):
         result.failed_pods += 1
+        if search is not None and _passes_anywhere(cluster, tables, pod, fits, called and whole):
+            result.missed_by_search += 1
         return None
     if len(rows) == 1:
         row = int(rows[0])
@@ -200,6 +205,16 @@ def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, con
     cluster.place(row, pod, devices)
     policy.placed(row)
     return row
+
+
+def _passes_anywhere(cluster: TraceCluster, tables: Tables, pod: TracePod, fits: np.ndarray,
+                     gpupair_filters: bool) -> bool:
+    """Whether some node, searched or not, passes every filter the cycle runs (``fits``:
+    kube-scheduler's own, on every node)."""
+    rows = np.flatnonzero(fits)
+    if gpupair_filters and len(rows):
+        rows = rows[tables.lookup("passes", cluster.layout_id[rows], cluster.free_mask[rows], pod.gpus)]
+    return bool(len(rows))
 
 
 def _devices(cluster: TraceCluster, policy, tables: Tables, pod: TracePod, row: int) -> tuple[int, ...]:

@@ -4,9 +4,13 @@
 import numpy as np
 import pytest
 
-from gpupair.simulator.trace.files import read_nodes, read_pods
+from gpupair.simulator.trace.cluster import TraceCluster
+from gpupair.simulator.trace.devices import Tables, gpupair_decider, picker
+from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod, read_nodes, read_pods
 from gpupair.simulator.trace.nodes_to_score import ADAPTIVE, FeasibleNodeSearch, feasible_nodes_to_find
-from gpupair.simulator.trace.replay import ReplayConfig, replay
+from gpupair.simulator.trace.numa import NumaSplits
+from gpupair.simulator.trace.policies import make_policy
+from gpupair.simulator.trace.replay import ReplayConfig, ReplayResult, _schedule, replay
 from tests.simulator.test_trace_replay import NODES, PODS
 
 
@@ -67,3 +71,28 @@ def test_at_100_the_replay_examines_every_node_and_below_only_what_the_search_fo
     # kube-default spreads pods (LeastAllocated), and half the fleet reaches each pod's scores.
     assert adaptive.allocation != every.allocation
     assert adaptive.multi_gpu_numa_local == adaptive.multi_gpu_placed > 0
+
+
+def test_a_pod_refused_on_every_node_searched_while_an_unsearched_one_passes_is_counted():
+    """120 of 150 8-GPU nodes keep one GPU free on each NUMA node: kube-scheduler's own filter
+    passes them for 2 GPUs, gpupair's refuses them; the last 30 have a close pair."""
+    nodes = [TraceNode(f"n{i:03d}", 64000, 262144, 8, "V100") for i in range(150)]
+    one = TracePod("one", 0, 0, 1, MILLI)
+    two = TracePod("two", 1000, 1024, 2, MILLI)
+    outcomes = {}
+    for percentage in (None, 1):
+        cluster = TraceCluster(nodes, NumaSplits(), np.arange(len(nodes)))
+        for row in range(120):
+            for gpu in (0, 1, 2, 4, 5, 6):
+                cluster.place(row, one, (gpu,))
+        config = ReplayConfig("kube-default", True, 42, percentage_of_nodes_to_score=percentage)
+        policy = make_policy("kube-default")
+        policy.bind(cluster, [two], np.random.default_rng(0))
+        tables = Tables(cluster.layouts, picker(config.path, config.plugin, True),
+                        gpupair_decider(config.path, config.plugin), "reporter")
+        search = None if percentage is None else FeasibleNodeSearch(len(nodes), percentage)
+        result = ReplayResult("kube-default", True, 42, config.path, config.score, {})
+        row = _schedule(cluster, policy, (tables, None), two, config, np.random.default_rng(1), result, search)
+        outcomes[percentage] = (row, result.missed_by_search)
+    assert outcomes[None][0] >= 120 and outcomes[None][1] == 0
+    assert outcomes[1] == (None, 1)  # nodes 0-99 searched, all refused by gpupair's filter
