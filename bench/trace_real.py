@@ -18,7 +18,8 @@ kube-scheduler is 0 there).
 ``--without-gpupair``: kube-scheduler alone (no extender, no gpupair objects): the baseline of
 the cost ratio. ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the
 pods to 130% of its GPUs; ``--max-pods N`` stops after N arrivals (the cost at a size whose full
-replay would take hours); ``--skip-simulated``: the real side only.
+replay would take hours); ``--skip-simulated``: the real side only; ``--cpu-profile FILE``: the
+extender's stacks sampled by CPU time over the replay (bench/cpu_sampler.py's collapsed stacks).
 
 Output: a table, or with ``--output json`` one document: ``real`` and ``simulated``, each with
 ``allocation`` (arrival % -> allocation %), ``multi_gpu_placed``, ``multi_gpu_numa_local``,
@@ -44,8 +45,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -70,8 +73,6 @@ POINTS = (50, 70, 90, 100, 110, 130)
 
 
 def cpu_seconds(pid: int) -> float:
-    import os
-
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
@@ -181,7 +182,7 @@ def run_real(args, nodes, pods) -> dict:
         fleet = TraceFleet(api, nodes)
         fleet.create()
         if not args.without_gpupair:
-            extender, url = install.extender()
+            extender, url = install.extender(cpu_profile=args.cpu_profile)
             config["extenders"] = scheduler_extenders(url)
             processes["extender"] = extender.pid
         if args.percentage_of_nodes_to_score is not None:
@@ -194,6 +195,8 @@ def run_real(args, nodes, pods) -> dict:
         requests0 = apiserver_requests(api.request("GET", "/metrics"))
         histograms0 = metrics_text(scheduler.url)
         extender0 = "" if args.without_gpupair else metrics_text(url)
+        if args.cpu_profile and not args.without_gpupair:
+            os.kill(extender.pid, signal.SIGUSR1)  # the sampler forgets start-up and the first lists
 
         def progress(done: int, total: int) -> None:
             if not args.quiet and (done % 500 == 0 or done == total):
@@ -272,6 +275,7 @@ def main() -> int:
     parser.add_argument("--without-gpupair", action="store_true", help="kube-scheduler alone (the cost's baseline)")
     parser.add_argument("--replicate", type=int, default=1, help="the fleet this many times over")
     parser.add_argument("--max-pods", type=int, help="stop after this many arrivals")
+    parser.add_argument("--cpu-profile", help="sample the extender by CPU time into this file (bench/cpu_sampler.py)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     try:

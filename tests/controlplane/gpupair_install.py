@@ -22,6 +22,7 @@ import base64
 import copy
 import os
 import ssl
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -36,6 +37,8 @@ from tests.controlplane.kubelet import SimNode
 from tests.controlplane.pki import LOOPBACK, CertPair
 from tests.controlplane.processes import Process, free_port, wait_until
 from tests.deploy_manifests import DEPLOY, container, find, pod_spec
+
+REPO = Path(__file__).resolve().parents[2]
 
 NAMESPACE = "gpupair-system"
 VERDICT_POLICY = "gpupair-pod-verdicts"
@@ -176,9 +179,13 @@ class Install:
     def _container(self, kind: str, name: str, container_name: str) -> dict[str, Any]:
         return container(self.objects, kind, name, container_name)
 
-    def _start(self, name: str, spec_container: dict[str, Any], env: dict[str, str]) -> Process:
-        process = Process(name, gpupair_argv(list(spec_container.get("args") or [])),
-                          self.directory / f"{name}.log", env={**base_env(), **env})
+    def _start(self, name: str, spec_container: dict[str, Any], env: dict[str, str],
+               cpu_profile: str | None = None) -> Process:
+        args = list(spec_container.get("args") or [])
+        # bench/cpu_sampler.py runs the same entry point with its stacks sampled by CPU time
+        argv = [sys.executable, str(REPO / "bench/cpu_sampler.py"), cpu_profile, "-m", "gpupair.command.cli", *args] \
+            if cpu_profile else gpupair_argv(args)
+        process = Process(name, argv, self.directory / f"{name}.log", env={**base_env(), **env})
         self.processes.append(process)
         return process
 
@@ -186,16 +193,17 @@ class Install:
         token = self.api.request_token(NAMESPACE, service_account, bound_pod=bound_pod)
         return str(self.plane.token_kubeconfig(name, token))
 
-    def extender(self, env: dict[str, str] | None = None, name: str = "extender") -> tuple[Process, str]:
+    def extender(self, env: dict[str, str] | None = None, name: str = "extender",
+                 cpu_profile: str | None = None) -> tuple[Process, str]:
         """`gpupair extender` as the gpupair-extender Deployment runs it; (process, its URL);
-        ``name``: its log's, for a second replica."""
+        ``name``: its log's, for a second replica; ``cpu_profile``: a file for its CPU samples."""
         spec = self._container("Deployment", "gpupair-extender", "extender")
         port = free_port()
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
         values.update(GPUPAIR_EXTENDER_HOST=LOOPBACK, GPUPAIR_EXTENDER_PORT=str(port),
                       KUBECONFIG=self._token_kubeconfig(name, "gpupair-extender"))
         values.update(env or {})
-        process = self._start(name, spec, values)
+        process = self._start(name, spec, values, cpu_profile)
         url = f"http://{LOOPBACK}:{port}"
         wait_extender_ready(process, url)
         return process, url
