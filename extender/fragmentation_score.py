@@ -27,10 +27,12 @@ from gpupair.decide.reservations import NO_HOLD
 from gpupair.extender.cluster_usage import ClusterUsage
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.topology.limits import MAX_GPUS
 
 
 @lru_cache(maxsize=65536)
-def _fits(layout: NodeLayout, free: frozenset[int], gpus: int) -> bool:
+def _fits(layout: NodeLayout, free_mask: int, gpus: int) -> bool:
+    free = frozenset(i for i in range(layout.size) if free_mask >> i & 1)
     return gpus <= layout.size and placement.fit(NodeState(layout, free), gpus).feasible
 
 
@@ -54,7 +56,9 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
         alive = evaluator.alive(name)
         if entry.report is None or entry.is_stale(now, alive):
             continue
-        state = entry.view(name, holds.get(name, NO_HOLD), False, alive).available()
+        hold = holds.get(name, NO_HOLD)
+        # Without a hold the report's state is what is available (no view to build per node).
+        state = entry.view(name, hold, False, alive).available() if hold else entry.report.state
         cpu_left = usage.cpu_left(name)
         if state is None or cpu_left is None:
             continue
@@ -76,22 +80,37 @@ def node_rows(nodes: list[tuple[NodeState, tuple[int, ...], int, int]]) -> NodeR
     """The grading rows of what the extender knows per node: its GPUs available (whole GPUs:
     the report's free less what bound pods hold), the pod's planned set, its CPU left and its
     product's index."""
-    width = max(state.layout.size for state, *_ in nodes)
-    before = np.zeros((len(nodes), width), dtype=np.int64)
-    for row, (state, *_) in enumerate(nodes):
-        before[row, list(state.free)] = MILLI
-    after = before.copy()
-    for row, (_, plan, *_) in enumerate(nodes):
-        after[row, list(plan)] = 0
+    # Arrays from each node's free mask (kept on its state, which lives as long as its report)
+    # and the planned set's: per-row Python cost more than the measure at a thousand nodes.
+    sizes = [len(state.layout.devices) for state, *_ in nodes]
+    bits = np.int64(1) << np.arange(max(sizes), dtype=np.int64)
+    masks = np.array([state.free_mask for state, *_ in nodes], dtype=np.int64)
+    planned = any(plan for _, plan, *_ in nodes)  # a CPU-only pod takes no GPU: after is before
+    masks_after = masks & ~np.array([sum(1 << gpu for gpu in plan) for _, plan, *_ in nodes], dtype=np.int64) \
+        if planned else masks
+    before = ((masks[:, None] & bits) != 0) * MILLI
+    after = ((masks_after[:, None] & bits) != 0) * MILLI
+    # Nodes alike (one layout object, one free mask) ask the placement rule once.
+    numbers: dict[int, int] = {}
+    layouts = [state.layout for state, *_ in nodes]
+    layout_of = np.array([numbers.setdefault(id(layout), len(numbers)) for layout in layouts], dtype=np.int64)
+    first = dict(zip(layout_of.tolist(), layouts))  # a number's layout: one object
+    known: dict[tuple[int, bool], np.ndarray] = {}
 
     def whole_fits(k: int, placed: bool) -> np.ndarray:
-        return np.array([_fits(state.layout, state.free - frozenset(plan) if placed else state.free, k)
-                         for state, plan, *_ in nodes])
+        key = (k, placed and planned)
+        if key not in known:
+            alike, inverse = np.unique((layout_of << MAX_GPUS) | (masks_after if key[1] else masks),
+                                       return_inverse=True)
+            answers = np.array([_fits(first[int(code) >> MAX_GPUS], int(code) & ((1 << MAX_GPUS) - 1), k)
+                                for code in alike], dtype=bool)
+            known[key] = answers[inverse.reshape(-1)]
+        return known[key]
 
     return NodeRows(
         cpu_left=np.array([cpu_left for _, _, cpu_left, _ in nodes], dtype=np.int64),
         before=before, after=after,
         model=np.array([model for *_, model in nodes], dtype=np.int64),
-        capacity=np.array([state.layout.size * MILLI for state, *_ in nodes], dtype=np.int64),
+        capacity=np.array(sizes, dtype=np.int64) * MILLI,
         whole_fits=whole_fits,
     )
