@@ -637,6 +637,8 @@ def test_second_scheduler():
     config = yaml.safe_load(configmap["data"][config_flag.rsplit("/", 1)[1]])
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in config["profiles"]] == ["gpupair-scheduler"]
+    # kube-scheduler's adaptive search, measured against 100 on the trace (docs/extender.md)
+    assert config["percentageOfNodesToScore"] == 0
     election = config["leaderElection"]
     assert election["leaderElect"] is True and election["resourceLock"] == "leases"
     assert (election["resourceName"], election["resourceNamespace"]) == ("gpupair-scheduler", "gpupair-system")
