@@ -21,8 +21,8 @@ from cachetools import LRUCache, TTLCache
 from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decide.decisions import Decider, NodeDecision
 from gpupair.decide.dra_picture import claim_names
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
-from gpupair.decide.node_picture import AnnotatedNodes, NodePicture
+from gpupair.decide.node_entries import ReportEntry
+from gpupair.decide.node_picture import NodePicture
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.decide.reservations import NO_HOLD, Reservations
 from gpupair.decide.claim_intent import dra_pod_intent, strictest
@@ -63,21 +63,17 @@ class Offer:
 class Evaluator:
     decider: Decider
     reservations: Reservations
-    decoder: ReportDecoder
+    nodes: NodePicture  # every node's entry, its Lease, and the pod's own claims
     node_cache: Any = None  # NodeCache; None when the extender runs without one
     tables: DecisionTables | None = None  # over node_cache
     clock: Callable[[], float] = time.time
     seen_limit: int = 16384
-    picture: NodePicture | None = None  # None: the decoder's annotations alone, without Leases
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
     nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
     usage: Any = None  # ClusterUsage under --score fragmentation; None: best fit
 
     def __post_init__(self) -> None:
-        if self.picture is None:
-            self.picture = NodePicture(AnnotatedNodes(self.decoder))
-        self.nodes: NodePicture = self.picture
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
         self.uncached = ReportEntry(None, UNCACHED_PROBLEM, "missing")
         self.unsynced = ReportEntry(None, UNSYNCED_PROBLEM, "missing")

@@ -66,11 +66,8 @@ class PodRequests:
 
     # ---- bind
 
-    def known(self, uid: str) -> int | None:
-        return self.asked(uid)[0]
-
     def asked(self, uid: str) -> tuple[int | None, Intent | None]:
-        """The pod's GPUs (``known``) and the placement intent its filter was decided under (None
+        """The pod's GPUs and the placement intent its filter was decided under (None
         if not filtered here: bind then uses the claims' or the cluster default), from one read."""
         if not uid:
             return None, None

@@ -95,16 +95,12 @@ class PodWatch:
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
         uid = str(meta.get("uid") or "")
-        # What a pod asks for in resources cannot change (extended resources are not resizable):
-        # a pod filtered or seen unbound here is not read again when it is bound. Not on a DRA
-        # cluster, where a pod's claims (kube-scheduler's own, for an extended resource) appear
-        # as it is scheduled.
-        gpus = self.requests.known(uid) if self.requests.claims is None else None
-        if gpus is None:
-            try:
-                gpus = self.requests.of(pod)
-            except PodRequestError:
-                gpus = 0
+        # Read afresh each time: a pod's claims (kube-scheduler's own, for an extended resource)
+        # appear as it is scheduled.
+        try:
+            gpus = self.requests.of(pod)
+        except PodRequestError:
+            gpus = 0
         return (uid, str(spec.get("nodeName") or ""), str(status.get("phase") or ""), gpus)
 
     def _bound(self, uid: str, pod: dict[str, Any], node: str, gpus: int) -> None:

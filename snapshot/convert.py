@@ -136,7 +136,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
             options: SnapshotOptions = SnapshotOptions()) -> Snapshot:
     out = Snapshot()
-    picture, _ = node_picture(
+    picture = node_picture(
         Listing(nodes=nodes, pods=None, events=None, slices=slices, claims=claims, dra_driver=options.dra_driver),
         datetime.now(timezone.utc), Options(stale_after=0, resource=options.resource, gpu_classes=options.gpu_classes))
     live = [p for p in pods if isinstance(p, Mapping) and not is_terminal(p)]

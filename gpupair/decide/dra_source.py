@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from gpupair.decide.node_entries import ReportDecoder, ReportEntry
 from gpupair.kubewire import dra
@@ -48,12 +48,36 @@ class ClaimNotSeen(PodRequestError):
         self.namespace, self.name = namespace, name
 
 
+class WatchFeed(Protocol):
+    """What a list+watch of one kind feeds (a WatchHandler, gpupair/kubeclient/list_watch.py),
+    and whether its first list is in."""
+
+    listed: bool
+
+    def replace(self, items: list[dict[str, Any]]) -> None: ...
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None: ...
+
+
+class DraFeed(Protocol):
+    """What the DRA source needs from whoever lists and watches the API for it."""
+
+    driver: str  # the ResourceSlices of this driver
+    nic_drivers: frozenset[str]  # and of these RDMA drivers
+    slices: WatchFeed
+    claims: WatchFeed  # every ResourceClaim
+
+    def mark_unserved(self) -> None:
+        """The API serves no resource.k8s.io/v1: no node has a DRA picture, and none will."""
+        ...
+
+
 class DraNodes:
     def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
                  gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES, nic_drivers: frozenset[str] = frozenset(),
-                 logger: logging.Logger = log):
+                 logger: logging.Logger | None = None):
         self.driver = driver
-        self.log = logger  # what it leaves out, and why; a reader that shows it all may silence it
+        self.log = logger or log  # what it leaves out, and why; a reader that shows it all may silence it
         self.nic_drivers = nic_drivers  # RDMA DRA drivers whose devices are the node's NICs
         self.gpu_classes = gpu_classes
         self._decoder = decoder
@@ -89,7 +113,8 @@ class DraNodes:
 
     # ---- readers
 
-    def has(self, node: str) -> bool:
+    def describes(self, node: str) -> bool:
+        """Whether a slice of the driver names the node."""
         return bool(self._by_node.get(node))
 
     def nodes(self) -> set[str]:
@@ -98,7 +123,7 @@ class DraNodes:
     def entry(self, node: str, topology: str | None, nics: str | None = None) -> ReportEntry | None:
         """The node's entry from DRA (``topology``, ``nics``: its reporter's annotations, for the
         links and the NICs), or None when no slice of the driver names the node."""
-        if not self.has(node):
+        if not self.describes(node):
             return None
         key = (self._versions[node], topology if isinstance(topology, str) else None,
                nics if isinstance(nics, str) else None)
