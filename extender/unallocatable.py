@@ -41,7 +41,7 @@ def refused_by_scheduler(pod: Any) -> bool:
 class UnallocatableClaims:
     def __init__(self, api: Any, why: Callable[[Any], str], timeout: float):
         self.api = api
-        self.why = why  # DraNodes.why_unallocatable
+        self.why = why  # NodePicture.why_unallocatable
         self.timeout = timeout
         self._said: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> the reason recorded
         self._background: set[asyncio.Task] = set()
