@@ -279,7 +279,7 @@ def _bodies(size: int, passing: list[str] | None, bind_nodes: list[str], cpu_onl
             args = json.loads((FIXTURES / fixture).read_text())
             args["Pod"]["metadata"]["uid"] = uid
             # The recording cluster's version: no pod watch runs here to read that far, and
-            # filter would wait for it (extender/watch_progress.py).
+            # filter would wait for it (gpupair/kubeclient/watch_progress.py).
             args["Pod"]["metadata"].pop("resourceVersion", None)
             args["NodeNames"] = offered
             if cpu_only:

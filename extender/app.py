@@ -307,7 +307,7 @@ class _Handlers:
     async def _caught_up(self, pod: Any) -> None:
         """Wait until the pod watch has read ``pod`` as kube-scheduler saw it, so that every pod
         created or bound before it (a pod pinned by spec.nodeName just before a burst) holds its
-        GPUs here too (extender/watch_progress.py)."""
+        GPUs here too (gpupair/kubeclient/watch_progress.py)."""
         watch = self.x.pod_watch
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         if watch is None or not isinstance(meta, dict):

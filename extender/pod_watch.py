@@ -8,7 +8,7 @@
 - A pod deleted, or finished (Succeeded/Failed: its devices are free again), ends its hold.
 - Unbound GPU pods' requests go to ``PodRequests``: bind's body names a pod, not its request.
 - ``progress`` says how far the watch has read, so that filter can wait until it has read the
-  pod being scheduled (extender/watch_progress.py).
+  pod being scheduled (gpupair/kubeclient/watch_progress.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from gpupair.extender.pod_request_cache import PodRequests
-from gpupair.extender.watch_progress import WatchProgress
+from gpupair.kubeclient.watch_progress import WatchProgress
 from gpupair.decide.reservations import Reservations
 from gpupair.decide.pod_request import PodRequestError
 

@@ -117,7 +117,7 @@ class DraNode:
                 log.warning("ResourceSlice left out", extra={"why": str(exc)})
         return parsed
 
-    # ---- the pod watch (a WatchHandler for extender/list_watch.ListWatch)
+    # ---- the pod watch (a WatchHandler for gpupair/kubeclient/list_watch.ListWatch)
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         self._pods.clear()
@@ -247,7 +247,7 @@ async def serve_verdicts(node: DraNode, stop: asyncio.Event, poll: float = 5.0) 
     """Once the node's GPUs show as DRA devices, watch the pods bound here and judge them."""
     import functools
 
-    from gpupair.extender.list_watch import ListWatch  # the one list+watch loop; nothing extender-specific
+    from gpupair.kubeclient.list_watch import ListWatch
 
     while not node.active:
         try:

@@ -16,7 +16,7 @@ import aiohttp
 
 from gpupair.extender.app import Extender, assemble, build_app
 from gpupair.decide.decisions import Decider, Unreported
-from gpupair.extender.list_watch import ListWatch
+from gpupair.kubeclient.list_watch import ListWatch
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout
 from tests.real_k8s import REAL_K8S

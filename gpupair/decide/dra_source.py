@@ -403,7 +403,7 @@ class DraNodes:
 
 
 class _Handler:
-    """A WatchHandler (extender/list_watch.py) over one kind."""
+    """A WatchHandler (gpupair/kubeclient/list_watch.py) over one kind."""
 
     def __init__(self, replace: Callable[[list[dict[str, Any]]], None],
                  apply: Callable[[str, dict[str, Any]], None]):
