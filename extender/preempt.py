@@ -114,7 +114,7 @@ class Preempter:
             named = {(v.namespace, v.name) for v in victims} | {k for k, uid in report.ledger.uids.items()
                                                                 if uid in uids}
             claimed = frozenset().union(*(d for k, d in report.ledger.pods.items() if k not in named))
-        situation = NodeSituation(node, report.state, "", others, report.unhealthy, claimed, report.source)
+        situation = NodeSituation(node, report.state, "", others, report.unhealthy, claimed, entry.picker)
         return judge.judge(situation, victims, effects)
 
     def _holds(self) -> dict[str, dict[str, Hold]]:

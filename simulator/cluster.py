@@ -10,7 +10,8 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 
 from gpupair.decide import placement
-from gpupair.decide.decisions import DRA, Decider, NodeView
+from gpupair.decide.decisions import Decider, NodeView
+from gpupair.decide.pickers import ALLOCATOR, DEVICE_PLUGIN
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.nics import NicLayout
 from gpupair.decide.policies import Policy
@@ -100,7 +101,7 @@ class SimNode:
             return self.usage().fits(request)
         if near_nic is not None:
             view = NodeView(self.name, NodeState(self.layout, self.actual_free()), nics=self.nics,
-                            source=DRA if allocator is not None else "reporter")
+                            picker=ALLOCATOR if allocator is not None else DEVICE_PLUGIN)
             return near_nic.decide(request.gpus, view).passes
         return self.close_pick(request.gpus, allocator)
 

@@ -22,7 +22,7 @@ four forms (``FORMS``):
   the close set fits rank higher natively.
 
 Claim pods request no ``nvidia.com/gpu``: NodeResourcesFit never scores their GPUs. With gpupair
-the extender decides with its own ``Decider`` on ``NodeView(source="dra")``, planning with the
+the extender decides with its own ``Decider`` on ``NodeView(picker=ALLOCATOR)``, planning with the
 claim's allocator policy (``FORMS[...].policy``): for ``extended`` that is the extender's
 ``Decider.dra_policy`` as deployed; for claim pods the extender is registered without
 ``managedResources``, so kube-scheduler calls it for them too.

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpupair.decide import placement
-from gpupair.decide.decisions import DRA, Decider, NodeView
+from gpupair.decide.decisions import Decider, NodeView
+from gpupair.decide.pickers import ALLOCATOR
 from gpupair.decide.intent import Intent
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.decide.nic_ask import DEFAULT_LEVEL, NicAsk
@@ -182,7 +183,7 @@ def _may_take(cluster: Cluster, node: str, arrival: Arrival, config: Config) -> 
     if form is None:
         view = NodeView(node, NodeState(sim.layout, sim.actual_free()))
         return Decider().decide(arrival.gpus, view, arrival.intent).passes
-    view = NodeView(node, NodeState(sim.layout, sim.actual_free()), source=DRA)
+    view = NodeView(node, NodeState(sim.layout, sim.actual_free()), picker=ALLOCATOR)
     return Decider(dra_policy=form.policy).decide(arrival.gpus, view, config.intent(arrival.intent)).passes
 
 

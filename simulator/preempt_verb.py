@@ -44,7 +44,7 @@ def judge_candidates(extender: GpupairExtender, gpus: int, intent: Intent, candi
             effects.append(VictimGPUs(devices or frozenset(), hold))
         others = Hold(total.devices - held_devices, total.count - held_count)
         claimed = frozenset().union(*(d for (_, name), d in ledger.pods.items() if name not in victims))
-        situation = NodeSituation(node, sim.reported_state(), "", others, frozenset(), claimed, extender.source)
+        situation = NodeSituation(node, sim.reported_state(), "", others, frozenset(), claimed, extender.picker)
         verdict = judge.judge(situation, [Victim(pod, NAMESPACE, pod) for pod in victims], effects)
         if verdict.keep is not None:
             kept[node] = [victim.uid for victim in verdict.keep]

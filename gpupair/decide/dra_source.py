@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.pickers import ALLOCATOR
 from gpupair.kubewire import dra
 from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
 from gpupair.decide.claim_explain import FreeDevice, why_unallocatable
@@ -268,7 +269,7 @@ class DraNodes:
         if report.nics is None and self._nic_slices.get(node):  # measured links first, then inferred ones
             report = replace(report, nics=nics_from_slices(self._nic_slices[node].values(), self.nic_drivers,
                                                            report.layout))
-        return ReportEntry(report, shared=self._decoder.shared)
+        return ReportEntry(report, shared=self._decoder.shared, picker=ALLOCATOR)
 
     def _changed(self, nodes: set[str]) -> None:
         nodes.discard("")

@@ -10,6 +10,7 @@ import pytest
 from gpupair.kubewire import dra
 from gpupair.decide.decisions import Decider, NodeView
 from gpupair.decide.dra_picture import PictureError, allocation_of, build
+from gpupair.decide.pickers import ALLOCATOR
 from gpupair.topology.report import decode_annotations, encode_annotations, PodHolding
 from tests.dra_support import (
     DRIVER, allocated_claim, as_list_attributes, busy_claims, node_slice, recorded, recorded_claims,
@@ -210,7 +211,7 @@ def test_a_dra_node_whose_first_fit_is_not_close_is_judged_by_the_allocators_pic
     from gpupair.decide.intent import Intent
 
     result = picture([node_slice("n")], busy_claims("n", {0, 1, 2}), node="n")  # free GPU3 | GPU4..7
-    decision = Decider().decide(2, NodeView("n", result.report.state, source="dra"), Intent(intent))
+    decision = Decider().decide(2, NodeView("n", result.report.state, picker=ALLOCATOR), Intent(intent))
     plugin = Decider().decide(2, NodeView("n", result.report.state), Intent(intent))
     assert (decision.passes, decision.score) == (passes, score)
     if passes:
@@ -224,7 +225,7 @@ def test_a_dra_node_whose_first_fit_is_close_scores_that_pick():
     from gpupair.decide import placement
 
     state = picture([node_slice("n")], busy_claims("n", {0, 1}), node="n").report.state
-    decision = Decider().decide(2, NodeView("n", state, source="dra"))
+    decision = Decider().decide(2, NodeView("n", state, picker=ALLOCATOR))
     assert decision.passes and decision.plan == (2, 3)
     assert decision.score == placement.score(state, (2, 3))
 
