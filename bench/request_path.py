@@ -131,7 +131,7 @@ def _stub_decisions(extender) -> None:
     from gpupair.extender.decision_tables import host_priority_json
     from gpupair.extender.filter import FilterAnswer
     from gpupair.extender.protocol import ExtenderFilterResult
-    from gpupair.decide.decisions import NodeDecision
+    from gpupair.decide.judge.decisions import NodeDecision
 
     def filter_all(evaluator, args, gpus, intent):
         names = list(args.node_names())
@@ -164,7 +164,7 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
     from gpupair.extender.main import freeze_long_lived
     from gpupair.command import service
     from gpupair.kubeclient import kube
-    from gpupair.decide.decisions import Decider
+    from gpupair.decide.judge.decisions import Decider
 
     service.setup_logging("info")
     run_loop = getattr(service, "run_loop", lambda main, fast: asyncio.run(main))  # trees from before it

@@ -31,11 +31,11 @@ from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.decide.dra_source import ClaimNotSeen, DraFeed
-from gpupair.decide.node_picture import NodePicture, node_picture
-from gpupair.decide.decisions import Decider
+from gpupair.decide.picture.dra_source import ClaimNotSeen, DraFeed
+from gpupair.decide.picture.node_picture import NodePicture, node_picture
+from gpupair.decide.judge.decisions import Decider
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, SHARED_RESOURCE_NAMES
-from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
+from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.every_pod import EVERY_POD_VERB, gpu_entry_resources, managed
 from gpupair.extender.filter import filter_nodes
@@ -43,7 +43,7 @@ from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
-from gpupair.decide.node_entries import ReportDecoder
+from gpupair.decide.picture.node_entries import ReportDecoder
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
@@ -60,9 +60,9 @@ from gpupair.extender.protocol import (
     parse_binding,
     parse_preemption,
 )
-from gpupair.decide.reservations import DEFAULT_TTL, Reservations
-from gpupair.decide.intent import Intent
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.judge.reservations import DEFAULT_TTL, Reservations
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.pod_request import PodRequestError
 from gpupair.kubeclient import kube
 
 log = logging.getLogger("gpupair.extender")
@@ -137,7 +137,7 @@ def assemble(
     DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
     runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
     whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
-    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/nic_ask.py). ``dra_nic_drivers``:
+    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/pod/nic_ask.py). ``dra_nic_drivers``:
     RDMA DRA drivers whose devices are the NICs, where no reporter publishes them.
     ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about.
     ``fragmentation``: prioritize with the fragmentation score (extender/fragmentation_score.py),

@@ -139,11 +139,11 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
 
     from gpupair.extender.app import assemble, build_app
     from gpupair.extender.http_server import serve_http
-    from gpupair.decide.decisions import Decider, Unreported
+    from gpupair.decide.judge.decisions import Decider, Unreported
     from gpupair.kubeclient.list_watch import ListWatch
     from gpupair.kubeclient import kube
-    from gpupair.decide.intent import Intent
-    from gpupair.decide.policies import policy_named
+    from gpupair.decide.pod.intent import Intent
+    from gpupair.decide.devices.policies import policy_named
 
     api = await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
     decider = Decider(policy=policy_named(args.policy), unreported=Unreported(args.unreported))

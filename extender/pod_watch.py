@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.kubeclient.watch_progress import WatchProgress
-from gpupair.decide.reservations import Reservations
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.judge.reservations import Reservations
+from gpupair.decide.pod.pod_request import PodRequestError
 
 if TYPE_CHECKING:
     from gpupair.extender.cluster_usage import ClusterUsage

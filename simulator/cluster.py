@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass, field
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.pickers import ALLOCATOR, DEVICE_PLUGIN
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.devices.pickers import ALLOCATOR, DEVICE_PLUGIN
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.policies import Policy
+from gpupair.decide.devices.policies import Policy
 from gpupair.topology.report import Ledger
 from gpupair.simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gpupair.decide.reservations import DEFAULT_TTL
-from gpupair.decide.policies import Policy, policy_named
-from gpupair.decide.decisions import Decider
-from gpupair.decide.pickers import ALLOCATOR
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.reservations import DEFAULT_TTL
+from gpupair.decide.devices.policies import Policy, policy_named
+from gpupair.decide.judge.decisions import Decider
+from gpupair.decide.devices.pickers import ALLOCATOR
+from gpupair.decide.pod.intent import Intent
 from gpupair.simulator.interference import Interference
 from gpupair.simulator.dra import FORMS, Form, form_named
 from gpupair.simulator.kube_scoring import PROFILES, Profile

@@ -35,15 +35,15 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.pickers import ALLOCATOR
-from gpupair.decide.intent import Intent
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.devices.pickers import ALLOCATOR
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout, NodeState
-from gpupair.decide.nic_ask import DEFAULT_LEVEL, NicAsk
+from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, NicAsk
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.policies import Policy
-from gpupair.decide.verdict import classify
+from gpupair.decide.devices.policies import Policy
+from gpupair.decide.judge.verdict import classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.interference import Interference

@@ -1,4 +1,4 @@
-"""gpupair's preempt verb in the simulation: the extender's own judge (gpupair/decide/preemption.py)
+"""gpupair's preempt verb in the simulation: the extender's own judge (gpupair/decide/judge/preemption.py)
 on what the simulated extender knows.
 
 As the extender's Preempter does: a victim's devices come from the node's last report's
@@ -9,9 +9,9 @@ are not victims stay claimed.
 
 from __future__ import annotations
 
-from gpupair.decide.intent import Intent
-from gpupair.decide.preemption import NodeSituation, Preemption, Victim, VictimGPUs
-from gpupair.decide.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.judge.preemption import NodeSituation, Preemption, Victim, VictimGPUs
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
 from gpupair.simulator.cluster import NAMESPACE, Cluster
 from gpupair.simulator.schedulers import GpupairExtender
 

@@ -40,11 +40,11 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
-from gpupair.decide.decisions import Decider, NodeDecision, NodeView
-from gpupair.decide.pickers import DEVICE_PLUGIN, Picker
-from gpupair.decide.intent import Intent
-from gpupair.decide.nic_ask import NicAsk
-from gpupair.decide.reservations import DEFAULT_TTL, Reservation, Reservations
+from gpupair.decide.judge.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.nic_ask import NicAsk
+from gpupair.decide.judge.reservations import DEFAULT_TTL, Reservation, Reservations
 from gpupair.simulator.cluster import NAMESPACE, Cluster
 from gpupair.simulator.dra import Form, dynamic_resources_scores
 from gpupair.simulator.kube_scoring import NodeUsage, PodRequest, Profile

@@ -11,14 +11,15 @@ from typing import Any
 from gpupair.topology import links
 from gpupair.topology.layout import NodeState
 from gpupair.topology import report as codec
-from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent
+from gpupair.decide.claims.claim_intent import ClaimIntent, asked_pod_intent
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER, VERIFIER_CONTAINER
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
-from gpupair.decide.node_picture import NodePicture, NodeSource, node_picture as picture_from
-from gpupair.decide import decisions, placement
-from gpupair.decide.placement import numa_label
-from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
-from gpupair.decide.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.picture.node_picture import NodePicture, NodeSource, node_picture as picture_from
+from gpupair.decide.devices import placement
+from gpupair.decide.judge import decisions
+from gpupair.decide.devices.placement import numa_label
+from gpupair.decide.pod.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
+from gpupair.decide.judge.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
 from gpupair.status.objects import (
     annotations,
     event_for,
@@ -76,7 +77,7 @@ class Options:
 
 class LayoutCache:
     """The reports decoded by earlier redraws, by annotation text (the extender's ReportDecoder,
-    gpupair/decide/node_entries.py): a layout changes only with the hardware, a free list with a
+    gpupair/decide/picture/node_entries.py): a layout changes only with the hardware, a free list with a
     grant, so a watch redraw decodes only what changed."""
 
     def __init__(self, stale_after: float = STALE_AFTER) -> None:
@@ -124,7 +125,7 @@ _SHOWN.propagate = False
 
 def node_picture(listing: Listing, now: datetime, options: Options,
                  decoder: ReportDecoder | None = None) -> NodePicture:
-    """The node picture as the extender reads it (gpupair/decide/node_picture.py), from the same
+    """The node picture as the extender reads it (gpupair/decide/picture/node_picture.py), from the same
     source objects fed by one list each rather than a watch: the listed ResourceSlices and claims
     (their pictures built at ``now``; none without a driver), then the Nodes' annotations with
     their Leases."""

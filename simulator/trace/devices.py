@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.intent import Intent
-from gpupair.decide.pickers import DEVICE_PLUGIN, Picker
-from gpupair.decide.policies import POLICIES, Policy
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.devices.policies import POLICIES, Policy
 from gpupair.simulator.configs import DRA
 from gpupair.simulator.dra import FORMS
 from gpupair.topology import links

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpupair.decide.pickers import ALLOCATOR, DEVICE_PLUGIN
+from gpupair.decide.devices.pickers import ALLOCATOR, DEVICE_PLUGIN
 from gpupair.simulator.configs import DRA
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
 from gpupair.simulator.schedulers import EXTENDER_WEIGHT

@@ -1,4 +1,4 @@
-"""One node picture, two sources (gpupair/decide/node_picture.py): the reporter's annotations with
+"""One node picture, two sources (gpupair/decide/picture/node_picture.py): the reporter's annotations with
 their Lease, and a DRA driver's slices and claims, read through one interface."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpupair.decide.dra_source import DraNodes
-from gpupair.decide.node_entries import ReportDecoder
-from gpupair.decide.node_picture import AnnotatedNodes, NodePicture, NodeSource, node_picture
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.picture.dra_source import DraNodes
+from gpupair.decide.picture.node_entries import ReportDecoder
+from gpupair.decide.picture.node_picture import AnnotatedNodes, NodePicture, NodeSource, node_picture
+from gpupair.decide.pod.pod_request import PodRequestError
 from gpupair.topology.report import encode_annotations
 from tests.dra_support import DRIVER, allocated_claim, busy_claims, node_slice
 from tests.layouts import seed_layout

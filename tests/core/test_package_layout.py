@@ -29,6 +29,7 @@ ALLOWED_CORE = {
     "topology": {"kubewire"},
     "decide": {"kubewire", "topology"},
 }
+MAX_FOLDER = 8  # modules in one folder of decide/
 # gpupair.<service> -> its folder, as pyproject maps them.
 SERVICES = {name.split(".", 1)[1]: ROOT / folder for name, folder in tomllib.loads(
     (ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items() if name.startswith("gpupair.")}
@@ -68,7 +69,7 @@ def imports_in(source: str, package: str) -> set[str]:
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             found.add(base)
-            # `from gpupair.decide import policies` imports the module gpupair.decide.policies
+            # `from gpupair.decide.devices import policies` imports the module ...devices.policies
             found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
 
@@ -143,6 +144,19 @@ def test_the_core_is_five_subpackages_and_its_init():
     for package in SUBPACKAGES:
         init = CORE / package / "__init__.py"
         assert ast.get_docstring(ast.parse(init.read_text())), f"gpupair/{package}/__init__.py says what it holds"
+
+
+def test_decide_is_folders_a_reader_can_take_in():
+    """decide/ holds no module of its own, only folders of a concern each, of at most
+    MAX_FOLDER modules, each saying in its __init__ what it holds."""
+    decide = CORE / "decide"
+    assert {p.name for p in decide.glob("*.py")} == {"__init__.py"}
+    folders = [p for p in decide.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert len(folders) > 1
+    for folder in folders:
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert 0 < len(modules) <= MAX_FOLDER, f"{folder.name}: {len(modules)} modules"
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"decide/{folder.name} says what it holds"
 
 
 @pytest.mark.parametrize("package", sorted(PURE))

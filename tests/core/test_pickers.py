@@ -1,12 +1,12 @@
-"""Each node carries its picker (gpupair/decide/pickers.py); the Decider asks it which policy
+"""Each node carries its picker (gpupair/decide/devices/pickers.py); the Decider asks it which policy
 runs there, whether a free close set is enough, and what to call it in a reason."""
 
 from __future__ import annotations
 
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.intent import Intent
-from gpupair.decide.pickers import ALLOCATOR, DEVICE_PLUGIN
-from gpupair.decide.policies import POLICIES
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.pickers import ALLOCATOR, DEVICE_PLUGIN
+from gpupair.decide.devices.policies import POLICIES
 from gpupair.topology.layout import NodeState
 from tests.layouts import seed_layout
 

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide import pickers
-from gpupair.decide.intent import Intent
-from gpupair.decide.policies import POLICIES
-from gpupair.decide.scope import SCOPE_KEY, Scope, free_sets, parse_scope, pod_scope, within
-from gpupair.decide.verdict import classify
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.devices import pickers
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.policies import POLICIES
+from gpupair.decide.pod.scope import SCOPE_KEY, Scope, free_sets, parse_scope, pod_scope, within
+from gpupair.decide.judge.verdict import classify
 from gpupair.topology.layout import NodeState
 from gpupair.topology.smi_topo import parse_topo_matrix
 from tests.core.test_smi_topo import load

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from gpupair.decide.decisions import NodeView, Unreported
+from gpupair.decide.judge.decisions import NodeView, Unreported
 from gpupair.extender import protocol
 from gpupair.extender.protocol import (
     ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, ProtocolError, parse_args, parse_binding,

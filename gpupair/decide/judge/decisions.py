@@ -3,7 +3,7 @@
 The HTTP verbs call these, and so does ``gpupair simulate``: the simulation runs the very logic
 the extender serves. Inputs are what the extender knows about each node (its decoded report, or
 why it has none, and the devices reserved for pods bound but not yet seen in a report) and the
-pod's placement intent (gpupair/decide/intent.py):
+pod's placement intent (gpupair/decide/pod/intent.py):
 
 - ``required``: a node passes only with a close set free (placement.fit); best fit scores;
 - ``preferred``: a node with a close set passes as under ``required``, scored at least 1; one
@@ -11,7 +11,7 @@ pod's placement intent (gpupair/decide/intent.py):
   usable report passes unscored;
 - ``none``: topology plays no part: a node passes with enough GPUs free and scores 0.
 
-A pod's ``gpupair.io/scope`` (gpupair/decide/scope.py) narrows "close": under ``pcie-switch`` or
+A pod's ``gpupair.io/scope`` (gpupair/decide/pod/scope.py) narrows "close": under ``pcie-switch`` or
 ``nvlink`` the set the node's picker would take must be within it (``required``), or nodes where
 it is rank above the others (``preferred``).
 
@@ -24,18 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from gpupair.decide import placement
+from gpupair.decide.devices import placement
 
 from gpupair.topology import links
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeState
-from gpupair.decide.nic_ask import NicAsk
-from gpupair.decide.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.pod.nic_ask import NicAsk
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
 from gpupair.topology.nics import NICS_KEY, NicLayout
-from gpupair.decide.policies import POLICIES, Policy
-from gpupair.decide.scope import Scope, free_sets, within
+from gpupair.decide.devices.policies import POLICIES, Policy
+from gpupair.decide.pod.scope import Scope, free_sets, within
 
-from gpupair.decide.verdict import format_set
+from gpupair.decide.judge.verdict import format_set
 
 class Unreported(str, Enum):
     """What to do with a node whose report is missing, undecodable or stale."""
@@ -53,7 +53,7 @@ class NodeView:
     problem: str = ""  # why there is no usable report
     reserved: frozenset[int] = field(default_factory=frozenset)
     held: int = 0  # GPUs of pods bound here, not yet in the report, devices unknown
-    picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/pickers.py)
+    picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/devices/pickers.py)
     nics: NicLayout | None = None  # the node's RDMA NICs and GPU links; None: its reporter names none
 
     def available(self) -> NodeState | None:
@@ -106,8 +106,8 @@ class Decider:
     policy: Policy = POLICIES["aligned"]  # the device plugin's, on device-plugin nodes
     unreported: Unreported = Unreported.FAIL
     dra_policy: Policy = POLICIES["dra-first-fit"]  # the allocator's, on DRA nodes
-    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/decide/nic_ask.py)
-    scope: Scope = Scope.NUMA  # how close the set must be (gpupair/decide/scope.py)
+    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/decide/pod/nic_ask.py)
+    scope: Scope = Scope.NUMA  # how close the set must be (gpupair/decide/pod/scope.py)
 
     def policy_for(self, node: NodeView) -> Policy:
         return node.picker.policy(self)

@@ -1,12 +1,12 @@
 """One node picture, several sources: where a node's state comes from, behind one interface.
 
-A source gives, per node, a report entry (gpupair/decide/node_entries.py): its layout, what is
+A source gives, per node, a report entry (gpupair/decide/picture/node_entries.py): its layout, what is
 free and what the pods there were allocated (the report's state and ledger), when it turns stale,
 or why the node is unusable; the node's last sign of life beyond its report (a Lease renewal);
 and, per pod, the devices and GPUs its own claims hold or ask. Two sources implement it:
 
 - ``AnnotatedNodes``: the reporter's annotations on the Node, with the node's reporter Lease;
-- ``DraNodes`` (gpupair/decide/dra_source.py): a DRA driver's ResourceSlices and the allocated
+- ``DraNodes`` (gpupair/decide/picture/dra_source.py): a DRA driver's ResourceSlices and the allocated
   ResourceClaims.
 
 ``NodePicture`` puts sources in order (DRA first: where a driver publishes a node's GPUs, the
@@ -21,10 +21,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from gpupair.decide.claim_intent import ClaimIntent
-from gpupair.decide.dra_picture import Demand
-from gpupair.decide.dra_source import DraFeed, DraNodes
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.claims.claim_intent import ClaimIntent
+from gpupair.decide.picture.dra_picture import Demand
+from gpupair.decide.picture.dra_source import DraFeed, DraNodes
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 
 ChangeListener = Callable[[set[str]], None]  # told the names of nodes whose picture changed

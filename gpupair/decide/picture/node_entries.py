@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 
 from cachetools import LRUCache
 
-from gpupair.decide.decisions import Decider, NodeDecision, NodeView
-from gpupair.decide.pickers import DEVICE_PLUGIN, Picker
-from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import (
@@ -163,7 +163,7 @@ class ReportDecoder:
         self.stale_after = stale_after
         self._entries: LRUCache = LRUCache(maxsize)
         self._layouts: LRUCache = LRUCache(maxsize)
-        self.shared = SharedDecisions()  # for DRA nodes' entries too (gpupair/decide/dra_source.py)
+        self.shared = SharedDecisions()  # for DRA nodes' entries too (gpupair/decide/picture/dra_source.py)
 
     def decode(self, annotations: Mapping[str, str] | None) -> ReportEntry:
         annotations = annotations if isinstance(annotations, Mapping) else {}

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from gpupair.decide.decisions import Decider, NodeDecision, NodeView
-from gpupair.decide.pickers import DEVICE_PLUGIN, Picker
-from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeState
 
 KEPT, TRIMMED, DROPPED, UNKNOWN = "kept", "trimmed", "dropped", "unknown"
@@ -72,7 +72,7 @@ class NodeSituation:
     others: Hold = NO_HOLD  # what the node owes pods that are not victims
     unhealthy: frozenset[int] = frozenset()
     claimed: frozenset[int] = frozenset()  # devices the ledger gives pods that are not victims
-    picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/pickers.py)
+    picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/devices/pickers.py)
 
 
 @dataclass(frozen=True)

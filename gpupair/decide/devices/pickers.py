@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Protocol
 
-from gpupair.decide.policies import Policy
+from gpupair.decide.devices.policies import Policy
 
 
 class Policies(Protocol):

@@ -2,7 +2,7 @@
 kept by node from two list+watches, turned into report entries on demand.
 
 A node has a DRA picture when a slice of the configured driver names it (``spec.nodeName``);
-then its entry comes from here (gpupair/decide/dra_picture.py), with the links of the node's reporter
+then its entry comes from here (gpupair/decide/picture/dra_picture.py), with the links of the node's reporter
 topology where one is published, and the reporter's own ``free`` annotation, which cannot see
 DRA grants, is not used. Entries are built once per change of the node's slices, claims or
 topology, and carry no staleness: the allocator writes every grant into the API before the pod
@@ -22,18 +22,18 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
-from gpupair.decide.pickers import ALLOCATOR
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.devices.pickers import ALLOCATOR
 from gpupair.kubewire import dra
-from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
-from gpupair.decide.claim_explain import FreeDevice, why_unallocatable
+from gpupair.decide.claims.claim_intent import ClaimIntent, claim_intent, gpu_requests
+from gpupair.decide.claims.claim_explain import FreeDevice, why_unallocatable
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
-from gpupair.decide.dra_picture import (
+from gpupair.decide.picture.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
 )
 from gpupair.topology.nics import NICS_KEY
-from gpupair.decide.gpu_products import ANY
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.score.gpu_products import ANY
+from gpupair.decide.pod.pod_request import PodRequestError
 from gpupair.topology.report import TOPOLOGY_KEY, decode_node_nics
 
 log = logging.getLogger("gpupair.extender.dra")
@@ -136,7 +136,7 @@ class DraNodes:
         return entry
 
     def entry_of(self, node: str, annotations: Mapping[str, Any] | None) -> ReportEntry | None:
-        """``entry`` as a source of the node picture (gpupair/decide/node_picture.py): the links
+        """``entry`` as a source of the node picture (gpupair/decide/picture/node_picture.py): the links
         and NICs from the Node's reporter annotations, where it has them."""
         notes = annotations if isinstance(annotations, Mapping) else {}
         return self.entry(node, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY))
@@ -202,7 +202,7 @@ class DraNodes:
         return free
 
     def pod_claim_intents(self, pod: Any) -> list[ClaimIntent]:
-        """What the pod's own GPU claims say of its placement (gpupair/decide/claim_intent.py: their
+        """What the pod's own GPU claims say of its placement (gpupair/decide/claims/claim_intent.py: their
         ``gpupair.io/placement``, else the webhook's constraint shape); empty where none says
         anything, or none is in the watch yet. kube-scheduler's extended-resource claim asks
         nothing, so it is not read: such a pod's intent is its own annotation."""
