@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpupair.decide import verdict as verdicts
+from gpupair.decide.judge import verdict as verdicts
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, normalize_pci
 from gpupair.topology.smi_topo import TopoParseError, parse_topo_matrix
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpupair.decide import verdict as verdicts
+from gpupair.decide.judge import verdict as verdicts
 from gpupair.topology.layout import NodeLayout
 
 from gpupair.audit.pod_log import UNKNOWN, LogParseError, classify_log

@@ -91,7 +91,7 @@ def bodies(nodes: list[dict], mode: str) -> bytes:
 
 def _serve_extender(port: int, count: int) -> None:
     from gpupair.extender.app import assemble, build_app
-    from gpupair.decide.decisions import Decider
+    from gpupair.decide.judge.decisions import Decider
     from gpupair.extender.http_server import serve_http
     from gpupair.extender.main import freeze_long_lived
     from gpupair.command.service import run_loop

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpupair.decide.decisions import Decider, NodeView  # noqa: E402
-from gpupair.decide import policies  # noqa: E402
+from gpupair.decide.judge.decisions import Decider, NodeView  # noqa: E402
+from gpupair.decide.devices import policies  # noqa: E402
 from gpupair.topology.limits import MAX_GPUS  # noqa: E402
 from gpupair.topology.layout import Device, NodeLayout, NodeState  # noqa: E402
 from gpupair.simulator.shapes import seed_layout  # noqa: E402

@@ -131,7 +131,7 @@ def _stub_decisions(extender) -> None:
     from gpupair.extender.decision_tables import host_priority_json
     from gpupair.extender.filter import FilterAnswer
     from gpupair.extender.protocol import ExtenderFilterResult
-    from gpupair.decide.decisions import NodeDecision
+    from gpupair.decide.judge.decisions import NodeDecision
 
     def filter_all(evaluator, args, gpus, intent):
         names = list(args.node_names())
@@ -164,7 +164,7 @@ def _serve_gpupair(port: int, count: int, kubeconfig: str, stub: bool, log_path:
     from gpupair.extender.main import freeze_long_lived
     from gpupair.command import service
     from gpupair.kubeclient import kube
-    from gpupair.decide.decisions import Decider
+    from gpupair.decide.judge.decisions import Decider
 
     service.setup_logging("info")
     run_loop = getattr(service, "run_loop", lambda main, fast: asyncio.run(main))  # trees from before it
@@ -279,7 +279,7 @@ def _bodies(size: int, passing: list[str] | None, bind_nodes: list[str], cpu_onl
             args = json.loads((FIXTURES / fixture).read_text())
             args["Pod"]["metadata"]["uid"] = uid
             # The recording cluster's version: no pod watch runs here to read that far, and
-            # filter would wait for it (extender/watch_progress.py).
+            # filter would wait for it (gpupair/kubeclient/watch_progress.py).
             args["Pod"]["metadata"].pop("resourceVersion", None)
             args["NodeNames"] = offered
             if cpu_only:

@@ -31,11 +31,11 @@ from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.decide.dra_source import ClaimNotSeen, DraNodes
-from gpupair.decide.node_picture import AnnotatedNodes, NodePicture
-from gpupair.decide.decisions import Decider
+from gpupair.decide.picture.dra_source import ClaimNotSeen, DraFeed
+from gpupair.decide.picture.node_picture import NodePicture, node_picture
+from gpupair.decide.judge.decisions import Decider
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, SHARED_RESOURCE_NAMES
-from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
+from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.every_pod import EVERY_POD_VERB, gpu_entry_resources, managed
 from gpupair.extender.filter import filter_nodes
@@ -43,7 +43,7 @@ from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
 from gpupair.extender.node_cache import HoldsByReport, NodeCache
-from gpupair.decide.node_entries import ReportDecoder
+from gpupair.decide.picture.node_entries import ReportDecoder
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
@@ -60,9 +60,9 @@ from gpupair.extender.protocol import (
     parse_binding,
     parse_preemption,
 )
-from gpupair.decide.reservations import DEFAULT_TTL, Reservations
-from gpupair.decide.intent import Intent
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.judge.reservations import DEFAULT_TTL, Reservations
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.pod_request import PodRequestError
 from gpupair.kubeclient import kube
 
 log = logging.getLogger("gpupair.extender")
@@ -83,6 +83,7 @@ class Extender:
     """Everything the extender holds, wired together."""
 
     evaluator: Evaluator
+    picture: NodePicture
     reservations: Reservations
     requests: PodRequests
     binder: Binder
@@ -91,7 +92,7 @@ class Extender:
     node_cache: NodeCache | None = None
     pod_watch: PodWatch | None = None
     heartbeats: Heartbeats | None = None
-    dra: DraNodes | None = None
+    dra: DraFeed | None = None  # what the DRA source of the picture is fed from the API; None: no driver
     settled: bool = True  # main: False until the first lists are frozen for the collector (extender/main.py)
     pod_watch_wait: float = POD_WATCH_WAIT
     gpu_entry: frozenset[str] = frozenset()  # the GPU entry's managedResources (extender/every_pod.py)
@@ -102,9 +103,9 @@ class Extender:
         listed, nodes whose reporters write annotations only on change would look stale."""
         nodes = self.node_cache is None or self.node_cache.ready
         leases = self.heartbeats is None or self.heartbeats.listed
-        dra = self.dra is None or self.dra.listed  # slices and claims: a DRA node's truth
+        sources = self.picture.listed  # a DRA driver's slices and claims: a DRA node's truth
         pods = self.pod_watch is None or self.pod_watch.listed
-        return nodes and leases and dra and pods and self.settled
+        return nodes and leases and sources and pods and self.settled
 
 
 def assemble(
@@ -136,7 +137,7 @@ def assemble(
     DRA driver publishes from their ResourceSlices and claims (fed by list+watches the caller
     runs on ``Extender.dra.slices`` and ``.claims``); ``gpu_device_classes``: the DeviceClasses
     whose devices are GPUs, to count what a claim pod asks. ``rdma_resources``: requesting one asks
-    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/nic_ask.py). ``dra_nic_drivers``:
+    for GPUs near a NIC, at ``nic_level`` unless the pod says (gpupair/decide/pod/nic_ask.py). ``dra_nic_drivers``:
     RDMA DRA drivers whose devices are the NICs, where no reporter publishes them.
     ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about.
     ``fragmentation``: prioritize with the fragmentation score (extender/fragmentation_score.py),
@@ -145,7 +146,6 @@ def assemble(
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     decoder = ReportDecoder(stale_after)
-    dra = DraNodes(dra_driver, decoder, clock, gpu_device_classes, dra_nic_drivers) if dra_driver else None
     cache: NodeCache | None = None
     tables: DecisionTables | None = None
     beats: Heartbeats | None = None
@@ -154,8 +154,8 @@ def assemble(
         beats = Heartbeats()
         alive = beats.get
         metrics.watch_heartbeats(lambda: len(beats))
-    annotated = AnnotatedNodes(decoder, alive)
-    picture = NodePicture(dra, annotated) if dra is not None else NodePicture(annotated)
+    picture, dra = node_picture(decoder, clock, dra_driver=dra_driver, gpu_classes=gpu_device_classes,
+                                nic_drivers=dra_nic_drivers, alive=alive)
     alive = picture.alive
     if node_cache:
         # A report flows one way: the cache decodes it, then tells its listeners in order.
@@ -168,7 +168,7 @@ def assemble(
             beats.subscribe(lambda name: tables.node_alive(name, clock()))
         metrics.watch_node_cache(cache.items, clock, alive)
     metrics.watch_reservations(lambda: len(reservations))
-    evaluator = Evaluator(decider, reservations, decoder, cache, tables, clock, picture=picture,
+    evaluator = Evaluator(decider, reservations, picture, cache, tables, clock,
                           default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
     requests = PodRequests(resource, claims=picture.pod_demand)
     if fragmentation:
@@ -182,9 +182,9 @@ def assemble(
     if pods is not None and dra is not None:
         from gpupair.extender.unallocatable import UnallocatableClaims
 
-        pods.unallocatable = UnallocatableClaims(api, dra.why_unallocatable, api_timeout)
+        pods.unallocatable = UnallocatableClaims(api, picture.why_unallocatable, api_timeout)
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
-    return Extender(evaluator, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
+    return Extender(evaluator, picture, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
                     pod_watch_wait=pod_watch_wait, gpu_entry=gpu_entry_resources(resource))
 
 
@@ -257,9 +257,9 @@ class _Handlers:
             raise ProtocolError(f"Pod: {exc}") from None
 
     async def _read_claim(self, missing: ClaimNotSeen) -> None:
-        """Put the claim into the DRA picture, or raise ProtocolError saying why not."""
-        api, dra = self.x.binder.api, self.x.dra
-        if api is None or dra is None:
+        """Put the claim into the node picture, or raise ProtocolError saying why not."""
+        api = self.x.binder.api
+        if api is None:
             raise ProtocolError(f"Pod: {missing}") from None
         try:
             response = await asyncio.wait_for(k8s.ResourceV1Api(api).read_namespaced_resource_claim(
@@ -270,7 +270,7 @@ class _Handlers:
         if response.status != 200:
             raise ProtocolError(f"Pod: {missing}; the API server answered HTTP {response.status} for it")
         try:
-            dra.learn_claim(orjson.loads(data))
+            self.x.picture.learn_claim(orjson.loads(data))
         except ValueError as exc:
             raise ProtocolError(f"Pod: {missing}, and the API server's answer was not JSON: {exc}") from None
         log.info("claim read ahead of the claim watch", extra={"claim": f"{missing.namespace}/{missing.name}"})
@@ -307,7 +307,7 @@ class _Handlers:
     async def _caught_up(self, pod: Any) -> None:
         """Wait until the pod watch has read ``pod`` as kube-scheduler saw it, so that every pod
         created or bound before it (a pod pinned by spec.nodeName just before a burst) holds its
-        GPUs here too (extender/watch_progress.py)."""
+        GPUs here too (gpupair/kubeclient/watch_progress.py)."""
         watch = self.x.pod_watch
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         if watch is None or not isinstance(meta, dict):

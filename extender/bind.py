@@ -26,9 +26,9 @@ from gpupair.kubeclient.binding_client import BindingClient
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.protocol import ExtenderBindingArgs
-from gpupair.decide.reservations import Reservation, Reservations
+from gpupair.decide.judge.reservations import Reservation, Reservations
 from gpupair.kubeclient import kube
-from gpupair.decide.verdict import PLANNED_KEY, format_set
+from gpupair.decide.judge.verdict import PLANNED_KEY, format_set
 
 log = logging.getLogger("gpupair.extender.bind")
 

@@ -1,6 +1,6 @@
 """What the fragmentation score needs beyond the node reports (``--score fragmentation``):
 each node's CPU, allocatable and requested, its GFD product label, and the shapes of the pods in
-the cluster, each with the GPU products it accepts (gpupair/decide/gpu_products.py). A pod
+the cluster, each with the GPU products it accepts (gpupair/decide/score/gpu_products.py). A pod
 asking GPU shares (``shared``: time-slicing's ``nvidia.com/gpu.shared``) counts as a shape of that
 many GPUs: the reporters publish whole GPUs, and a share takes one from what they show free (the
 simulator's ``shipped`` counts it so; as a CPU-only shape, FGD's default workload allocated 0.2
@@ -19,9 +19,9 @@ from typing import Any
 
 from collections.abc import Callable, Sequence
 
-from gpupair.decide.fragmentation import MILLI, Fragmentation, Workload
-from gpupair.decide.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
-from gpupair.decide.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
+from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
+from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
+from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 
 log = logging.getLogger("gpupair.extender.usage")

@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 
 import orjson
 
-from gpupair.decide.decisions import Decider, NodeDecision
-from gpupair.decide.node_entries import ReportEntry
-from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider, NodeDecision
+from gpupair.decide.picture.node_entries import ReportEntry
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
 
 MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct ones
 

@@ -19,18 +19,18 @@ from typing import Any
 from cachetools import LRUCache, TTLCache
 
 from gpupair.extender.decision_tables import DecisionTables
-from gpupair.decide.decisions import Decider, NodeDecision
-from gpupair.decide.dra_picture import claim_names
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
-from gpupair.decide.node_picture import AnnotatedNodes, NodePicture
+from gpupair.decide.judge.decisions import Decider, NodeDecision
+from gpupair.decide.picture.dra_picture import claim_names
+from gpupair.decide.picture.node_entries import ReportEntry
+from gpupair.decide.picture.node_picture import NodePicture
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.decide.reservations import NO_HOLD, Reservations
-from gpupair.decide.claim_intent import dra_pod_intent, strictest
-from gpupair.decide.intent import Intent
-from gpupair.decide.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
-from gpupair.decide.pod_request import PodRequestError
-from gpupair.decide.policies import POLICIES
-from gpupair.decide.scope import Scope, pod_scope
+from gpupair.decide.judge.reservations import NO_HOLD, Reservations
+from gpupair.decide.claims.claim_intent import dra_pod_intent, strictest
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
+from gpupair.decide.pod.pod_request import PodRequestError
+from gpupair.decide.devices.policies import POLICIES
+from gpupair.decide.pod.scope import Scope, pod_scope
 
 NVLINK_POLICIES = ("dra-nvlink-pairs", "dra-nvlink-pairs-or-first-fit")
 
@@ -63,21 +63,17 @@ class Offer:
 class Evaluator:
     decider: Decider
     reservations: Reservations
-    decoder: ReportDecoder
+    nodes: NodePicture  # every node's entry, its Lease, and the pod's own claims
     node_cache: Any = None  # NodeCache; None when the extender runs without one
     tables: DecisionTables | None = None  # over node_cache
     clock: Callable[[], float] = time.time
     seen_limit: int = 16384
-    picture: NodePicture | None = None  # None: the decoder's annotations alone, without Leases
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
     nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
     usage: Any = None  # ClusterUsage under --score fragmentation; None: best fit
 
     def __post_init__(self) -> None:
-        if self.picture is None:
-            self.picture = NodePicture(AnnotatedNodes(self.decoder))
-        self.nodes: NodePicture = self.picture
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
         self.uncached = ReportEntry(None, UNCACHED_PROBLEM, "missing")
         self.unsynced = ReportEntry(None, UNSYNCED_PROBLEM, "missing")
@@ -109,7 +105,7 @@ class Evaluator:
         return self.nodes.alive(node)
 
     def owned(self, pod: Any) -> dict[str, frozenset[int]]:
-        """Devices the pod's own DRA claims hold, by node (gpupair/decide/dra_source.py)."""
+        """Devices the pod's own DRA claims hold, by node (gpupair/decide/picture/dra_source.py)."""
         meta = pod.get("metadata") if isinstance(pod, dict) else None
         meta = meta if isinstance(meta, dict) else {}
         return self.nodes.owned(_uid(pod), str(meta.get("namespace") or ""), claim_names(pod))

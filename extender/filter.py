@@ -7,8 +7,8 @@ from itertools import filterfalse
 
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.extender.protocol import ExtenderArgs, ExtenderFilterResult, NodeList
-from gpupair.decide.decisions import FilterOutcome
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import FilterOutcome
+from gpupair.decide.pod.intent import Intent
 
 
 @dataclass

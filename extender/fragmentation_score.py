@@ -1,5 +1,5 @@
 """The prioritize verb under ``--score fragmentation``: gpupair's fragmentation score
-(gpupair/decide/fragmentation.py) for every offered node, CPU-only pods included.
+(gpupair/decide/score/fragmentation.py) for every offered node, CPU-only pods included.
 
 Per node it takes what the extender already knows (the report's free GPUs less what bound pods
 hold, the set the device plugin or allocator is expected to take) plus what ``ClusterUsage``
@@ -18,12 +18,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import preferred_band
-from gpupair.decide.fragmentation import MILLI
-from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
-from gpupair.decide.intent import Intent
-from gpupair.decide.reservations import NO_HOLD
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import preferred_band
+from gpupair.decide.score.fragmentation import MILLI
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.judge.reservations import NO_HOLD
 from gpupair.extender.cluster_usage import ClusterUsage
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.topology.layout import NodeLayout, NodeState

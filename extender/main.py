@@ -115,7 +115,7 @@ async def _dra_watches(api, dra, restarts) -> list:
     resource.k8s.io/v1; on a cluster without it no node has a DRA picture."""
     from kubernetes_asyncio import client as k8s
 
-    from gpupair.extender.list_watch import ListWatch
+    from gpupair.kubeclient.list_watch import ListWatch
     from gpupair.kubeclient import kube
 
     if not await kube.serves(api, "resource.k8s.io", "v1"):
@@ -139,11 +139,11 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
 
     from gpupair.extender.app import assemble, build_app
     from gpupair.extender.http_server import serve_http
-    from gpupair.decide.decisions import Decider, Unreported
-    from gpupair.extender.list_watch import ListWatch
+    from gpupair.decide.judge.decisions import Decider, Unreported
+    from gpupair.kubeclient.list_watch import ListWatch
     from gpupair.kubeclient import kube
-    from gpupair.decide.intent import Intent
-    from gpupair.decide.policies import policy_named
+    from gpupair.decide.pod.intent import Intent
+    from gpupair.decide.devices.policies import policy_named
 
     api = await kube.api_client(args.kubeconfig or None, args.context or None)  # KubeConfigError: exit 2
     decider = Decider(policy=policy_named(args.policy), unreported=Unreported(args.unreported))
@@ -178,7 +178,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         node_handlers.append(links)
         publisher = NodeLinksPublisher(api, links, *args.node_links_configmap)
     if node_handlers:
-        from gpupair.extender.list_watch import Handlers
+        from gpupair.kubeclient.list_watch import Handlers
 
         watches.append(ListWatch("nodes", core.list_node, Handlers(*node_handlers),
                                  on_restart=lambda why: restarts.labels("nodes", why).inc()))

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpupair.decide.node_entries import ReportEntry
-from gpupair.decide.reservations import OUTCOMES
+from gpupair.decide.picture.node_entries import ReportEntry
+from gpupair.decide.judge.reservations import OUTCOMES
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

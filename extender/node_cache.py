@@ -1,6 +1,6 @@
 """The extender's own view of every node's report, for NodeNames mode (nodeCacheCapable).
 
-One node picture, several sources (gpupair/decide/node_picture.py). Fed by a ListWatch on nodes:
+One node picture, several sources (gpupair/decide/picture/node_picture.py). Fed by a ListWatch on nodes:
 a node's entry is asked of the picture when its report annotations change, or when a source tells
 of a change of its own (a DRA driver's slices and claims), never per request: an event whose
 report annotations equal the ones held keeps the entry (and its memoised decisions). Listeners see
@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from gpupair.decide.node_entries import ReportEntry
-from gpupair.decide.node_picture import NodePicture
-from gpupair.decide.reservations import Reservations
+from gpupair.decide.picture.node_entries import ReportEntry
+from gpupair.decide.picture.node_picture import NodePicture
+from gpupair.decide.judge.reservations import Reservations
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, PRODUCT_KEY, TOPOLOGY_KEY
 

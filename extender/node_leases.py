@@ -3,7 +3,7 @@
 A reporter renews its node's Lease while its published report is current (reporter/heartbeat.py),
 so a node whose annotations have not changed for hours is still fresh. These renewals are the
 Lease half of the reporter's source of the node picture (``AnnotatedNodes.alive``,
-gpupair/decide/node_picture.py). Freshness is the newest of the renewal and the report's own
+gpupair/decide/picture/node_picture.py). Freshness is the newest of the renewal and the report's own
 reportedAt: an old reporter without a Lease (or a Lease left behind by a newer one) still counts
 by its annotation re-writes, as before.
 

@@ -7,7 +7,7 @@ wherever the extender saw the pod first:
 - the pod watch, for GPU pods seen unbound (filtered before a restart, or by another replica);
 - failing both, a GET of the pod from the API server.
 
-The count itself is always ``gpupair.decide.pod_request.gpu_request`` of the Pod object.
+The count itself is always ``gpupair.decide.pod.pod_request.gpu_request`` of the Pod object.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from cachetools import TTLCache
 
 from collections.abc import Callable
 
-from gpupair.decide.dra_picture import Demand
-from gpupair.decide.intent import Intent
-from gpupair.decide.pod_request import PodRequestError, gpu_request
+from gpupair.decide.picture.dra_picture import Demand
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.pod_request import PodRequestError, gpu_request
 
 
 class PodRequests:
     def __init__(self, resource: str, ttl: float = 600.0, maxsize: int = 100_000,
                  claims: Callable[[Any], Demand | None] | None = None):
         self.resource = resource
-        self.claims = claims  # the GPUs a pod's own DRA claims ask (gpupair/decide/dra_source.py)
+        self.claims = claims  # the GPUs a pod's own DRA claims ask (gpupair/decide/picture/dra_source.py)
         # uid -> (GPUs, placement intent), from request bodies
         self._filtered: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)
         self._unbound: dict[str, int] = {}  # uid -> GPUs, GPU pods the pod watch sees unbound
@@ -66,11 +66,8 @@ class PodRequests:
 
     # ---- bind
 
-    def known(self, uid: str) -> int | None:
-        return self.asked(uid)[0]
-
     def asked(self, uid: str) -> tuple[int | None, Intent | None]:
-        """The pod's GPUs (``known``) and the placement intent its filter was decided under (None
+        """The pod's GPUs and the placement intent its filter was decided under (None
         if not filtered here: bind then uses the claims' or the cluster default), from one read."""
         if not uid:
             return None, None

@@ -8,7 +8,7 @@
 - A pod deleted, or finished (Succeeded/Failed: its devices are free again), ends its hold.
 - Unbound GPU pods' requests go to ``PodRequests``: bind's body names a pod, not its request.
 - ``progress`` says how far the watch has read, so that filter can wait until it has read the
-  pod being scheduled (extender/watch_progress.py).
+  pod being scheduled (gpupair/kubeclient/watch_progress.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from gpupair.extender.pod_request_cache import PodRequests
-from gpupair.extender.watch_progress import WatchProgress
-from gpupair.decide.reservations import Reservations
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.kubeclient.watch_progress import WatchProgress
+from gpupair.decide.judge.reservations import Reservations
+from gpupair.decide.pod.pod_request import PodRequestError
 
 if TYPE_CHECKING:
     from gpupair.extender.cluster_usage import ClusterUsage
@@ -95,16 +95,12 @@ class PodWatch:
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
         uid = str(meta.get("uid") or "")
-        # What a pod asks for in resources cannot change (extended resources are not resizable):
-        # a pod filtered or seen unbound here is not read again when it is bound. Not on a DRA
-        # cluster, where a pod's claims (kube-scheduler's own, for an extended resource) appear
-        # as it is scheduled.
-        gpus = self.requests.known(uid) if self.requests.claims is None else None
-        if gpus is None:
-            try:
-                gpus = self.requests.of(pod)
-            except PodRequestError:
-                gpus = 0
+        # Read afresh each time: a pod's claims (kube-scheduler's own, for an extended resource)
+        # appear as it is scheduled.
+        try:
+            gpus = self.requests.of(pod)
+        except PodRequestError:
+            gpus = 0
         return (uid, str(spec.get("nodeName") or ""), str(status.get("phase") or ""), gpus)
 
     def _bound(self, uid: str, pod: dict[str, Any], node: str, gpus: int) -> None:

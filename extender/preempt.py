@@ -2,7 +2,7 @@
 
 kube-scheduler calls it (``preemptVerb``) with the victims its own dry run chose on each
 candidate node, and evicts on one node of the answer. Each node is judged by
-``gpupair.decide.preemption`` on the extender's view of it: the freshest report (node cache, or the
+``gpupair.decide.judge.preemption`` on the extender's view of it: the freshest report (node cache, or the
 last one a Nodes-mode request carried), the holds of pods bound there but not yet reported,
 and each victim's devices from the node's allocation ledger. The answer is always by UID
 (``NodeNameToMetaVictims``), as the protocol requires in both node-cache modes.
@@ -17,12 +17,12 @@ import logging
 from dataclasses import dataclass, field
 
 from gpupair.extender.evaluation import Evaluator
-from gpupair.decide.preemption import (
+from gpupair.decide.judge.preemption import (
     NodeSituation, NodeVerdict, Preemption, Victim, VictimGPUs, merge_holds,
 )
 from gpupair.extender.protocol import ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims
-from gpupair.decide.reservations import NO_HOLD, Hold, Reservations
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.reservations import NO_HOLD, Hold, Reservations
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.report import Ledger
 
 log = logging.getLogger("gpupair.extender.preempt")
@@ -114,7 +114,7 @@ class Preempter:
             named = {(v.namespace, v.name) for v in victims} | {k for k, uid in report.ledger.uids.items()
                                                                 if uid in uids}
             claimed = frozenset().union(*(d for k, d in report.ledger.pods.items() if k not in named))
-        situation = NodeSituation(node, report.state, "", others, report.unhealthy, claimed, report.source)
+        situation = NodeSituation(node, report.state, "", others, report.unhealthy, claimed, entry.picker)
         return judge.judge(situation, victims, effects)
 
     def _holds(self) -> dict[str, dict[str, Hold]]:

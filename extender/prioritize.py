@@ -7,9 +7,9 @@ from itertools import filterfalse
 
 from gpupair.extender.decision_tables import host_priority_json
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.decide.pod_request import PodRequestError, cpu_request
+from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 
 
 def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,

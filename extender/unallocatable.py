@@ -5,7 +5,7 @@ allocator fits no node (a ``matchAttribute`` constraint no node meets, too few f
 pod's only reason is the scheduler's "cannot allocate all claims". The extender watches the
 pods: when one with claims is marked Unschedulable, it works out from the slices and the
 allocations it watches whether any DRA node could hold the claims' GPUs
-(gpupair/decide/claim_explain.py) and, where none could, records a Warning Event
+(gpupair/decide/claims/claim_explain.py) and, where none could, records a Warning Event
 ``FailedScheduling`` with which constraint, which nodes and the free sets there. Once per pod
 and reason (the scheduler retries the pod; the same words again say nothing new).
 """
@@ -41,7 +41,7 @@ def refused_by_scheduler(pod: Any) -> bool:
 class UnallocatableClaims:
     def __init__(self, api: Any, why: Callable[[Any], str], timeout: float):
         self.api = api
-        self.why = why  # DraNodes.why_unallocatable
+        self.why = why  # NodePicture.why_unallocatable
         self.timeout = timeout
         self._said: TTLCache = TTLCache(maxsize=100_000, ttl=600.0)  # pod uid -> the reason recorded
         self._background: set[asyncio.Task] = set()

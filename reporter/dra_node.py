@@ -13,7 +13,7 @@ field selector the kubelet itself uses) and, for each pod with claims that has n
 reads its claims, maps the results of the driver to its own NVML layout through the node's
 slices (uuid, then PCI id) and writes the same annotations as a verified pod gets, with the
 Warning Event on FAIL (reporter/verification.record_verdict). The intent judged against is that
-of the claims holding the pod's GPUs (gpupair/decide/claim_intent.py: their ``gpupair.io/placement``,
+of the claims holding the pod's GPUs (gpupair/decide/claims/claim_intent.py: their ``gpupair.io/placement``,
 else the webhook's constraint shape), else the pod's own annotation, else ``required``: a claim
 pod carries no annotation of its own, so a SYS grant under ``preferred`` or ``none`` is PASS
 with that intent named, and no Warning, as on the device-plugin path. The reporter writes them
@@ -35,12 +35,12 @@ import orjson
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 
 from gpupair.kubewire import dra
-from gpupair.decide.claim_intent import ClaimIntent, allocated_requests, claim_intent, dra_pod_intent
-from gpupair.decide.dra_picture import PictureError, allocation_of, build, claim_names
-from gpupair.decide.scope import SCOPE_KEY, Scope, pod_scope
+from gpupair.decide.claims.claim_intent import ClaimIntent, allocated_requests, claim_intent, dra_pod_intent
+from gpupair.decide.picture.dra_picture import PictureError, allocation_of, build, claim_names
+from gpupair.decide.pod.scope import SCOPE_KEY, Scope, pod_scope
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
 from gpupair.reporter.verification import planned_set, record_verdict
@@ -117,7 +117,7 @@ class DraNode:
                 log.warning("ResourceSlice left out", extra={"why": str(exc)})
         return parsed
 
-    # ---- the pod watch (a WatchHandler for extender/list_watch.ListWatch)
+    # ---- the pod watch (a WatchHandler for gpupair/kubeclient/list_watch.ListWatch)
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         self._pods.clear()
@@ -247,7 +247,7 @@ async def serve_verdicts(node: DraNode, stop: asyncio.Event, poll: float = 5.0) 
     """Once the node's GPUs show as DRA devices, watch the pods bound here and judge them."""
     import functools
 
-    from gpupair.extender.list_watch import ListWatch  # the one list+watch loop; nothing extender-specific
+    from gpupair.kubeclient.list_watch import ListWatch
 
     while not node.active:
         try:

@@ -9,7 +9,7 @@ The caller (the injected ``gpupair verify`` sidecar) sends only its projected to
 2. reads the pod from the API and checks it is that pod (same UID) and bound to this node (the
    review itself already rejects a token whose pod is deleted or replaced: 401);
 3. asks the kubelet (PodResources) which devices the pod's containers hold, maps them to this
-   node's layout and classifies the set (gpupair.decide.verdict.classify), against the extender's
+   node's layout and classifies the set (gpupair.decide.judge.verdict.classify), against the extender's
    plan when the pod carries one, and against the placement intent the pod asked (its
    ``gpupair.io/placement``, which the webhook wrote at admission; a bad value counts as
    ``required``, logged);
@@ -38,11 +38,11 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 
 from gpupair.kubewire import json_body
-from gpupair.decide.intent import pod_intent
-from gpupair.decide.scope import pod_scope
+from gpupair.decide.pod.intent import pod_intent
+from gpupair.decide.pod.scope import pod_scope
 from gpupair.kubeclient.kube import create_event, patch_annotations
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout

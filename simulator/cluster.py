@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass, field
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import DRA, Decider, NodeView
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.devices.pickers import ALLOCATOR, DEVICE_PLUGIN
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.policies import Policy
+from gpupair.decide.devices.policies import Policy
 from gpupair.topology.report import Ledger
 from gpupair.simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
 
@@ -100,7 +101,7 @@ class SimNode:
             return self.usage().fits(request)
         if near_nic is not None:
             view = NodeView(self.name, NodeState(self.layout, self.actual_free()), nics=self.nics,
-                            source=DRA if allocator is not None else "reporter")
+                            picker=ALLOCATOR if allocator is not None else DEVICE_PLUGIN)
             return near_nic.decide(request.gpus, view).passes
         return self.close_pick(request.gpus, allocator)
 

@@ -6,16 +6,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gpupair.decide.reservations import DEFAULT_TTL
-from gpupair.decide.policies import Policy, policy_named
-from gpupair.decide.decisions import DRA, Decider
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.reservations import DEFAULT_TTL
+from gpupair.decide.devices.policies import Policy, policy_named
+from gpupair.decide.judge.decisions import Decider
+from gpupair.decide.devices.pickers import ALLOCATOR
+from gpupair.decide.pod.intent import Intent
 from gpupair.simulator.interference import Interference
 from gpupair.simulator.dra import FORMS, Form, form_named
 from gpupair.simulator.kube_scoring import PROFILES, Profile
 from gpupair.simulator.schedulers import SCHEDULERS, Scheduler
 
 DEVICE_PLUGIN = "device-plugin"
+DRA = "dra"
 PATHS = (DEVICE_PLUGIN, DRA)
 
 # Before profiles, kube-scheduler alone was called "default"; that name now belongs to the profile.
@@ -62,7 +64,7 @@ class Config:
             scheduler.dra = form
             if scheduler.extender is not None:
                 scheduler.extender.decider = Decider(dra_policy=form.policy)
-                scheduler.extender.source = DRA
+                scheduler.extender.picker = ALLOCATOR
         return scheduler
 
     @property

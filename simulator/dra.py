@@ -3,7 +3,7 @@
 On the device-plugin path kube-scheduler counts GPUs and the plugin on the node picks them. On
 the DRA path kube-scheduler's DynamicResources plugin runs the structured allocator in Filter: a
 node passes only where the allocator finds devices for the pod's claim, and the devices it finds
-are the ones the pod gets (``gpupair.decide.policies``' ``dra-first-fit``: the first free devices in
+are the ones the pod gets (``gpupair.decide.devices.policies``' ``dra-first-fit``: the first free devices in
 ResourceSlice order, allocator_stable.go's allocateOne). A pod reaches the DRA devices in one of
 four forms (``FORMS``):
 
@@ -22,7 +22,7 @@ four forms (``FORMS``):
   the close set fits rank higher natively.
 
 Claim pods request no ``nvidia.com/gpu``: NodeResourcesFit never scores their GPUs. With gpupair
-the extender decides with its own ``Decider`` on ``NodeView(source="dra")``, planning with the
+the extender decides with its own ``Decider`` on ``NodeView(picker=ALLOCATOR)``, planning with the
 claim's allocator policy (``FORMS[...].policy``): for ``extended`` that is the extender's
 ``Decider.dra_policy`` as deployed; for claim pods the extender is registered without
 ``managedResources``, so kube-scheduler calls it for them too.
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.policies import POLICIES
+from gpupair.decide.devices.policies import POLICIES
 from gpupair.kubewire.defaults import MAX_NODE_SCORE
 
 FIRST_FIT = POLICIES["dra-first-fit"]

@@ -35,14 +35,15 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import DRA, Decider, NodeView
-from gpupair.decide.intent import Intent
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.devices.pickers import ALLOCATOR
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout, NodeState
-from gpupair.decide.nic_ask import DEFAULT_LEVEL, NicAsk
+from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, NicAsk
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.policies import Policy
-from gpupair.decide.verdict import classify
+from gpupair.decide.devices.policies import Policy
+from gpupair.decide.judge.verdict import classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.interference import Interference
@@ -182,7 +183,7 @@ def _may_take(cluster: Cluster, node: str, arrival: Arrival, config: Config) -> 
     if form is None:
         view = NodeView(node, NodeState(sim.layout, sim.actual_free()))
         return Decider().decide(arrival.gpus, view, arrival.intent).passes
-    view = NodeView(node, NodeState(sim.layout, sim.actual_free()), source=DRA)
+    view = NodeView(node, NodeState(sim.layout, sim.actual_free()), picker=ALLOCATOR)
     return Decider(dra_policy=form.policy).decide(arrival.gpus, view, config.intent(arrival.intent)).passes
 
 

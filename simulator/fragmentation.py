@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, field
 
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.verdict import classify
+from gpupair.decide.judge.verdict import classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.kube_scoring import PerGpu

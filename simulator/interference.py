@@ -12,9 +12,9 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from gpupair.decide.reservations import DEFAULT_TTL
+from gpupair.decide.judge.reservations import DEFAULT_TTL
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.policies import Policy
+from gpupair.decide.devices.policies import Policy
 
 
 @dataclass(frozen=True)

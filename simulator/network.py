@@ -11,12 +11,12 @@ PHB GPU is not counted as GDR-capable.
 
 from __future__ import annotations
 
-from gpupair.decide import placement
+from gpupair.decide.devices import placement
 
 from gpupair.topology import links
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.verdict import nic_facts
+from gpupair.decide.judge.verdict import nic_facts
 
 GDR_LEVEL = "PXB"  # NCCL's default NCCL_NET_GDR_LEVEL (PATH_PXB in ncclTopoCheckGdr)
 

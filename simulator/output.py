@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpupair.command.flags import UsageError
 from gpupair.command.outputs import atomic_write, write_text
-from gpupair.decide.verdict import TSV_HEADER
+from gpupair.decide.judge.verdict import TSV_HEADER
 from gpupair.simulator.configs import split_name
 from gpupair.simulator.fleet import FleetResult
 from gpupair.simulator.fragmentation import FragmentationResult

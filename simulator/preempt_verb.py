@@ -1,4 +1,4 @@
-"""gpupair's preempt verb in the simulation: the extender's own judge (gpupair/decide/preemption.py)
+"""gpupair's preempt verb in the simulation: the extender's own judge (gpupair/decide/judge/preemption.py)
 on what the simulated extender knows.
 
 As the extender's Preempter does: a victim's devices come from the node's last report's
@@ -9,9 +9,9 @@ are not victims stay claimed.
 
 from __future__ import annotations
 
-from gpupair.decide.intent import Intent
-from gpupair.decide.preemption import NodeSituation, Preemption, Victim, VictimGPUs
-from gpupair.decide.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.judge.preemption import NodeSituation, Preemption, Victim, VictimGPUs
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
 from gpupair.simulator.cluster import NAMESPACE, Cluster
 from gpupair.simulator.schedulers import GpupairExtender
 
@@ -44,7 +44,7 @@ def judge_candidates(extender: GpupairExtender, gpus: int, intent: Intent, candi
             effects.append(VictimGPUs(devices or frozenset(), hold))
         others = Hold(total.devices - held_devices, total.count - held_count)
         claimed = frozenset().union(*(d for (_, name), d in ledger.pods.items() if name not in victims))
-        situation = NodeSituation(node, sim.reported_state(), "", others, frozenset(), claimed, extender.source)
+        situation = NodeSituation(node, sim.reported_state(), "", others, frozenset(), claimed, extender.picker)
         verdict = judge.judge(situation, [Victim(pod, NAMESPACE, pod) for pod in victims], effects)
         if verdict.keep is not None:
             kept[node] = [victim.uid for victim in verdict.keep]

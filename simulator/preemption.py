@@ -35,8 +35,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupair.decide.intent import Intent
-from gpupair.decide.policies import Policy
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.policies import Policy
 from gpupair.simulator.cluster import Cluster, SimNode
 from gpupair.simulator.kube_scoring import NodeUsage, PodRequest
 

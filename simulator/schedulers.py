@@ -29,7 +29,7 @@ On the DRA path (``KubeScheduler.dra``, simulator/dra.py) DynamicResources' Filt
 allocator on the node's really free devices (kube-scheduler's own claim cache, in-flight
 allocations included): a node where it finds none fails. Its Score adds the ``firstAvailable``
 points; claim pods' GPUs are not scored by NodeResourcesFit; the extender decides on
-``NodeView(source="dra")``.
+``NodeView(picker=ALLOCATOR)``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
-from gpupair.decide.decisions import Decider, NodeDecision, NodeView
-from gpupair.decide.intent import Intent
-from gpupair.decide.nic_ask import NicAsk
-from gpupair.decide.reservations import DEFAULT_TTL, Reservation, Reservations
+from gpupair.decide.judge.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.nic_ask import NicAsk
+from gpupair.decide.judge.reservations import DEFAULT_TTL, Reservation, Reservations
 from gpupair.simulator.cluster import NAMESPACE, Cluster
 from gpupair.simulator.dra import Form, dynamic_resources_scores
 from gpupair.simulator.kube_scoring import NodeUsage, PodRequest, Profile
@@ -78,12 +79,12 @@ class GpupairExtender:
     watch; the nodes' reports, with their ledgers (``ledger=False``: the accounting before it)."""
 
     def __init__(self, decider: Decider | None = None, ledger: bool = True, ttl: float = DEFAULT_TTL,
-                 preempt_verb: bool = False, source: str = "reporter", nic_ask: bool = True):
+                 preempt_verb: bool = False, picker: Picker = DEVICE_PLUGIN, nic_ask: bool = True):
         self.decider = decider or Decider()
         self.ledger = ledger
         self.nic_ask = nic_ask  # reads gpupair.io/nic (False: the extender before the network issue)
         self.preempt_verb = preempt_verb  # registered with preemptVerb
-        self.source = source  # NodeView.source of every node: "dra" on the DRA path
+        self.picker = picker  # who picks on every node: the allocator on the DRA path
         self.now = 0.0
         self.reservations = Reservations(ttl=ttl, timer=lambda: self.now)
 
@@ -103,7 +104,7 @@ class GpupairExtender:
                 intent: Intent = Intent.REQUIRED, decider: Decider | None = None) -> NodeDecision:
         hold = self.reservations.hold(name, exclude)
         sim = cluster.nodes[name]
-        view = NodeView(name, sim.reported_state(), reserved=hold.devices, held=hold.count, source=self.source,
+        view = NodeView(name, sim.reported_state(), reserved=hold.devices, held=hold.count, picker=self.picker,
                         nics=sim.nics)
         return (decider or self.decider).decide(gpus, view, intent)
 

@@ -20,12 +20,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpupair.decide.decisions import Decider
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.nic_ask import DEFAULT_LEVEL, NicAsk
+from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, NicAsk
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.verdict import Verdict, classify
+from gpupair.decide.judge.verdict import Verdict, classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.interference import Interference

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupair.decide.intent import CHOICES, Intent, IntentError, parse_intent
+from gpupair.decide.pod.intent import CHOICES, Intent, IntentError, parse_intent
 
 ALL_REQUIRED: tuple[tuple[Intent, float], ...] = ((Intent.REQUIRED, 1.0),)
 

@@ -12,12 +12,12 @@ that the cluster's CPU pods have where they run now and do not crowd the GPU nod
   counts replicas: it is divided by the replica count, and the pods asking it are written as
   whole GPUs (a line says so).
 - model: the report's product (``gpupair.io/product``, or DRA's ``productName``), else GFD's
-  ``nvidia.com/gpu.product`` label, in the label's form (gpupair/decide/gpu_products.py).
+  ``nvidia.com/gpu.product`` label, in the label's form (gpupair/decide/score/gpu_products.py).
 
 Pods (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec``): every pod not Succeeded or
 Failed, bound or pending, in creation order, named ``namespace/name``, except DaemonSet and static
 (mirror) pods (above).
-- CPU and memory: what kube-scheduler counts (gpupair/decide/pod_request.py: the effective
+- CPU and memory: what kube-scheduler counts (gpupair/decide/pod/pod_request.py: the effective
   request, pod-level resources, overhead), memory rounded up to MiB.
 - GPUs: the whole GPUs it asks (``--resource-name``, plus what its DRA claims ask), at 1000 milli.
 - Shares (``--shared-resources``, time-slicing's ``nvidia.com/gpu.shared``): one GPU at
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from gpupair.decide.fragmentation import MILLI
-from gpupair.decide.gpu_products import label_product, node_product, pod_accepts
-from gpupair.decide.pod_request import PodRequestError, gpu_request, parse_bytes, parse_count, parse_milli, pod_request
+from gpupair.decide.score.fragmentation import MILLI
+from gpupair.decide.score.gpu_products import label_product, node_product, pod_accepts
+from gpupair.decide.pod.pod_request import PodRequestError, gpu_request, parse_bytes, parse_count, parse_milli, pod_request
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, RESOURCE_NAME, SHARED_RESOURCE_NAMES
 from gpupair.simulator.trace.files import TraceNode, TracePod
 from gpupair.status.build import Listing, Options, node_picture
@@ -136,7 +136,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
             options: SnapshotOptions = SnapshotOptions()) -> Snapshot:
     out = Snapshot()
-    picture, _ = node_picture(
+    picture = node_picture(
         Listing(nodes=nodes, pods=None, events=None, slices=slices, claims=claims, dra_driver=options.dra_driver),
         datetime.now(timezone.utc), Options(stale_after=0, resource=options.resource, gpu_classes=options.gpu_classes))
     live = [p for p in pods if isinstance(p, Mapping) and not is_terminal(p)]

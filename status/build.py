@@ -9,15 +9,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpupair.topology import links
+from gpupair.topology.layout import NodeState
 from gpupair.topology import report as codec
-from gpupair.decide.claim_intent import ClaimIntent, asked_pod_intent
+from gpupair.decide.claims.claim_intent import ClaimIntent, asked_pod_intent
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER, VERIFIER_CONTAINER
-from gpupair.decide.dra_source import DraNodes
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
-from gpupair.decide.node_picture import AnnotatedNodes, NodePicture, NodeSource
-from gpupair.decide.placement import numa_label
-from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
-from gpupair.decide.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.picture.node_picture import NodePicture, NodeSource, node_picture as picture_from
+from gpupair.decide.devices import placement
+from gpupair.decide.judge import decisions
+from gpupair.decide.devices.placement import numa_label
+from gpupair.decide.pod.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
+from gpupair.decide.judge.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
 from gpupair.status.objects import (
     annotations,
     event_for,
@@ -75,7 +77,7 @@ class Options:
 
 class LayoutCache:
     """The reports decoded by earlier redraws, by annotation text (the extender's ReportDecoder,
-    gpupair/decide/node_entries.py): a layout changes only with the hardware, a free list with a
+    gpupair/decide/picture/node_entries.py): a layout changes only with the hardware, a free list with a
     grant, so a watch redraw decodes only what changed."""
 
     def __init__(self, stale_after: float = STALE_AFTER) -> None:
@@ -89,20 +91,23 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
     if layouts.decoder.stale_after != (options.stale_after or None):
         raise ValueError("the LayoutCache judges staleness after another time than the options say")
     bound = bound_gpu_pods(listing.pods or (), options.resource)
-    picture, devices = node_picture(listing, now, options, layouts.decoder)
-    nodes = []
+    picture = node_picture(listing, now, options, layouts.decoder)
+    nodes, available = [], []
     for node in sorted(listing.nodes, key=lambda n: str(meta(n).get("name") or "")):
         name = str(meta(node).get("name") or "")
-        if not _is_gpu_node(node, options.resource) and not devices.has(name):
+        if not _is_gpu_node(node, options.resource) and not picture.describes(name):
             continue
         entry = picture.entry_of(name, annotations(node))
         assert entry is not None  # the annotations' source describes every listed Node
-        nodes.append(node_view(node, bound.get(name, ()), now, options, entry, picture.alive(name)))
+        view, left = node_view(node, bound.get(name, ()), now, options, entry, picture.alive(name))
+        nodes.append(view)
+        if left is not None:
+            available.append(left)
     return StatusView(
         generatedAt=now, staleAfterSeconds=options.stale_after, nodes=nodes,
         summary=Summary(
             nodes=_counts(nodes),
-            fragmentation=fragmentation(nodes),
+            fragmentation=fragmentation(available),
             pending=pending_pods(listing.pods or (), listing.events or (), options.resource,
                                  claim_asks(picture)),
             failVerdicts=fail_verdicts(listing.pods or (), listing.events or (), options.fails),
@@ -119,18 +124,19 @@ _SHOWN.propagate = False
 
 
 def node_picture(listing: Listing, now: datetime, options: Options,
-                 decoder: ReportDecoder | None = None) -> tuple[NodePicture, DraNodes]:
-    """The node picture as the extender reads it (gpupair/decide/node_picture.py), from the same
+                 decoder: ReportDecoder | None = None) -> NodePicture:
+    """The node picture as the extender reads it (gpupair/decide/picture/node_picture.py), from the same
     source objects fed by one list each rather than a watch: the listed ResourceSlices and claims
     (their pictures built at ``now``; none without a driver), then the Nodes' annotations with
     their Leases."""
     decoder = decoder or ReportDecoder(options.stale_after or None)
     leases = {name: at.timestamp() for name, at in listing.leases.items()}
-    devices = DraNodes(listing.dra_driver, decoder, now.timestamp, options.gpu_classes, logger=_SHOWN)
-    if listing.dra_driver:
-        devices.slices.replace(list(listing.slices))
-        devices.claims.replace(list(listing.claims))
-    return NodePicture(devices, AnnotatedNodes(decoder, leases.get)), devices
+    picture, dra = picture_from(decoder, now.timestamp, dra_driver=listing.dra_driver, gpu_classes=options.gpu_classes,
+                                alive=leases.get, logger=_SHOWN)
+    if dra is not None:
+        dra.slices.replace(list(listing.slices))
+        dra.claims.replace(list(listing.claims))
+    return picture
 
 
 def claim_asks(picture: NodeSource) -> ClaimAsk:
@@ -157,11 +163,14 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, entry: ReportEntry, alive: float | None = None) -> NodeView:
-    """``entry``: the node's from the node picture (its report, or why there is none), which
-    judges freshness as the extender does. ``alive``: the node's reporter Lease renewTime (epoch
-    seconds), a second heartbeat next to a reporter's reportedAt (a DRA picture is as current as
-    the listing: its own time is the listing's, and it has no Lease)."""
+              options: Options, entry: ReportEntry, alive: float | None = None) -> tuple[NodeView, NodeState | None]:
+    """The node's row, and, where its report is fresh, the devices the extender would decide a
+    pod on (``decisions.NodeView.available``: the free ones less those reserved, and the worst
+    case of the GPUs held on devices nobody named). ``entry``: the node's from the node picture
+    (its report, or why there is none), which judges freshness as the extender does. ``alive``:
+    the node's reporter Lease renewTime (epoch seconds), a second heartbeat next to a reporter's
+    reportedAt (a DRA picture is as current as the listing: its own time is the listing's, and
+    it has no Lease)."""
     name = str(meta(node).get("name") or "")
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     decoded = entry.report
@@ -169,7 +178,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
         return NodeView(name=name, state="missing" if entry.kind == "missing" else "invalid", reason=entry.cause,
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
-                        reserved=empty, ledgerProblem="")
+                        reserved=empty, ledgerProblem=""), None
     source: HeartbeatSource = "dra" if decoded.source == "dra" else "report"
     heartbeat = decoded.reported_at
     if alive is not None and source == "report" and alive > heartbeat.timestamp():
@@ -177,6 +186,8 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     stale = entry.is_stale(now.timestamp(), alive)
     held = reservation(bound, decoded)
     numa = _numa_views(decoded, held)
+    left = None if stale else decisions.NodeView(name, decoded.state, reserved=frozenset(held.devices),
+                                                 held=held.unplaced).available()
     return NodeView(
         name=name, state="stale" if stale else "fresh", reason=entry.problem_when_stale(alive) if stale else "",
         heartbeatSource=source, heartbeatAt=heartbeat, ageSeconds=round((now - heartbeat).total_seconds(), 3),
@@ -184,7 +195,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
         gpus=decoded.layout.size, numa=numa, largestFree=_largest(numa),
         reserved=Reserved(basis=held.basis, pods=held.pods, devices=sorted(held.devices), unplaced=held.unplaced),
         ledgerProblem=decoded.ledger_problem,
-    )
+    ), left
 
 
 def _numa_views(decoded: codec.NodeReport, held: Reservation) -> list[NumaView]:
@@ -224,25 +235,13 @@ def _largest(numa: list[NumaView]) -> CloseSet:
     return CloseSet(gpus=count, numa=best.numa if count else None)
 
 
-def fragmentation(nodes: Iterable[NodeView], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
-    """Nodes with a fresh report that the extender would let a k-GPU pod onto now: k free on one
-    NUMA node, or, for a k larger than a NUMA node, within the fewest NUMA nodes the hardware
-    allows (gpupair.decide.placement.fit). GPUs reserved on unknown devices are taken from the NUMA
-    nodes with the most free, one at a time: the worst case, as they may land there."""
-    fresh = [n for n in nodes if n.state == "fresh" and n.numa]
-    return [FragmentationRow(gpus=k, nodes=sum(1 for n in fresh if _accepts(n, k))) for k in sizes]
-
-
-def _accepts(node: NodeView, k: int) -> bool:
-    sizes = sorted((len(n.devices) for n in node.numa), reverse=True)
-    needed = next((m for m in range(1, len(sizes) + 1) if sum(sizes[:m]) >= k), None)
-    if needed is None:
-        return False  # more GPUs than the node has
-    free = [sum(d.state == "free" for d in n.devices) for n in node.numa]
-    for _ in range(node.reserved.unplaced):
-        fullest = max(range(len(free)), key=free.__getitem__)
-        free[fullest] = max(0, free[fullest] - 1)
-    return sum(sorted(free, reverse=True)[:needed]) >= k
+def fragmentation(available: Iterable[NodeState], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
+    """Nodes with a fresh report that the extender would let a k-GPU pod onto now
+    (``placement.fit`` on what each has available): k free on one NUMA node, or, for a k larger
+    than a NUMA node, within the fewest NUMA nodes the hardware allows."""
+    states = list(available)
+    return [FragmentationRow(gpus=k, nodes=sum(1 for state in states if placement.fit(state, k).feasible))
+            for k in sizes]
 
 
 def _counts(nodes: list[NodeView]) -> NodeCounts:

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.decide.pod.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.topology.report import NodeReport
-from gpupair.decide.verdict import PLANNED_KEY, parse_set
+from gpupair.decide.judge.verdict import PLANNED_KEY, parse_set
 from gpupair.status.objects import annotations, is_terminal, meta, pod_key, scheduled_at
 
 Basis = Literal["ledger", "binding-time"]

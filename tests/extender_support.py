@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 
 from gpupair.extender.app import Extender, assemble, build_app
-from gpupair.decide.decisions import Decider, Unreported
-from gpupair.extender.list_watch import ListWatch
+from gpupair.decide.judge.decisions import Decider, Unreported
+from gpupair.kubeclient.list_watch import ListWatch
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout
 from tests.real_k8s import REAL_K8S

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.policies import POLICIES
+from gpupair.decide.devices.policies import POLICIES
 from gpupair.reporter.main import node_writer
 from gpupair.reporter.publisher import Outcome, Publisher
 from gpupair.reporter.scan import Allocations, compute

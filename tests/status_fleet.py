@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from gpupair.topology import report as codec
 from gpupair.kubeclient.kube import event_body
 from gpupair.kubewire.defaults import VERIFIER_CONTAINER
-from gpupair.decide.verdict import GRANTED_KEY, LINK_KEY, NUMA_KEY, PLANNED_KEY, VERDICT_KEY
+from gpupair.decide.judge.verdict import GRANTED_KEY, LINK_KEY, NUMA_KEY, PLANNED_KEY, VERDICT_KEY
 from tests.kube_double import Store, make_node, make_pod
 from tests.layouts import seed_layout
 

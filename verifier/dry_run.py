@@ -1,6 +1,6 @@
 """`gpupair verify --dry-run`: the annotations a granted device set would get, offline.
 
-For operators and tests: the same classification the reporter runs (gpupair.decide.verdict.classify),
+For operators and tests: the same classification the reporter runs (gpupair.decide.judge.verdict.classify),
 fed from a layout file and a device list instead of the kubelet.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from gpupair.decide import verdict
-from gpupair.decide.intent import parse_intent
+from gpupair.decide.judge import verdict
+from gpupair.decide.pod.intent import parse_intent
 from gpupair.topology.layout import NodeLayout, normalize_pci
 from gpupair.topology.layout_file import read_layout
 

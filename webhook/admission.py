@@ -17,12 +17,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 
 from gpupair.kubewire import json_body
-from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
-from gpupair.decide.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
-from gpupair.decide.scope import SCOPE_KEY, Scope, parse_scope
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
+from gpupair.decide.pod.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
+from gpupair.decide.pod.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.topology.report import PREFIX
 from gpupair.kubewire.wire import UserInfo, explain
 from gpupair.webhook import claim_pods, claims, sidecar

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gpupair.decide.intent import Intent, IntentError, parse_intent
-from gpupair.decide.scope import Scope, parse_scope
+from gpupair.decide.pod.intent import Intent, IntentError, parse_intent
+from gpupair.decide.pod.scope import Scope, parse_scope
 from gpupair.command.service import add_health_routes
 from gpupair.webhook import claims
 from gpupair.webhook.admission import (

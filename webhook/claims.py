@@ -21,7 +21,7 @@ reads it, in the claim, once, at creation (a claim's spec is immutable):
   one subrequest per NVLink pair (``nvlink-<n>``, a selector naming its two devices), and under
   ``preferred`` the unconstrained ``any`` last. The allocator then takes the first free bridged
   pair on a node. Nothing in DRA names links: the pairs come from the links the reporters
-  measured, per class of nodes (gpupair/decide/nvlink_classes.py; an NVSwitch class needs no
+  measured, per class of nodes (gpupair/decide/claims/nvlink_classes.py; an NVSwitch class needs no
   pair), or from ``--nvlink-pairs``, which overrides them. Where the links are known and no node
   has an NVLink pair, ``required`` gets one subrequest without a selector, which the extender
   refuses on every node with its reason, and the client a warning. Other counts are handled as
@@ -33,7 +33,7 @@ controller made from a template for a pod (owned by the pod), that pod's own ann
 namespace default the webhook entry carries, else the cluster default; the scope likewise (the
 claim's, else its pod's). Every claim admitted (but kube-scheduler's extended-resource claim) is
 given the intent it was decided under as that annotation, ``none`` and unchanged requests
-included, so a claim pod's intent can be read from its claims (gpupair/decide/claim_intent.py).
+included, so a claim pod's intent can be read from its claims (gpupair/decide/claims/claim_intent.py).
 
 A template is planned at its creation only where it asks something itself (a placement, or a
 scope, its own or its namespace's, recorded by the scope entries): it is annotated and rewritten,
@@ -56,9 +56,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpupair.kubewire import dra
-from gpupair.decide.nvlink_classes import NvlinkChoices, index_choices
-from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
-from gpupair.decide.scope import SCOPE_KEY, Scope, parse_scope
+from gpupair.decide.claims.nvlink_classes import NvlinkChoices, index_choices
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError, asked_intent
+from gpupair.decide.pod.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.kubewire.wire import KubeWire, explain
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
@@ -68,7 +68,7 @@ RESOURCES = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resour
 NUMA_ATTRIBUTE = dra.NUMA_ATTRIBUTE
 CLOSE_SUBREQUEST = "numa"  # tried first: the devices on one NUMA node
 ANY_SUBREQUEST = "any"  # then the same devices anywhere on the node
-NVLINK_SUBREQUEST = "nvlink-{}"  # one per bridged pair (gpupair/decide/dra_picture.py reads the prefix)
+NVLINK_SUBREQUEST = "nvlink-{}"  # one per bridged pair (gpupair/decide/picture/dra_picture.py reads the prefix)
 MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
 EXACT_COUNT = "ExactCount"
 MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
@@ -174,7 +174,7 @@ def owner_pod(obj: Any, kind: str) -> tuple[str, str] | None:
 
 def _pod_intent(pod: Mapping[str, str] | None) -> Intent | None:
     """The placement a claim's pod asks; a value gpupair does not know counts as ``required``,
-    the strictest, as on the pod itself (gpupair/decide/intent.py pod_intent)."""
+    the strictest, as on the pod itself (gpupair/decide/pod/intent.py pod_intent)."""
     try:
         return asked_intent(pod or {})
     except IntentError:
@@ -395,7 +395,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
             ops.append({"op": "add", "path": pointer(*base, "constraints"), "value": added})
     # Every object admitted records the intent it was decided under, ``none`` and unchanged
     # requests included: the extender, the verdict and ``status`` read a claim pod's intent from
-    # its claims (gpupair/decide/claim_intent.py), and a template's claims carry what it says, not
+    # its claims (gpupair/decide/claims/claim_intent.py), and a template's claims carry what it says, not
     # whatever the namespace's default is when they are made. kube-scheduler's own claim is the
     # exception: nothing was asked of it.
     record = {} if extended or PLACEMENT_KEY in annotations else {PLACEMENT_KEY: intent.value}

@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gpupair.decide.intent import Intent
+    from gpupair.decide.pod.intent import Intent
     from gpupair.command.service import setup_logging
     from gpupair.command.tls import serving_tls
     from gpupair.webhook.admission import InjectOptions

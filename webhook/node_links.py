@@ -1,6 +1,6 @@
 """The webhook's view of the nodes' measured links: the mounted node-links document
 (gpupair/topology/node_links.py), read again whenever the file changes, turned into the NVLink
-subrequests a claim gets (gpupair/decide/nvlink_classes.py).
+subrequests a claim gets (gpupair/decide/claims/nvlink_classes.py).
 
 The kubelet swaps a ConfigMap volume's files by renaming a symlink, so the file's modification
 inode, time and size tell a new version; the derivation runs once per version, not per claim. A missing
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from gpupair.decide.nvlink_classes import NvlinkChoices, nvlink_choices
+from gpupair.decide.claims.nvlink_classes import NvlinkChoices, nvlink_choices
 from gpupair.topology.node_links import NodeLinksError, decode_node_links
 
 log = logging.getLogger("gpupair.webhook")

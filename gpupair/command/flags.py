@@ -379,7 +379,7 @@ def add_lease_namespace(parser: argparse.ArgumentParser, help: str) -> None:
 
 def add_default_placement(parser: argparse.ArgumentParser) -> None:
     """The cluster default placement intent; the extender and the webhook must agree on it."""
-    from gpupair.decide.intent import Intent  # standard library only
+    from gpupair.decide.pod.intent import Intent  # standard library only
 
     add_flag(parser, "--default-placement", Intent.REQUIRED.value,
              "placement intent of pods with no gpupair.io/placement annotation (and, at the webhook, "

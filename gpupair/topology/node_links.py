@@ -15,7 +15,7 @@ written compact: one topology per distinct layout with its GPUs' uuids left out 
 (the link matrix, index, PCI address and NUMA node of each GPU), under one of its nodes' names,
 and ``"same": {"<node>": "<node written in full>"}`` for the rest. Every node keeps its links and
 addresses; only the uuids of the nodes under ``same`` are lost, so a class whose selector has to
-name uuids (gpupair/decide/nvlink_classes.py) matches on the written node alone: fewer bridged
+name uuids (gpupair/decide/claims/nvlink_classes.py) matches on the written node alone: fewer bridged
 pairs offered, none wrong. Where even that is over the limit, the document is written empty
 (links unknown: claims get the ``numa`` rule) and the writer says so.
 """

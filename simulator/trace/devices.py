@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupair.decide import placement
-from gpupair.decide.decisions import DRA, Decider, NodeView
-from gpupair.decide.intent import Intent
-from gpupair.decide.policies import POLICIES, Policy
+from gpupair.decide.devices import placement
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.devices.policies import POLICIES, Policy
+from gpupair.simulator.configs import DRA
 from gpupair.simulator.dra import FORMS
 from gpupair.topology import links
 from gpupair.topology.layout import NodeLayout, NodeState
@@ -46,7 +48,7 @@ class Tables:
     layouts: list[NodeLayout]
     policy: Policy
     decider: Decider | None = None
-    source: str = "reporter"
+    node_picker: Picker = DEVICE_PLUGIN  # who picks on the extender's nodes: the allocator on the DRA path
     intent: Intent = Intent.REQUIRED
     _built: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
     _picks: dict[tuple[int, int, int], tuple[int, ...] | None] = field(default_factory=dict)
@@ -73,7 +75,7 @@ class Tables:
         table["close"][mask] = pick is not None and (gpus < 2 or placement.is_close(state, pick))
         table["fits"][mask] = gpus <= layout.size and placement.fit(state, gpus).feasible
         if self.decider is not None:
-            decision = self.decider.decide(gpus, NodeView("n", state, source=self.source), self.intent)
+            decision = self.decider.decide(gpus, NodeView("n", state, picker=self.node_picker), self.intent)
             table["passes"][mask], table["score"][mask] = decision.passes, decision.score
         table["known"][mask] = True
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupair.command.flags import InputError
-from gpupair.decide.fragmentation import MILLI
+from gpupair.decide.score.fragmentation import MILLI
 from gpupair.topology import limits
 
 MAX_FILE_BYTES = 256 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""gpupair's fragmentation score over a trace's nodes (gpupair/decide/fragmentation.py), as the
+"""gpupair's fragmentation score over a trace's nodes (gpupair/decide/score/fragmentation.py), as the
 extender runs it with ``--score fragmentation`` behind the every-pod registration.
 
 What the extender is modelled to know: every pod (its CPU, GPUs and share) through its pod
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupair.decide.fragmentation import MILLI, Workload
-from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.score.fragmentation import MILLI, Workload
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.devices import Tables
 from gpupair.simulator.trace.files import TracePod

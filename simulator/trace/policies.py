@@ -19,7 +19,7 @@ import numpy as np
 
 from gpupair.kubewire.defaults import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
 from gpupair.simulator.kube_scoring import PROFILES, Profile
-from gpupair.decide import fragmentation
+from gpupair.decide.score import fragmentation
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.files import MILLI, TracePod
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpupair.decide.fragmentation import Workload
+from gpupair.decide.score.fragmentation import Workload
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 
 

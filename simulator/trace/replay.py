@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpupair.decide.decisions import DRA
+from gpupair.decide.devices.pickers import ALLOCATOR, DEVICE_PLUGIN
+from gpupair.simulator.configs import DRA
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
 from gpupair.simulator.schedulers import EXTENDER_WEIGHT
 from gpupair.simulator.trace import protocol
@@ -118,7 +119,7 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     policy.bind(cluster, protocol.typical_pods(pods), np.random.default_rng([config.seed, 1]))
     choose = picker(config.path, config.plugin, config.gpupair)
     decider = gpupair_decider(config.path, config.plugin) if config.gpupair else None
-    tables = Tables(cluster.layouts, choose, decider, DRA if config.path == DRA else "reporter")
+    tables = Tables(cluster.layouts, choose, decider, ALLOCATOR if config.path == DRA else DEVICE_PLUGIN)
     ties = np.random.default_rng([config.seed, 2])
     result = ReplayResult(display_name(config.policy), config.gpupair, config.seed, config.path, config.score, {})
     fragmentation = FragmentationScore(cluster, tables, WHOLE_GPUS_ONLY[config.score]) \

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpupair.topology import report
-from gpupair.decide import verdict as verdicts
+from gpupair.decide.judge import verdict as verdicts
 
 from gpupair.audit.manifest import CONTAINER, ROUND_LABEL, RUN_LABEL, PodTemplate
 from gpupair.audit.runner import AuditError, AuditPlan, Auditor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupair.decide import verdict as verdicts
+from gpupair.decide.judge import verdict as verdicts
 from gpupair.topology.layout import Device, NodeLayout
 
 from gpupair.audit.pod_log import UNKNOWN, LogParseError, classify_log, parse_query_csv

@@ -10,7 +10,7 @@ change hands, as the kubelet's device manager does (the reporter rescans on that
 
 A watcher thread reads the pods every ``poll`` seconds. A pod newly bound to one of the nodes
 is admitted: each container asking the GPU resource is handed devices the way a device plugin
-would pick them (``gpupair.decide.policies``: ``aligned`` is NVIDIA's best-effort policy, ``naive`` the
+would pick them (``gpupair.decide.devices.policies``: ``aligned`` is NVIDIA's best-effort policy, ``naive`` the
 first free ones), the PodResources answer shows them, and the pod's status says Running. A pod
 marked for deletion gives its devices back and is removed (the kubelet's part of a graceful
 delete). Every grant is kept in ``grants``, in order, for the test to judge. Of the pod's
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.policies import policy_named
+from gpupair.decide.devices.policies import policy_named
 from gpupair.topology.report import decode_layout
 from gpupair.topology.smi_topo import parse_topo_matrix
 from tests.controlplane.api import Api, ApiError

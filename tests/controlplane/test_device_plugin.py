@@ -13,7 +13,7 @@ to the first node, fn-1, whose only free pair is GPU3+GPU4).
 
 from __future__ import annotations
 
-from gpupair.decide.verdict import PLANNED_KEY, format_set, parse_set
+from gpupair.decide.judge.verdict import PLANNED_KEY, format_set, parse_set
 from tests.controlplane.gpupair_install import scheduler_extender
 from tests.controlplane.kubelet import Grant, Kubelets
 from tests.controlplane.workloads import (

@@ -4,7 +4,7 @@ writing DRA pods' verdicts from their claims, the extender with the component's 
 
 from __future__ import annotations
 
-from gpupair.decide.verdict import format_set
+from gpupair.decide.judge.verdict import format_set
 from tests.controlplane.dra import (
     RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, frag,
     hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,

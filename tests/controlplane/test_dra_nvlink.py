@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from gpupair.decide.nvlink_classes import selector
+from gpupair.decide.claims.nvlink_classes import selector
 from gpupair.topology.node_links import FILE_KEY
 
 from tests.controlplane.api import Api

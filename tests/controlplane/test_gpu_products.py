@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from tests.controlplane.api import Api
 from tests.controlplane.gpupair_install import scheduler_extenders
 from tests.controlplane.kubelet import Kubelets

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from gpupair.command import flags
-from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods
 from gpupair.snapshot.convert import REPLICAS_LABEL
 from gpupair.topology.report import PRODUCT_KEY, encode_annotations

@@ -11,7 +11,7 @@ runs on a node, synchronously with the protocol (one pod at a time, so nothing h
   pods), the layout being ``NumaSplits``' (``simulate``'s ``--numa-split``, 8 = 4+4 by default).
   No reporter processes (1,213 would not fit two cores); ``refresh`` re-writes reports older than
   two minutes, as a reporter's heartbeat keeps them fresh for the extender.
-- **The device plugin** (aligned: ``gpupair.decide.policies``, as the harness kubelet and the
+- **The device plugin** (aligned: ``gpupair.decide.devices.policies``, as the harness kubelet and the
   simulator pick) hands a bound whole-GPU pod its GPUs among those with nothing taken.
 - **The sharing layer.** A share pod asks ``nvidia.com/gpu.shared: 1`` (time-slicing's resource
   and the extender's default ``--shared-resources``: the every-pod entry scores it, and its
@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from gpupair.decide import placement
-from gpupair.decide.gpu_products import PRODUCT_LABEL
-from gpupair.decide.policies import policy_named
+from gpupair.decide.devices import placement
+from gpupair.decide.score.gpu_products import PRODUCT_LABEL
+from gpupair.decide.devices.policies import policy_named
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 from gpupair.simulator.trace import protocol
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod

@@ -1,13 +1,13 @@
-"""gpupair's reason a claim pod's GPUs fit no DRA node (gpupair/decide/claim_explain.py), on the
+"""gpupair's reason a claim pod's GPUs fit no DRA node (gpupair/decide/claims/claim_explain.py), on the
 recorded slice (one pcieRoot per GPU) and claims: which constraint, which nodes, the free sets."""
 
 from __future__ import annotations
 
 import copy
 
-from gpupair.decide.claim_explain import why_unallocatable
-from gpupair.decide.dra_source import DraNodes
-from gpupair.decide.node_entries import ReportDecoder
+from gpupair.decide.claims.claim_explain import why_unallocatable
+from gpupair.decide.picture.dra_source import DraNodes
+from gpupair.decide.picture.node_entries import ReportDecoder
 from tests.dra_support import DRIVER, allocated_claim, busy_claims, node_slice
 
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"

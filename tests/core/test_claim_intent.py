@@ -1,4 +1,4 @@
-"""The intent of a DRA claim and of a claim pod (gpupair/decide/claim_intent.py), read from what the
+"""The intent of a DRA claim and of a claim pod (gpupair/decide/claims/claim_intent.py), read from what the
 claim webhook writes (its real patch applied to the recorded claims) and from the recorded claims."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import jsonpatch
 import pytest
 
 from gpupair.kubewire import dra
-from gpupair.decide.claim_intent import (
+from gpupair.decide.claims.claim_intent import (
     ANNOTATION, CONSTRAINT, FIRST_AVAILABLE, ClaimIntent, allocated_requests, claim_intent, dra_pod_intent,
     gpu_requests, strictest,
 )
-from gpupair.decide.intent import PLACEMENT_KEY, Intent
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claims import ClaimOptions, plan_claim
 from tests.dra_support import DRIVER, allocated_claim, recorded_claims
 from tests.webhook.claim_shapes import plain_claim
@@ -156,7 +156,7 @@ def test_a_bad_claim_annotation_is_reported_through_the_pod():
 
 
 def test_what_a_pod_asks_is_none_where_neither_its_claims_nor_its_annotation_say():
-    from gpupair.decide.claim_intent import asked_pod_intent
+    from gpupair.decide.claims.claim_intent import asked_pod_intent
 
     assert asked_pod_intent(pod(), [None]) == (None, "")
     assert asked_pod_intent(pod({PLACEMENT_KEY: "none"}), []) == (Intent.NONE, "")

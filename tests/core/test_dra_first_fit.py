@@ -1,4 +1,4 @@
-"""The DRA allocator's pick (gpupair.decide.policies.FirstFitPolicy) against a literal transcription of
+"""The DRA allocator's pick (gpupair.decide.devices.policies.FirstFitPolicy) against a literal transcription of
 kube-scheduler's structured allocator walk (v1.36, staging/src/k8s.io/dynamic-resource-allocation/
 structured/internal/stable/allocator_stable.go, allocateOne), for one claim with one request."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout
-from gpupair.decide.policies import POLICIES, FirstFitPolicy
+from gpupair.decide.devices.policies import POLICIES, FirstFitPolicy
 from tests.layouts import seed_layout
 
 

@@ -1,4 +1,4 @@
-"""The DRA node picture (gpupair/decide/dra_picture.py) against the reporter's, on recorded-shaped objects."""
+"""The DRA node picture (gpupair/decide/picture/dra_picture.py) against the reporter's, on recorded-shaped objects."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 import pytest
 
 from gpupair.kubewire import dra
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.dra_picture import PictureError, allocation_of, build
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.picture.dra_picture import PictureError, allocation_of, build
+from gpupair.decide.devices.pickers import ALLOCATOR
 from gpupair.topology.report import decode_annotations, encode_annotations, PodHolding
 from tests.dra_support import (
     DRIVER, allocated_claim, as_list_attributes, busy_claims, node_slice, recorded, recorded_claims,
@@ -207,10 +208,10 @@ def test_unknown_fields_from_a_newer_apiserver_are_ignored():
 
 @pytest.mark.parametrize("intent, passes, score", [("required", False, 0), ("preferred", True, 0), ("none", True, 0)])
 def test_a_dra_node_whose_first_fit_is_not_close_is_judged_by_the_allocators_pick(intent, passes, score):
-    from gpupair.decide.intent import Intent
+    from gpupair.decide.pod.intent import Intent
 
     result = picture([node_slice("n")], busy_claims("n", {0, 1, 2}), node="n")  # free GPU3 | GPU4..7
-    decision = Decider().decide(2, NodeView("n", result.report.state, source="dra"), Intent(intent))
+    decision = Decider().decide(2, NodeView("n", result.report.state, picker=ALLOCATOR), Intent(intent))
     plugin = Decider().decide(2, NodeView("n", result.report.state), Intent(intent))
     assert (decision.passes, decision.score) == (passes, score)
     if passes:
@@ -221,16 +222,16 @@ def test_a_dra_node_whose_first_fit_is_not_close_is_judged_by_the_allocators_pic
 
 
 def test_a_dra_node_whose_first_fit_is_close_scores_that_pick():
-    from gpupair.decide import placement
+    from gpupair.decide.devices import placement
 
     state = picture([node_slice("n")], busy_claims("n", {0, 1}), node="n").report.state
-    decision = Decider().decide(2, NodeView("n", state, source="dra"))
+    decision = Decider().decide(2, NodeView("n", state, picker=ALLOCATOR))
     assert decision.passes and decision.plan == (2, 3)
     assert decision.score == placement.score(state, (2, 3))
 
 
 def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
-    from gpupair.decide.dra_picture import Demand, claim_demand
+    from gpupair.decide.picture.dra_picture import Demand, claim_demand
 
     classes = frozenset({DRIVER})
     claims = {c["metadata"]["name"].split("-")[0]: dra.parse_claim(c) for c in recorded_claims()}
@@ -247,7 +248,7 @@ def test_claim_demand_counts_gpu_requests_and_names_the_allocators_policy():
 
 
 def test_first_available_takes_the_close_set_where_one_is_free_and_any_set_otherwise():
-    from gpupair.decide.policies import POLICIES
+    from gpupair.decide.devices.policies import POLICIES
 
     layout = seed_layout()
     assert POLICIES["dra-first-available"].pick(layout, frozenset({3, 4, 5}), 2) == (4, 5)
@@ -286,7 +287,7 @@ def test_the_nodes_product_is_the_productname_nvidias_driver_publishes():
 
 
 def test_a_claims_product_selector_is_what_its_gpus_accept():
-    from gpupair.decide.dra_picture import claim_demand
+    from gpupair.decide.picture.dra_picture import claim_demand
 
     claim = recorded_claims()[0]
     claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [

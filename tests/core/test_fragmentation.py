@@ -1,11 +1,11 @@
-"""The fragmentation measure and gpupair's score over it (gpupair/decide/fragmentation.py), and
-the CPU request it is fed (gpupair/decide/pod_request.py)."""
+"""The fragmentation measure and gpupair's score over it (gpupair/decide/score/fragmentation.py), and
+the CPU request it is fed (gpupair/decide/pod/pod_request.py)."""
 
 import numpy as np
 import pytest
 
-from gpupair.decide.fragmentation import MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, Fragmentation, Workload, grades
-from gpupair.decide.pod_request import PodRequestError, cpu_request, parse_milli
+from gpupair.decide.score.fragmentation import MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, Fragmentation, Workload, grades
+from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, parse_milli
 
 
 def test_a_shape_of_whole_gpus_fits_only_as_close_as_gpupair_allows():

@@ -1,12 +1,12 @@
-"""Which GPU products a pod accepts and which a node has (gpupair/decide/gpu_products.py): real-
+"""Which GPU products a pod accepts and which a node has (gpupair/decide/score/gpu_products.py): real-
 looking pod specs, GFD's label form, and DRA claims' CEL selectors."""
 
 import pytest
 
-from gpupair.decide.gpu_products import (
+from gpupair.decide.score.gpu_products import (
     ANY, NO_PRODUCT, PRODUCT_LABEL, RULE, label_product, node_product, normalise, pod_accepts, selector_accepts,
 )
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.pod.pod_request import PodRequestError
 
 NODES = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "Tesla-T4")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpupair.topology import report
-from gpupair.decide.verdict import LINK_KEY
+from gpupair.decide.judge.verdict import LINK_KEY
 from gpupair.topology.layout_file import LayoutFileError, parse_layout_text, read_layout
 from gpupair.reporter.topology_source import FileLayoutSource
 from tests.reporter_support import seed_layout

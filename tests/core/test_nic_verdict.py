@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 from gpupair.topology.nics import NICS_KEY, decode_nics
 from gpupair.topology.report import TOPOLOGY_KEY, fingerprint
 from gpupair.topology.smi_topo import parse_topo_matrix

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpupair.decide.nvlink_classes import nvlink_choices
+from gpupair.decide.claims.nvlink_classes import nvlink_choices
 from gpupair.topology.node_links import decode_node_links, encode_node_links, encode_node_links_within
 from gpupair.topology.report import encode_topology
 from tests.core.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpupair.decide.nvlink_classes import dra_pci, index_choices, link_classes, nvlink_choices, selector
+from gpupair.decide.claims.nvlink_classes import dra_pci, index_choices, link_classes, nvlink_choices, selector
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.smi_topo import parse_topo_matrix
 from tests.core.test_smi_topo import load

@@ -1,18 +1,23 @@
-"""The core's folders and what each may import, read from the source with ``ast``.
+"""The core's folders, the services beside it, and what each may import, read from the source
+with ``ast``.
 
 gpupair/ holds five subpackages by concern; the pure ones (kubewire, topology, decide) import
 nothing that does I/O, so the extender, the simulator and the tests run the same decisions; and no
 file of the core imports another that imports it back, at module level or inside a function.
+The services (the top-level folders pyproject maps to gpupair.extender, gpupair.reporter, ...)
+stand on the core and on the few services named in ``SERVICE_USES``; the core stands on none.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[2] / "gpupair"
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "gpupair"
 SUBPACKAGES = {"kubewire", "topology", "decide", "kubeclient", "command"}
 PURE = {"kubewire", "topology", "decide"}
 # Libraries that reach the network, the disk of another process or the event loop.
@@ -23,6 +28,21 @@ ALLOWED_CORE = {
     "kubewire": set(),
     "topology": {"kubewire"},
     "decide": {"kubewire", "topology"},
+}
+MAX_FOLDER = 8  # modules in one folder of decide/
+# gpupair.<service> -> its folder, as pyproject maps them.
+SERVICES = {name.split(".", 1)[1]: ROOT / folder for name, folder in tomllib.loads(
+    (ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items() if name.startswith("gpupair.")}
+# What each service may take from the other services; anything shared by more goes to the core.
+SERVICE_USES = {
+    "extender": set(),
+    "webhook": set(),
+    "reporter": set(),
+    "verifier": {"reporter"},  # the reporter's topo -m reader, for its dry run
+    "simulator": {"reporter"},  # the same reader, for --topology files
+    "audit": set(),
+    "status": set(),
+    "snapshot": {"simulator", "status"},  # the trace files it writes; the listing it reads
 }
 
 
@@ -49,8 +69,28 @@ def imports_in(source: str, package: str) -> set[str]:
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             found.add(base)
-            # `from gpupair.decide import policies` imports the module gpupair.decide.policies
+            # `from gpupair.decide.devices import policies` imports the module ...devices.policies
             found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def crossed(layer: str, imported: set[str]) -> list[str]:
+    """The services among ``imported`` that ``layer`` (a service, or "core") may not import."""
+    allowed = SERVICE_USES.get(layer, set()) | {layer}
+    return sorted(name for name in imported
+                  if name.split(".")[:1] == ["gpupair"] and len(name.split(".")) > 1
+                  and name.split(".")[1] in SERVICES and name.split(".")[1] not in allowed)
+
+
+def service_imports(service: str) -> dict[str, set[str]]:
+    """Every file of the service (by its path) and what it imports."""
+    folder = SERVICES[service]
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
+        module = ".".join(["gpupair", service, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        found[str(path.relative_to(ROOT))] = imports_in(path.read_text(), package)
     return found
 
 
@@ -106,6 +146,19 @@ def test_the_core_is_five_subpackages_and_its_init():
         assert ast.get_docstring(ast.parse(init.read_text())), f"gpupair/{package}/__init__.py says what it holds"
 
 
+def test_decide_is_folders_a_reader_can_take_in():
+    """decide/ holds no module of its own, only folders of a concern each, of at most
+    MAX_FOLDER modules, each saying in its __init__ what it holds."""
+    decide = CORE / "decide"
+    assert {p.name for p in decide.glob("*.py")} == {"__init__.py"}
+    folders = [p for p in decide.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert len(folders) > 1
+    for folder in folders:
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert 0 < len(modules) <= MAX_FOLDER, f"{folder.name}: {len(modules)} modules"
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"decide/{folder.name} says what it holds"
+
+
 @pytest.mark.parametrize("package", sorted(PURE))
 def test_a_pure_package_imports_no_io_and_only_the_core_it_stands_on(package):
     broken = []
@@ -137,3 +190,38 @@ def test_imports_are_read_from_function_bodies_and_relative_forms():
     assert imports_in(source, "gpupair.topology") == {
         "socket", "gpupair.kubeclient", "gpupair.kubeclient.kube", "gpupair.topology", "gpupair.topology.links",
         "gpupair.kubewire.wire", "gpupair.kubewire.wire.Pod"}
+
+
+def test_the_services_are_the_folders_pyproject_maps():
+    assert set(SERVICES) == set(SERVICE_USES)
+    assert all(folder.is_dir() for folder in SERVICES.values())
+
+
+def test_the_core_imports_no_service():
+    broken = [f"{module_name(path)} imports {name}" for path in sorted(CORE.rglob("*.py"))
+              for name in crossed("core", imports_of(path))]
+    assert broken == []
+
+
+@pytest.mark.parametrize("service", sorted(SERVICE_USES))
+def test_a_service_imports_the_core_and_only_the_services_it_stands_on(service):
+    broken = [f"{path} imports {name}" for path, imported in service_imports(service).items()
+              for name in crossed(service, imported)]
+    assert broken == []
+
+
+@pytest.mark.parametrize("layer, source", [
+    ("reporter", "def later():\n    from gpupair.extender.list_watch import ListWatch\n"),
+    ("simulator", "from gpupair.extender import evaluation\n"),
+    ("status", "import gpupair.extender.app\n"),
+    ("core", "from gpupair.status.build import build\n"),
+])
+def test_a_crossed_layer_is_named(layer, source):
+    package = "gpupair.decide" if layer == "core" else f"gpupair.{layer}"
+    assert crossed(layer, imports_in(source, package)) != []
+
+
+def test_what_a_layer_may_import_is_not_named():
+    assert crossed("snapshot", imports_in("from gpupair.status.build import Listing\n", "gpupair.snapshot")) == []
+    assert crossed("extender", imports_in("from gpupair.kubeclient.list_watch import ListWatch\n"
+                                          "from . import filter\n", "gpupair.extender")) == []

@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.decisions import Decider, NodeView, Unreported
-from gpupair.decide import placement
+from gpupair.decide.judge.decisions import Decider, NodeView, Unreported
+from gpupair.decide.devices import placement
 from gpupair.topology.layout import Device, NodeLayout, NodeState
 from gpupair.simulator.shapes import seed_layout
 

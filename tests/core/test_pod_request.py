@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupair.decide.pod_request import PodRequestError, gpu_request
+from gpupair.decide.pod.pod_request import PodRequestError, gpu_request
 
 from tests.real_k8s import REAL_K8S as REAL
 

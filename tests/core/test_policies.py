@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupair.topology.layout import Device, NodeLayout
-from gpupair.decide.policies import POLICIES, AlignedPolicy, NaivePolicy
+from gpupair.decide.devices.policies import POLICIES, AlignedPolicy, NaivePolicy
 from gpupair.simulator.shapes import seed_layout
 
 aligned = AlignedPolicy()

@@ -1,4 +1,4 @@
-"""The preemption core (gpupair/decide/preemption.py) on its own: hypothesis properties against the
+"""The preemption core (gpupair/decide/judge/preemption.py) on its own: hypothesis properties against the
 Decider the filter runs, and the cases the docstring names."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from itertools import combinations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.preemption import DROPPED, KEPT, TRIMMED, UNKNOWN, NodeSituation, Preemption, Victim, VictimGPUs
-from gpupair.decide.reservations import Hold
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.judge.preemption import DROPPED, KEPT, TRIMMED, UNKNOWN, NodeSituation, Preemption, Victim, VictimGPUs
+from gpupair.decide.judge.reservations import Hold
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeState
 from tests.layouts import seed_layout
 

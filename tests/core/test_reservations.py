@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpupair.decide.reservations import Hold, Reservation, Reservations
+from gpupair.decide.judge.reservations import Hold, Reservation, Reservations
 from gpupair.topology.report import Ledger
 
 ALL = frozenset(range(8))

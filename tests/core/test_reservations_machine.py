@@ -14,10 +14,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.reservations import Reservation, Reservations
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.judge.reservations import Reservation, Reservations
 from gpupair.topology.layout import NodeState
-from gpupair.decide.policies import POLICIES
+from gpupair.decide.devices.policies import POLICIES
 from gpupair.topology.report import Ledger
 from gpupair.simulator.shapes import seed_layout
 

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from gpupair.decide.decisions import DRA, Decider, NodeView
-from gpupair.decide.intent import Intent
-from gpupair.decide.policies import POLICIES
-from gpupair.decide.scope import SCOPE_KEY, Scope, free_sets, parse_scope, pod_scope, within
-from gpupair.decide.verdict import classify
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.devices import pickers
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.policies import POLICIES
+from gpupair.decide.pod.scope import SCOPE_KEY, Scope, free_sets, parse_scope, pod_scope, within
+from gpupair.decide.judge.verdict import classify
 from gpupair.topology.layout import NodeState
 from gpupair.topology.smi_topo import parse_topo_matrix
 from tests.core.test_smi_topo import load
@@ -23,7 +24,7 @@ ALLOCATOR = Decider(dra_policy=POLICIES["dra-first-fit"], scope=Scope.NVLINK)
 
 
 def node(free, *, dra: bool = False) -> NodeView:
-    return NodeView("a6000", NodeState(A6000, frozenset(free)), source=DRA if dra else "reporter")
+    return NodeView("a6000", NodeState(A6000, frozenset(free)), picker=pickers.ALLOCATOR if dra else pickers.DEVICE_PLUGIN)
 
 
 def test_the_recording_pairs_gpus_by_nvlink_bridges():

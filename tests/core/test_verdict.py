@@ -1,7 +1,7 @@
 import pytest
 
-from gpupair.decide import verdict
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge import verdict
+from gpupair.decide.pod.intent import Intent
 from gpupair.simulator.shapes import seed_layout
 
 

@@ -501,7 +501,7 @@ def test_the_schemas_bounds_are_the_commands():
     `helm install` and then stops a pod at start)."""
     from gpupair.command.cli_reference import command_parsers
     from gpupair.command.flags import LOG_LEVELS
-    from gpupair.decide.intent import Intent
+    from gpupair.decide.pod.intent import Intent
 
     props = json.loads((CHART / "values.schema.json").read_text())["properties"]
     assert props["logLevel"]["enum"] == list(LOG_LEVELS)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
 
-from gpupair.decide.intent import PLACEMENT_KEY, Intent
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE
 
 from tests.deploy_manifests import (

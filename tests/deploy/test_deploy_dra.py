@@ -10,7 +10,7 @@ import celpy
 import kubernetes_validate
 import pytest
 
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 from tests.deploy.test_deploy import CRD_GROUPS, K8S_VERSION, api_group, rules_of
 from tests.deploy_manifests import (
     DEPLOY,

@@ -16,7 +16,7 @@ import celpy
 import pytest
 import yaml
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 
 from gpupair.kubewire import leases
 from tests.deploy_manifests import DEPLOY, OVERLAYS, find, needs_kubectl, render

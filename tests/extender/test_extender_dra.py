@@ -10,7 +10,7 @@ import jsonpatch
 import pytest
 
 from gpupair.kubeclient import kube
-from gpupair.decide.intent import PLACEMENT_KEY, Intent
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claims import ClaimOptions, plan_claim
 from gpupair.topology.report import TOPOLOGY_KEY
 from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice, recorded
@@ -309,7 +309,7 @@ async def place_claim_pods(double, k, pods: list[tuple[str, int, bool]], choose)
 
 
 def watched(dra, pod) -> bool:
-    from gpupair.decide.pod_request import PodRequestError
+    from gpupair.decide.pod.pod_request import PodRequestError
 
     try:
         return dra.pod_demand(pod) is not None

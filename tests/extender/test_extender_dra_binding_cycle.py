@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from gpupair.kubewire.dra import EXTENDED_RESOURCE_CLAIM_KEY
-from gpupair.decide.verdict import PLANNED_KEY
+from gpupair.decide.judge.verdict import PLANNED_KEY
 from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, node_slice
 from tests.extender.test_extender_dra import claim_pod, dra_node, gpu_claim, seed_fragmented, watched
 from tests.extender_support import args_body, eventually, kube_extender

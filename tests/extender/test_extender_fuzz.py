@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.decisions import Decider, NodeView, Unreported
+from gpupair.decide.judge.decisions import Decider, NodeView, Unreported
 from gpupair.extender.evaluation import Offer
 from gpupair.extender.filter import filter_verdicts
 from gpupair.extender.prioritize import scores_json
 from gpupair.extender.protocol import HOST_PRIORITY_LIST, ExtenderBindingResult, ExtenderFilterResult
-from gpupair.decide.reservations import Reservation
+from gpupair.decide.judge.reservations import Reservation
 from gpupair.topology.report import FREE_KEY, TOPOLOGY_KEY, ReportError, decode_annotations
 from tests.extender_support import NOW, make_extender, node_object, report_annotations, serving
 
@@ -260,7 +260,7 @@ def test_nodes_mode_filter_is_the_cores_decision(frees, gpus, fail):
 
 operations = st.lists(st.one_of(
     # A report with an (empty) allocation ledger, or from a reporter before the ledger: only a
-    # ledger lets pods bound by count hold GPUs there (gpupair/decide/reservations.py).
+    # ledger lets pods bound by count hold GPUs there (gpupair/decide/judge/reservations.py).
     st.tuples(st.just("report"), st.sampled_from(CACHED), free_sets, st.integers(-400, 0), st.booleans()),
     st.tuples(st.just("bare"), st.sampled_from(CACHED)),
     st.tuples(st.just("delete"), st.sampled_from(CACHED)),

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from gpupair.decide.reservations import Hold
+from gpupair.decide.judge.reservations import Hold
 from tests.extender_support import eventually, kube_extender
 from tests.kube_double import kube_client_for, make_node, make_pod, running_kube_double
 from tests.ledger_cluster import NodeKubelet, gpu_pod, schedule

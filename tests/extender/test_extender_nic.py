@@ -10,7 +10,7 @@ import pytest
 
 from gpupair.topology import nics
 from gpupair.topology.layout import NodeLayout
-from gpupair.decide.nic_ask import NIC_ASK_KEY, NIC_LEVEL_KEY
+from gpupair.decide.pod.nic_ask import NIC_ASK_KEY, NIC_LEVEL_KEY
 from gpupair.topology.report import TOPOLOGY_KEY, encode_annotations, fingerprint
 from gpupair.topology.smi_topo import parse_topo_matrix
 from tests.extender_support import NOW, args_body, make_extender, node_object, pod_object, serving
@@ -110,7 +110,7 @@ async def test_the_recorded_8x4090_box_has_no_pair_near_its_nics(level, reason):
 
 
 def test_the_verdict_names_the_bonded_nic_at_pix():
-    from gpupair.decide import verdict
+    from gpupair.decide.judge import verdict
 
     result = verdict.classify(seed_layout(), (0, 1), nics=LOPSIDED)
     assert result.annotations()[verdict.GRANTED_NIC_KEY] == "GPU0:mlx5_bond_0=PIX GPU1:mlx5_bond_0=PIX"

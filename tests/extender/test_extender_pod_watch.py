@@ -5,7 +5,7 @@ request's own reports end holds."""
 
 from __future__ import annotations
 
-from gpupair.decide.reservations import Hold, Reservation
+from gpupair.decide.judge.reservations import Hold, Reservation
 from tests.extender_support import (
     args_body,
     eventually,

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gpupair.decide.intent import PLACEMENT_KEY
+from gpupair.decide.pod.intent import PLACEMENT_KEY
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.extender_support import NOW, args_body, make_extender, node_object, serving
 from tests.layouts import seed_layout

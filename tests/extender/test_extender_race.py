@@ -124,7 +124,7 @@ async def test_a_plan_the_plugin_did_not_follow_expires_with_the_ttl():
     planned devices taken."""
     now = [0.0]
     extender = make_extender(reservation_ttl=60.0, reservation_timer=lambda: now[0])
-    from gpupair.decide.reservations import Reservation
+    from gpupair.decide.judge.reservations import Reservation
     from tests.extender_support import node_object, serving
 
     node = node_object("gpu-node-a", report_annotations(ONE_PAIR, node="a"))

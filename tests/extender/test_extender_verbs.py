@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from gpupair.decide.decisions import NodeView, Unreported
+from gpupair.decide.judge.decisions import NodeView, Unreported
 from gpupair.extender import protocol
 from gpupair.extender.protocol import (
     ExtenderBindingArgs, ExtenderFilterResult, HOST_PRIORITY_LIST, ProtocolError, parse_args, parse_binding,
@@ -111,8 +111,9 @@ async def test_prioritize_keeps_whole_numa_nodes_free():
     assert scores["broken"] > scores["whole"]  # GPU2+GPU3 fill NUMA0; NUMA1 stays whole
     assert all(0 <= s <= 10 for s in scores.values())
     # The very numbers of the core's Decider (the simulator's logic).
-    views = [NodeView(n["metadata"]["name"], extender.evaluator.decoder.decode(n["metadata"]["annotations"]).report.state)
-             for n in (whole, broken)]
+    names = [n["metadata"]["name"] for n in (whole, broken)]
+    views = [NodeView(name, extender.picture.entry_of(name, n["metadata"]["annotations"]).report.state)
+             for name, n in zip(names, (whole, broken))]
     assert scores == extender.evaluator.decider.prioritize(2, views)
 
 

@@ -4,8 +4,8 @@ is its allocatable less its pods' requests, and CPU-only pods are scored too."""
 
 from __future__ import annotations
 
-from gpupair.decide.gpu_products import PRODUCT_LABEL
-from gpupair.decide.intent import PLACEMENT_KEY
+from gpupair.decide.score.gpu_products import PRODUCT_LABEL
+from gpupair.decide.pod.intent import PLACEMENT_KEY
 from gpupair.extender.main import configure
 from gpupair.topology.report import PRODUCT_KEY
 from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
@@ -140,7 +140,7 @@ def test_the_flag_reads_its_variable(monkeypatch):
 
 def test_the_workload_keeps_each_pods_accepted_products_and_resolves_notin_against_the_nodes():
     from gpupair.extender.cluster_usage import ClusterUsage
-    from gpupair.decide.pod_request import gpu_request
+    from gpupair.decide.pod.pod_request import gpu_request
 
     usage = ClusterUsage(gpu_request)
     usage.node_seen("t4", make_node("t4", labels={PRODUCT_LABEL: "Tesla-T4"}))

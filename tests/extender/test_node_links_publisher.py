@@ -10,7 +10,7 @@ import logging
 
 from kubernetes_asyncio import client as k8s
 
-from gpupair.extender.list_watch import ListWatch
+from gpupair.kubeclient.list_watch import ListWatch
 from gpupair.extender.node_links import NodeLinks, NodeLinksPublisher
 from gpupair.topology.node_links import FILE_KEY, decode_node_links, encode_node_links
 from gpupair.topology.report import TOPOLOGY_KEY, encode_topology

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from gpupair.decide.decisions import Decider, NodeView
-from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_intent
+from gpupair.decide.judge.decisions import Decider, NodeView
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_intent
 from gpupair.topology.layout import NodeState
 from tests.extender_support import (
     args_body,

@@ -1,4 +1,4 @@
-"""Decisions shared across nodes of the same hardware (gpupair/decide/node_entries.py): a node decided
+"""Decisions shared across nodes of the same hardware (gpupair/decide/picture/node_entries.py): a node decided
 under a hold another node of the same shape was decided under reuses that decision, and the
 answer is always the one its own report alone would give."""
 
@@ -9,11 +9,11 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.decisions import Decider
-from gpupair.decide.intent import Intent
-from gpupair.decide.policies import POLICIES
-from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.judge.decisions import Decider
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.devices.policies import POLICIES
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
 from gpupair.topology.layout import NO_NUMA, NodeLayout
 from gpupair.topology.report import encode_annotations
 from tests.extender_support import NOW

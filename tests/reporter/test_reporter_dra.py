@@ -10,12 +10,12 @@ from datetime import datetime, timezone
 import jsonpatch
 import pytest
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 
 from gpupair.topology import report
-from gpupair.decide.intent import PLACEMENT_KEY, Intent
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claims import ClaimOptions, plan_claim
-from gpupair.decide.dra_picture import claim_names
+from gpupair.decide.picture.dra_picture import claim_names
 from gpupair.reporter.dra_node import DraNode, serve_verdicts
 from gpupair.reporter.main import node_writer
 from gpupair.reporter.publisher import Publisher

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupair.decide.decisions import Decider, NodeView
+from gpupair.decide.judge.decisions import Decider, NodeView
 from gpupair.topology.report import FREE_KEY, decode_annotations, decode_layout
 from gpupair.reporter.allocations import PodResourcesClient
 from gpupair.reporter.app import build_app

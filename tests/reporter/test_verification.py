@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 from gpupair.topology.layout import NodeLayout
 from gpupair.reporter.allocations import PodResourcesClient
 from gpupair.reporter.identity import NODE_NAME_CLAIM, POD_NAME_CLAIM, POD_UID_CLAIM

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpupair.decide.fragmentation import MILLI
-from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
-from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.decide.score.fragmentation import MILLI
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.extender.prioritize import prioritize_nodes
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.simulator.trace.cluster import TraceCluster

@@ -84,7 +84,7 @@ def test_bad_topology_file_is_a_clear_error(tmp_path):
 def test_simulated_extender_reserves_the_pair_it_promised_until_a_report_shows_it_taken():
     import random
 
-    from gpupair.decide.policies import POLICIES
+    from gpupair.decide.devices.policies import POLICIES
     from gpupair.simulator.cluster import Cluster
     from gpupair.simulator.kube_scoring import PROFILES, PodRequest
     from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler

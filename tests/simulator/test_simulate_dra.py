@@ -199,10 +199,10 @@ def test_preemption_dry_run_on_dra_runs_the_allocator_on_what_the_victims_free()
 
 
 def test_the_forms_allocators_pick_what_the_extenders_claim_policies_predict():
-    # The extender decides a claim pod with gpupair.decide.policies' policy for its claim (dra-first-fit,
+    # The extender decides a claim pod with gpupair.decide.devices.policies' policy for its claim (dra-first-fit,
     # dra-first-fit-numa, dra-first-available); the simulated allocator must pick the same sets,
     # a request above a NUMA node being unconstrained (the webhook leaves it as written).
-    from gpupair.decide.policies import POLICIES
+    from gpupair.decide.devices.policies import POLICIES
 
     layout = seed_layout()
     for mask in range(256):

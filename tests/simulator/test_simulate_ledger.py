@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupair.decide.policies import POLICIES
+from gpupair.decide.devices.policies import POLICIES
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.fleet import FleetScenario, run_fleet

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.fleet import FleetScenario, arrivals, run_fleet

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpupair.simulator.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
-from gpupair.decide import fragmentation
+from gpupair.decide.score import fragmentation
 from gpupair.simulator.trace import protocol, report
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, workload_name

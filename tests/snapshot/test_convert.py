@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from gpupair.decide.gpu_products import PRODUCT_LABEL
+from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, write_nodes, write_pods
 from gpupair.snapshot.convert import REPLICAS_LABEL, SnapshotOptions, convert, summary
 from gpupair.topology.report import PRODUCT_KEY, encode_annotations

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 
 from gpupair.topology import report as codec
-from gpupair.decide.node_entries import ReportDecoder
+from gpupair.decide.picture.node_entries import ReportDecoder
 from gpupair.status.build import Listing, Options, build
 from gpupair.status.objects import annotations
 from gpupair.status.main import CLEAR, _show, paused_gc
@@ -409,7 +409,7 @@ def admitted_claim(name: str, intent, count: int = 2, keep_annotation: bool = Tr
     """A claim as the claim webhook stores it in a namespace defaulting to ``intent``, not allocated."""
     import jsonpatch
 
-    from gpupair.decide.intent import PLACEMENT_KEY, Intent
+    from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
     from gpupair.webhook.claims import ClaimOptions, plan_claim
     from tests.webhook.claim_shapes import plain_claim
 
@@ -423,7 +423,7 @@ def admitted_claim(name: str, intent, count: int = 2, keep_annotation: bool = Tr
 
 
 def test_pending_claim_pods_count_their_claims_gpus_and_ask_their_claims_placement():
-    from gpupair.decide.intent import PLACEMENT_KEY, Intent
+    from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 
     claims = [admitted_claim("pref-gpus", Intent.PREFERRED), admitted_claim("none-gpus", Intent.NONE),
               admitted_claim("shape-gpus", Intent.PREFERRED, count=4, keep_annotation=False),
@@ -442,7 +442,7 @@ def test_pending_claim_pods_count_their_claims_gpus_and_ask_their_claims_placeme
 
 
 async def test_status_shows_a_pending_claim_pods_placement(tmp_path):
-    from gpupair.decide.intent import Intent
+    from gpupair.decide.pod.intent import Intent
 
     store = Store()
     store.create("resourceclaims", admitted_claim("pref-gpus", Intent.PREFERRED), NS)

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gpupair.decide import verdict
+from gpupair.decide.judge import verdict
 from gpupair.topology.report import TOPOLOGY_KEY, encode_topology
 from tests.layouts import seed_layout
 from gpupair.verifier.main import SignalWait, reporter_url
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "kubernetes", "prometheus_client", "google.protobuf",
-         "yaml", "cryptography", "gpupair.decide.verdict", "gpupair.topology.report", "reporter", "webhook")
+         "yaml", "cryptography", "gpupair.decide.judge.verdict", "gpupair.topology.report", "reporter", "webhook")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -8,11 +8,11 @@ import copy
 
 import pytest
 
-from gpupair.decide.dra_picture import claim_demand
-from gpupair.decide.intent import Intent, IntentError
-from gpupair.decide.scope import SCOPE_KEY
+from gpupair.decide.picture.dra_picture import claim_demand
+from gpupair.decide.pod.intent import Intent, IntentError
+from gpupair.decide.pod.scope import SCOPE_KEY
 from gpupair.kubewire import dra
-from gpupair.decide.scope import Scope
+from gpupair.decide.pod.scope import Scope
 from gpupair.webhook.admission import AdmissionRequest, admit_scope
 from gpupair.webhook.claims import ClaimOptions
 from tests.webhook.claim_shapes import apply, claim_from_template, claim_spec, plain_claim, plain_template

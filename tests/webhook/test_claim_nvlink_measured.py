@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from gpupair.decide.dra_picture import claim_demand
-from gpupair.decide.intent import PLACEMENT_KEY, Intent
-from gpupair.decide.nvlink_classes import nvlink_choices
+from gpupair.decide.picture.dra_picture import claim_demand
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
+from gpupair.decide.claims.nvlink_classes import nvlink_choices
 from gpupair.kubewire import dra
 from gpupair.topology.node_links import encode_node_links
 from gpupair.topology.report import encode_topology

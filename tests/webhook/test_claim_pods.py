@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from gpupair.decide.intent import IntentError
+from gpupair.decide.pod.intent import IntentError
 from gpupair.webhook.admission import InjectOptions, plan
 from gpupair.webhook.claim_pods import CLAIM_POD_RESOURCE, MARK
 from tests.webhook.test_webhook_patch import OPTIONS, patched, pod_with

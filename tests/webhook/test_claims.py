@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError
-from gpupair.decide.scope import SCOPE_KEY
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError
+from gpupair.decide.pod.scope import SCOPE_KEY
 from tests.webhook.claim_shapes import (
     apply,
     as_created,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gpupair.decide.intent import PLACEMENT_KEY
+from gpupair.decide.pod.intent import PLACEMENT_KEY
 from tests.webhook.claim_shapes import (
     apply,
     as_created,

@@ -9,9 +9,9 @@ from pathlib import Path
 import jsonpatch
 import pytest
 
-from gpupair.decide import verdict
-from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError
-from gpupair.decide.pod_request import PodRequestError, gpu_request
+from gpupair.decide.judge import verdict
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError
+from gpupair.decide.pod.pod_request import PodRequestError, gpu_request
 from tests.pss import restricted_violations
 from gpupair.webhook import sidecar
 from gpupair.webhook.admission import (

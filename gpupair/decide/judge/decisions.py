@@ -3,7 +3,7 @@
 The HTTP verbs call these, and so does ``gpupair simulate``: the simulation runs the very logic
 the extender serves. Inputs are what the extender knows about each node (its decoded report, or
 why it has none, and the devices reserved for pods bound but not yet seen in a report) and the
-pod's placement intent (gpupair/decide/intent.py):
+pod's placement intent (gpupair/decide/pod/intent.py):
 
 - ``required``: a node passes only with a close set free (placement.fit); best fit scores;
 - ``preferred``: a node with a close set passes as under ``required``, scored at least 1; one
@@ -11,7 +11,7 @@ pod's placement intent (gpupair/decide/intent.py):
   usable report passes unscored;
 - ``none``: topology plays no part: a node passes with enough GPUs free and scores 0.
 
-A pod's ``gpupair.io/scope`` (gpupair/decide/scope.py) narrows "close": under ``pcie-switch`` or
+A pod's ``gpupair.io/scope`` (gpupair/decide/pod/scope.py) narrows "close": under ``pcie-switch`` or
 ``nvlink`` the set the node's picker would take must be within it (``required``), or nodes where
 it is rank above the others (``preferred``).
 
@@ -24,20 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from gpupair.decide import placement
+from gpupair.decide.devices import placement
 
 from gpupair.topology import links
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeState
-from gpupair.decide.nic_ask import NicAsk
+from gpupair.decide.pod.nic_ask import NicAsk
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
 from gpupair.topology.nics import NICS_KEY, NicLayout
-from gpupair.decide.policies import POLICIES, Policy
-from gpupair.decide.scope import Scope, free_sets, within
+from gpupair.decide.devices.policies import POLICIES, Policy
+from gpupair.decide.pod.scope import Scope, free_sets, within
 
-from gpupair.decide.verdict import format_set
-
-DRA = "dra"  # NodeReport.source of a node whose GPUs a DRA driver publishes
-
+from gpupair.decide.judge.verdict import format_set
 
 class Unreported(str, Enum):
     """What to do with a node whose report is missing, undecodable or stale."""
@@ -55,7 +53,7 @@ class NodeView:
     problem: str = ""  # why there is no usable report
     reserved: frozenset[int] = field(default_factory=frozenset)
     held: int = 0  # GPUs of pods bound here, not yet in the report, devices unknown
-    source: str = "reporter"  # dra: a DRA driver publishes the GPUs, kube-scheduler's allocator picks
+    picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/devices/pickers.py)
     nics: NicLayout | None = None  # the node's RDMA NICs and GPU links; None: its reporter names none
 
     def available(self) -> NodeState | None:
@@ -108,11 +106,11 @@ class Decider:
     policy: Policy = POLICIES["aligned"]  # the device plugin's, on device-plugin nodes
     unreported: Unreported = Unreported.FAIL
     dra_policy: Policy = POLICIES["dra-first-fit"]  # the allocator's, on DRA nodes
-    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/decide/nic_ask.py)
-    scope: Scope = Scope.NUMA  # how close the set must be (gpupair/decide/scope.py)
+    nic: NicAsk | None = None  # the pod asks for GPUs near a NIC (gpupair/decide/pod/nic_ask.py)
+    scope: Scope = Scope.NUMA  # how close the set must be (gpupair/decide/pod/scope.py)
 
     def policy_for(self, node: NodeView) -> Policy:
-        return self.dra_policy if node.source == DRA else self.policy
+        return node.picker.policy(self)
 
     def decide(self, gpus: int, node: NodeView, intent: Intent = Intent.REQUIRED) -> NodeDecision:
         """Whether a pod asking ``gpus`` under ``intent`` (and, with ``nic``, near a NIC) may go
@@ -141,13 +139,12 @@ class Decider:
             return replace(decision, score=preferred_band(decision.score, True))
         if intent is Intent.PREFERRED:
             return replace(decision, score=preferred_band(decision.score, False), preferred_met=False)
-        picker = "allocator" if node.source == DRA else "device plugin"
         got = f"{format_set(decision.plan)} ({layout.worst_link(decision.plan)})"
         sets = free_sets(layout, state.free, gpus, self.scope)
         free = (", ".join(format_set(s) for s in sets) if sets else "none")
         verb = "took" if taken else "would take"
         return NodeDecision(node.name, False, reason=(
-            f"need {gpus} GPUs {self.scope.phrase}; the {picker} {verb} {got}; "
+            f"need {gpus} GPUs {self.scope.phrase}; the {node.picker.name} {verb} {got}; "
             f"free sets {self.scope.phrase}: {free}"))
 
     def _near_nic(self, gpus: int, node: NodeView, decision: NodeDecision) -> NodeDecision:
@@ -181,9 +178,8 @@ class Decider:
         if decision.plan is not None and not set(decision.plan) <= near:
             if not required:
                 return replace(decision, score=0, preferred_met=False)
-            picker = "allocator" if node.source == DRA else "device plugin"
             return NodeDecision(node.name, False, reason=(
-                f"the {picker} would take {format_set(decision.plan)}, not all near a NIC at {level}; "
+                f"the {node.picker.name} would take {format_set(decision.plan)}, not all near a NIC at {level}; "
                 f"free near {free_near}"))
         return decision
 
@@ -241,12 +237,12 @@ class Decider:
         if plan is None:
             # A 1-GPU pod with nothing free here: kube-scheduler's own fit check decides.
             return NodeDecision(node.name, True)
-        if close and gpus > 1 and node.source == DRA and not placement.is_close(state, plan):
-            # A close set is free, but the allocator takes the first fit in slice order, and
-            # nobody can steer it for a pod whose claim kube-scheduler writes itself.
+        if close and gpus > 1 and node.picker.first_fit and not placement.is_close(state, plan):
+            # A close set is free, but the picker takes the first fit in its own order (the
+            # allocator: slice order), and nobody can steer it.
             if intent is Intent.REQUIRED:
                 return NodeDecision(node.name, False, reason=(
-                    f"the allocator would take {format_set(plan)} ({state.layout.worst_link(plan)}); "
+                    f"the {node.picker.name} would take {format_set(plan)} ({state.layout.worst_link(plan)}); "
                     f"free: {placement.free_summary(state)}"))
             close = False
         if intent is Intent.NONE or not close:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.pod.pod_request import PodRequestError
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's
 SHARED_SUFFIX = "-SHARED"  # GFD's, on time-sliced GPUs
@@ -95,7 +95,7 @@ class Accepted:
         return Accepted(tuple(dict.fromkeys(a.both(b) for a in self.terms for b in other.terms)))
 
     def among(self, products: Sequence[str]) -> tuple[str, ...]:
-        """As a shape's models (gpupair/decide/fragmentation.py): () for any product, else the
+        """As a shape's models (gpupair/decide/score/fragmentation.py): () for any product, else the
         products accepted, ``products`` (the nodes' ones) giving the universe a ``NotIn`` takes
         from; ``(NO_PRODUCT,)`` when none."""
         if self.any:

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupair.topology import links
-from gpupair.decide.intent import Intent
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
-from gpupair.decide.placement import numa_label
-from gpupair.decide.scope import Scope, within
+from gpupair.decide.devices.placement import numa_label
+from gpupair.decide.pod.scope import Scope, within
 from gpupair.topology.report import PREFIX
 
 GRANTED_KEY = PREFIX + "granted"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupair.decide.fragmentation import Fragmentation, grades
+from gpupair.decide.score.fragmentation import Fragmentation, grades
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,31 @@
 """One node picture, several sources: where a node's state comes from, behind one interface.
 
-A source gives, per node, a report entry (gpupair/decide/node_entries.py): its layout, what is
+A source gives, per node, a report entry (gpupair/decide/picture/node_entries.py): its layout, what is
 free and what the pods there were allocated (the report's state and ledger), when it turns stale,
 or why the node is unusable; the node's last sign of life beyond its report (a Lease renewal);
 and, per pod, the devices and GPUs its own claims hold or ask. Two sources implement it:
 
 - ``AnnotatedNodes``: the reporter's annotations on the Node, with the node's reporter Lease;
-- ``DraNodes`` (gpupair/decide/dra_source.py): a DRA driver's ResourceSlices and the allocated
+- ``DraNodes`` (gpupair/decide/picture/dra_source.py): a DRA driver's ResourceSlices and the allocated
   ResourceClaims.
 
 ``NodePicture`` puts sources in order (DRA first: where a driver publishes a node's GPUs, the
 reporter's ``free`` annotation cannot see its grants) and is a source itself. The extender's verbs,
-its node cache and ``gpupair status`` read a ``NodePicture``; which sources are in it is chosen
-once, from the configuration, and no reader asks.
+its node cache, its evaluator and ``gpupair status`` read a ``NodePicture`` that ``node_picture``
+builds from the configuration; which sources are in it is chosen there, once, and no reader asks.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from gpupair.decide.claim_intent import ClaimIntent
-from gpupair.decide.dra_picture import Demand
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.claims.claim_intent import ClaimIntent
+from gpupair.decide.picture.dra_picture import Demand
+from gpupair.decide.picture.dra_source import DraFeed, DraNodes
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
+from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 
 ChangeListener = Callable[[set[str]], None]  # told the names of nodes whose picture changed
 
@@ -30,6 +33,17 @@ ChangeListener = Callable[[set[str]], None]  # told the names of nodes whose pic
 @runtime_checkable
 class NodeSource(Protocol):
     """One source of the node picture."""
+
+    @property
+    def listed(self) -> bool:
+        """Whether this source has its whole listing: before, a node it would describe may look
+        like one it does not."""
+        ...
+
+    def describes(self, node: str) -> bool:
+        """Whether this source describes the node from objects of its own (not from the Node's
+        annotations, which the reader holds and passes to ``entry_of``)."""
+        ...
 
     def entry_of(self, node: str, annotations: Mapping[str, Any] | None) -> ReportEntry | None:
         """The node's entry; ``annotations``: the Node's (None where no Node object is known).
@@ -58,6 +72,15 @@ class NodeSource(Protocol):
         """What the allocated claims pod ``uid`` holds say of its placement."""
         ...
 
+    def learn_claim(self, obj: dict[str, Any]) -> None:
+        """A ResourceClaim read from the API ahead of this source's own watch."""
+        ...
+
+    def why_unallocatable(self, pod: Any) -> str:
+        """Why no node of this source can allocate the pod's claims; "" where some node could,
+        or this source cannot tell."""
+        ...
+
     def subscribe(self, listener: ChangeListener) -> None:
         """Tell ``listener`` of each change this source sees on its own (not through the Node)."""
         ...
@@ -75,6 +98,11 @@ class AnnotatedNodes:
     def __init__(self, decoder: ReportDecoder, alive: Callable[[str], float | None] = _no_lease):
         self.decoder = decoder
         self._alive = alive
+
+    listed = True  # the reader lists the Nodes, and their annotations, itself
+
+    def describes(self, node: str) -> bool:
+        return False  # a node's report is in its Node's annotations, which the reader holds
 
     def entry_of(self, node: str, annotations: Mapping[str, Any] | None) -> ReportEntry | None:
         return None if annotations is None else self.decoder.decode(annotations)
@@ -94,6 +122,12 @@ class AnnotatedNodes:
     def held_claim_intents(self, uid: str) -> list[ClaimIntent]:
         return []
 
+    def learn_claim(self, obj: dict[str, Any]) -> None:
+        pass  # no claims here
+
+    def why_unallocatable(self, pod: Any) -> str:
+        return ""
+
     def subscribe(self, listener: ChangeListener) -> None:
         pass  # a report changes with its Node, which the reader watches itself
 
@@ -104,6 +138,13 @@ class NodePicture:
 
     def __init__(self, *sources: NodeSource):
         self.sources = sources
+
+    @property
+    def listed(self) -> bool:
+        return all(source.listed for source in self.sources)
+
+    def describes(self, node: str) -> bool:
+        return any(source.describes(node) for source in self.sources)
 
     def entry_of(self, node: str, annotations: Mapping[str, Any] | None) -> ReportEntry | None:
         for source in self.sources:
@@ -140,6 +181,29 @@ class NodePicture:
     def held_claim_intents(self, uid: str) -> list[ClaimIntent]:
         return [said for source in self.sources for said in source.held_claim_intents(uid)]
 
+    def learn_claim(self, obj: dict[str, Any]) -> None:
+        for source in self.sources:
+            source.learn_claim(obj)
+
+    def why_unallocatable(self, pod: Any) -> str:
+        return next((why for source in self.sources if (why := source.why_unallocatable(pod))), "")
+
     def subscribe(self, listener: ChangeListener) -> None:
         for source in self.sources:
             source.subscribe(listener)
+
+
+def node_picture(decoder: ReportDecoder, clock: Callable[[], float], *, dra_driver: str = "",
+                 gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES, nic_drivers: frozenset[str] = frozenset(),
+                 alive: Callable[[str], float | None] = _no_lease,
+                 logger: logging.Logger | None = None) -> tuple[NodePicture, DraFeed | None]:
+    """The node picture the configuration asks for, and what feeds its DRA source (None without
+    one): with ``dra_driver``, that driver's ResourceSlices and the ResourceClaims first
+    (``gpu_classes``: the DeviceClasses whose devices are GPUs; ``nic_drivers``: RDMA drivers
+    whose devices are the NICs; ``logger``: where what it leaves out is told), then the Nodes'
+    annotations with ``alive``, their reporter Leases."""
+    annotated = AnnotatedNodes(decoder, alive)
+    if not dra_driver:
+        return NodePicture(annotated), None
+    devices = DraNodes(dra_driver, decoder, clock, gpu_classes, nic_drivers, logger)
+    return NodePicture(devices, annotated), devices

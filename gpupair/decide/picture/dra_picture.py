@@ -34,8 +34,8 @@ from datetime import datetime
 from typing import Any
 
 from gpupair.kubewire import dra
-from gpupair.decide.claim_intent import numa_constrained
-from gpupair.decide.gpu_products import ANY, Accepted, selector_accepts
+from gpupair.decide.claims.claim_intent import numa_constrained
+from gpupair.decide.score.gpu_products import ANY, Accepted, selector_accepts
 from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
 from gpupair.topology.nics import Nic, NicLayout
@@ -286,9 +286,9 @@ class Demand:
     """What a claim asks of GPU DeviceClasses, and how the allocator will pick for it."""
 
     gpus: int
-    policy: str  # a gpupair.decide.policies name: dra-first-fit, dra-first-fit-numa, dra-first-available, dra-nvlink-*
+    policy: str  # a gpupair.decide.devices.policies name: dra-first-fit, dra-first-fit-numa, dra-first-available, dra-nvlink-*
     match_attributes: tuple[str, ...] = ()  # matchAttribute constraints over its GPU requests
-    accepts: Accepted = ANY  # the GPU products its requests' CEL selectors accept (gpupair/decide/gpu_products.py)
+    accepts: Accepted = ANY  # the GPU products its requests' CEL selectors accept (gpupair/decide/score/gpu_products.py)
     note: str = ""  # a selector on productName not read, counted as any product
 
 

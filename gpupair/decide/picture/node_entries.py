@@ -23,9 +23,10 @@ from datetime import datetime, timezone
 
 from cachetools import LRUCache
 
-from gpupair.decide.decisions import Decider, NodeDecision, NodeView
-from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import (
@@ -39,7 +40,7 @@ SHARED_LIMIT = 65536  # decisions kept across reports, and hardware shapes known
 class SharedDecisions:
     """Decisions keyed by what a decision reads of a fresh report: the layout less the devices'
     identity (UUIDs and PCI addresses name devices in no decision or reason), the free devices,
-    who picks (reporter or DRA) and the NICs. Each such shape gets a number once, when its
+    who picks (the device plugin or the DRA allocator) and the NICs. Each such shape gets a number once, when its
     report is decoded, so a lookup hashes a small tuple, not a link matrix."""
 
     def __init__(self, limit: int = SHARED_LIMIT):
@@ -48,10 +49,10 @@ class SharedDecisions:
         self._shapes: LRUCache = LRUCache(limit)
         self._numbers = itertools.count()  # never reused: a forgotten shape's decisions stay its own
 
-    def shape(self, report: NodeReport) -> int:
+    def shape(self, report: NodeReport, picker: Picker) -> int:
         layout = report.state.layout
         key = (tuple((d.numa_node, d.pcie_root) for d in layout.devices), layout.links, layout.p2p, layout.walk,
-               report.source, report.nics, report.state.free)
+               picker, report.nics, report.state.free)
         number = self._shapes.get(key)
         if number is None:
             number = self._shapes[key] = next(self._numbers)
@@ -59,14 +60,17 @@ class SharedDecisions:
 
 
 class ReportEntry:
-    """One node report (or the reason it is unusable) and the decisions taken on it."""
+    """One node report (or the reason it is unusable) and the decisions taken on it; ``picker``:
+    who picks a pod's devices on the node, as the source that made the report knows."""
 
-    __slots__ = ("report", "problem", "cause", "kind", "stale_at", "stale_after", "stale_problem", "_memo", "_shared",
-                 "_shape")
+    __slots__ = ("report", "problem", "cause", "kind", "stale_at", "stale_after", "stale_problem", "picker", "_memo",
+                 "_shared", "_shape")
 
     def __init__(self, report: NodeReport | None, problem: str = "", kind: str = "ok",
-                 stale_after: float | None = None, shared: SharedDecisions | None = None, cause: str = ""):
+                 stale_after: float | None = None, shared: SharedDecisions | None = None, cause: str = "",
+                 picker: Picker = DEVICE_PLUGIN):
         self.report = report
+        self.picker = picker
         self.problem = problem
         self.cause = cause or problem  # the problem in the codec's own words, without what it is about
         self.kind = kind  # ok | missing | invalid
@@ -82,7 +86,7 @@ class ReportEntry:
         self._memo: dict[tuple, NodeDecision] = {}
         # No report, or a stale one: the reason names this node's problem, so decided here alone.
         self._shared = shared if report is not None else None
-        self._shape = shared.shape(report) if shared is not None and report is not None else -1
+        self._shape = shared.shape(report, picker) if shared is not None and report is not None else -1
 
     def stale_at_with(self, alive: float | None) -> float | None:
         """When the report turns stale given the node's last Lease renewal (epoch seconds, None
@@ -107,8 +111,7 @@ class ReportEntry:
             return NodeView(name, None, self.problem, hold.devices, hold.count)
         if stale:
             return NodeView(name, None, self.problem_when_stale(alive), hold.devices, hold.count)
-        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.report.source,
-                        self.report.nics)
+        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.picker, self.report.nics)
 
     def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
                alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:
@@ -160,7 +163,7 @@ class ReportDecoder:
         self.stale_after = stale_after
         self._entries: LRUCache = LRUCache(maxsize)
         self._layouts: LRUCache = LRUCache(maxsize)
-        self.shared = SharedDecisions()  # for DRA nodes' entries too (gpupair/decide/dra_source.py)
+        self.shared = SharedDecisions()  # for DRA nodes' entries too (gpupair/decide/picture/dra_source.py)
 
     def decode(self, annotations: Mapping[str, str] | None) -> ReportEntry:
         annotations = annotations if isinstance(annotations, Mapping) else {}

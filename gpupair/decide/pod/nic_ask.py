@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupair.decide.intent import Intent
-from gpupair.decide.pod_request import PodRequestError, gpu_request
+from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.pod_request import PodRequestError, gpu_request
 
 NIC_ASK_KEY = "gpupair.io/nic"
 NIC_LEVEL_KEY = "gpupair.io/nic-level"

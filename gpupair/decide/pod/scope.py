@@ -18,7 +18,7 @@ from enum import Enum
 from itertools import combinations
 from typing import Any
 
-from gpupair.decide.placement import min_numa_nodes
+from gpupair.decide.devices.placement import min_numa_nodes
 from gpupair.topology import links
 from gpupair.topology.layout import NodeLayout
 

@@ -33,9 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from gpupair.decide.decisions import Decider, NodeDecision, NodeView
-from gpupair.decide.reservations import NO_HOLD, Hold
-from gpupair.decide.intent import Intent
+from gpupair.decide.judge.decisions import Decider, NodeDecision, NodeView
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN, Picker
+from gpupair.decide.judge.reservations import NO_HOLD, Hold
+from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeState
 
 KEPT, TRIMMED, DROPPED, UNKNOWN = "kept", "trimmed", "dropped", "unknown"
@@ -71,7 +72,7 @@ class NodeSituation:
     others: Hold = NO_HOLD  # what the node owes pods that are not victims
     unhealthy: frozenset[int] = frozenset()
     claimed: frozenset[int] = frozenset()  # devices the ledger gives pods that are not victims
-    source: str = "reporter"  # dra: a victim's devices come from its claims, the allocator picks
+    picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/devices/pickers.py)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class Preemption:
                           - node.claimed - known)
         hold = merge_holds(staying)
         state = NodeState(node.state.layout, node.state.free | (freed - node.unhealthy))
-        return self.decider.decide(self.gpus, NodeView(node.name, state, "", hold.devices, hold.count, node.source),
+        return self.decider.decide(self.gpus, NodeView(node.name, state, "", hold.devices, hold.count, node.picker),
                                    self.intent)
 
     def judge(self, node: NodeSituation, victims: Sequence[Victim], gpus_of: Sequence[VictimGPUs]) -> NodeVerdict:

@@ -15,7 +15,7 @@ in its claims instead, by the claim webhook (webhook/claims.py), in two ways:
   claim holds.
 
 So a DRA pod's intent is that of its GPU claims, else its own annotation, else the default
-(``gpupair.decide.intent.pod_intent``). Where two GPU claims of one pod say different things, the
+(``gpupair.decide.pod.intent.pod_intent``). Where two GPU claims of one pod say different things, the
 strictest counts (``required``, then ``preferred``, then ``none``), and the caller logs why: a
 verdict or a filter must not be looser than one of the claims asked. A value gpupair does not
 know counts as ``required`` with the reason, as on a pod.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupair.kubewire import dra
-from gpupair.decide.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_asked_intent
+from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError, parse_intent, pod_asked_intent
 
 STRICTNESS = (Intent.NONE, Intent.PREFERRED, Intent.REQUIRED)  # loosest first
 
@@ -122,7 +122,7 @@ def dra_pod_intent(pod: Any, claims: Iterable[ClaimIntent | None], default: Inte
                    ) -> tuple[Intent, str]:
     """A pod's intent for placement and verdicts: its GPU claims' (``claims``: what each says),
     else its own annotation, else ``default``; and why a value was overridden or claims
-    disagreed ("" if neither). ``gpupair.decide.intent.pod_intent`` for a pod without claims."""
+    disagreed ("" if neither). ``gpupair.decide.pod.intent.pod_intent`` for a pod without claims."""
     asked, note = asked_pod_intent(pod, claims)
     return (default if asked is None else asked), note
 

@@ -1,4 +1,6 @@
-"""List, then watch, one kind of Kubernetes object, for as long as the extender runs.
+"""List, then watch, one kind of Kubernetes object, for as long as the service runs: the
+extender's Nodes, Pods, Leases, ResourceSlices and ResourceClaims, the reporter's Pods on a DRA
+node.
 
 The loop keeps the last resourceVersion it saw (from objects and BOOKMARK events) and resumes
 the watch from it when a stream ends; a 410 Gone (the version was compacted away) means events
@@ -20,10 +22,10 @@ from typing import Any, Protocol
 import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpupair.extender.watch_progress import WatchProgress
+from gpupair.kubeclient.watch_progress import WatchProgress
 from gpupair.kubeclient import kube
 
-log = logging.getLogger("gpupair.extender.watch")
+log = logging.getLogger("gpupair.extender.watch")  # the name operators filter the extender's log by
 
 LIST_PAGE = 500
 

@@ -2,7 +2,7 @@
 kept by node from two list+watches, turned into report entries on demand.
 
 A node has a DRA picture when a slice of the configured driver names it (``spec.nodeName``);
-then its entry comes from here (gpupair/decide/dra_picture.py), with the links of the node's reporter
+then its entry comes from here (gpupair/decide/picture/dra_picture.py), with the links of the node's reporter
 topology where one is published, and the reporter's own ``free`` annotation, which cannot see
 DRA grants, is not used. Entries are built once per change of the node's slices, claims or
 topology, and carry no staleness: the allocator writes every grant into the API before the pod
@@ -20,19 +20,20 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
-from gpupair.decide.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
+from gpupair.decide.devices.pickers import ALLOCATOR
 from gpupair.kubewire import dra
-from gpupair.decide.claim_intent import ClaimIntent, claim_intent, gpu_requests
-from gpupair.decide.claim_explain import FreeDevice, why_unallocatable
+from gpupair.decide.claims.claim_intent import ClaimIntent, claim_intent, gpu_requests
+from gpupair.decide.claims.claim_explain import FreeDevice, why_unallocatable
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
-from gpupair.decide.dra_picture import (
+from gpupair.decide.picture.dra_picture import (
     Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
 )
 from gpupair.topology.nics import NICS_KEY
-from gpupair.decide.gpu_products import ANY
-from gpupair.decide.pod_request import PodRequestError
+from gpupair.decide.score.gpu_products import ANY
+from gpupair.decide.pod.pod_request import PodRequestError
 from gpupair.topology.report import TOPOLOGY_KEY, decode_node_nics
 
 log = logging.getLogger("gpupair.extender.dra")
@@ -48,12 +49,36 @@ class ClaimNotSeen(PodRequestError):
         self.namespace, self.name = namespace, name
 
 
+class WatchFeed(Protocol):
+    """What a list+watch of one kind feeds (a WatchHandler, gpupair/kubeclient/list_watch.py),
+    and whether its first list is in."""
+
+    listed: bool
+
+    def replace(self, items: list[dict[str, Any]]) -> None: ...
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None: ...
+
+
+class DraFeed(Protocol):
+    """What the DRA source needs from whoever lists and watches the API for it."""
+
+    driver: str  # the ResourceSlices of this driver
+    nic_drivers: frozenset[str]  # and of these RDMA drivers
+    slices: WatchFeed
+    claims: WatchFeed  # every ResourceClaim
+
+    def mark_unserved(self) -> None:
+        """The API serves no resource.k8s.io/v1: no node has a DRA picture, and none will."""
+        ...
+
+
 class DraNodes:
     def __init__(self, driver: str, decoder: ReportDecoder, clock: Callable[[], float],
                  gpu_classes: frozenset[str] = GPU_DEVICE_CLASSES, nic_drivers: frozenset[str] = frozenset(),
-                 logger: logging.Logger = log):
+                 logger: logging.Logger | None = None):
         self.driver = driver
-        self.log = logger  # what it leaves out, and why; a reader that shows it all may silence it
+        self.log = logger or log  # what it leaves out, and why; a reader that shows it all may silence it
         self.nic_drivers = nic_drivers  # RDMA DRA drivers whose devices are the node's NICs
         self.gpu_classes = gpu_classes
         self._decoder = decoder
@@ -89,7 +114,8 @@ class DraNodes:
 
     # ---- readers
 
-    def has(self, node: str) -> bool:
+    def describes(self, node: str) -> bool:
+        """Whether a slice of the driver names the node."""
         return bool(self._by_node.get(node))
 
     def nodes(self) -> set[str]:
@@ -98,7 +124,7 @@ class DraNodes:
     def entry(self, node: str, topology: str | None, nics: str | None = None) -> ReportEntry | None:
         """The node's entry from DRA (``topology``, ``nics``: its reporter's annotations, for the
         links and the NICs), or None when no slice of the driver names the node."""
-        if not self.has(node):
+        if not self.describes(node):
             return None
         key = (self._versions[node], topology if isinstance(topology, str) else None,
                nics if isinstance(nics, str) else None)
@@ -110,7 +136,7 @@ class DraNodes:
         return entry
 
     def entry_of(self, node: str, annotations: Mapping[str, Any] | None) -> ReportEntry | None:
-        """``entry`` as a source of the node picture (gpupair/decide/node_picture.py): the links
+        """``entry`` as a source of the node picture (gpupair/decide/picture/node_picture.py): the links
         and NICs from the Node's reporter annotations, where it has them."""
         notes = annotations if isinstance(annotations, Mapping) else {}
         return self.entry(node, notes.get(TOPOLOGY_KEY), notes.get(NICS_KEY))
@@ -176,7 +202,7 @@ class DraNodes:
         return free
 
     def pod_claim_intents(self, pod: Any) -> list[ClaimIntent]:
-        """What the pod's own GPU claims say of its placement (gpupair/decide/claim_intent.py: their
+        """What the pod's own GPU claims say of its placement (gpupair/decide/claims/claim_intent.py: their
         ``gpupair.io/placement``, else the webhook's constraint shape); empty where none says
         anything, or none is in the watch yet. kube-scheduler's extended-resource claim asks
         nothing, so it is not read: such a pod's intent is its own annotation."""
@@ -243,7 +269,7 @@ class DraNodes:
         if report.nics is None and self._nic_slices.get(node):  # measured links first, then inferred ones
             report = replace(report, nics=nics_from_slices(self._nic_slices[node].values(), self.nic_drivers,
                                                            report.layout))
-        return ReportEntry(report, shared=self._decoder.shared)
+        return ReportEntry(report, shared=self._decoder.shared, picker=ALLOCATOR)
 
     def _changed(self, nodes: set[str]) -> None:
         nodes.discard("")
@@ -378,7 +404,7 @@ class DraNodes:
 
 
 class _Handler:
-    """A WatchHandler (extender/list_watch.py) over one kind."""
+    """A WatchHandler (gpupair/kubeclient/list_watch.py) over one kind."""
 
     def __init__(self, replace: Callable[[list[dict[str, Any]]], None],
                  apply: Callable[[str, dict[str, Any]], None]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpupair.extender.watch_progress import WatchProgress, revision
+from gpupair.kubeclient.watch_progress import WatchProgress, revision
 
 
 def test_revision_reads_only_decimal_integers():
