@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 
+from gpupair.decide.devices.pickers import DEVICE_PLUGIN
 from gpupair.simulator.trace.cluster import TraceCluster
 from gpupair.simulator.trace.devices import Tables, gpupair_decider, picker
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod, read_nodes, read_pods
@@ -89,7 +90,7 @@ def test_a_pod_refused_on_every_node_searched_while_an_unsearched_one_passes_is_
         policy = make_policy("kube-default")
         policy.bind(cluster, [two], np.random.default_rng(0))
         tables = Tables(cluster.layouts, picker(config.path, config.plugin, True),
-                        gpupair_decider(config.path, config.plugin), "reporter")
+                        gpupair_decider(config.path, config.plugin), DEVICE_PLUGIN)
         search = None if percentage is None else FeasibleNodeSearch(len(nodes), percentage)
         result = ReplayResult("kube-default", True, 42, config.path, config.score, {})
         row = _schedule(cluster, policy, (tables, None), two, config, np.random.default_rng(1), result, search)
