@@ -58,7 +58,7 @@ PreemptVerb = Callable[[int, Intent, dict[str, list[str]], Cluster], dict[str, l
 
 
 @dataclass(frozen=True)
-class Preemption:
+class PreemptionResult:
     node: str | None  # None: no node was chosen, nothing is evicted
     victims: tuple[str, ...] = ()
     candidates: int = 0  # nodes left after the verb
@@ -121,7 +121,7 @@ def pick_node(candidates: Mapping[str, Sequence[str]], running: Mapping[str, Run
 
 def preempt(request: PodRequest, priority: int, intent: Intent, cluster: Cluster, running: Mapping[str, Running],
             nominated: Mapping[str, Sequence[PodRequest]], rng: random.Random,
-            verb: PreemptVerb | None = None, allocator: Policy | None = None) -> Preemption:
+            verb: PreemptVerb | None = None, allocator: Policy | None = None) -> PreemptionResult:
     """Default preemption for a pod that fits no node: the node and victims chosen, if any
     (``allocator``: the DRA path's, for the dry run's DynamicResources Filter)."""
     candidates: dict[str, list[str]] = {}
@@ -135,6 +135,6 @@ def preempt(request: PodRequest, priority: int, intent: Intent, cluster: Cluster
     if verb is not None and candidates and request.gpus > 0:
         candidates = verb(request.gpus, intent, candidates, cluster)
     if not candidates:
-        return Preemption(None, (), 0, proposed)
+        return PreemptionResult(None, (), 0, proposed)
     node = pick_node(candidates, running, rng)
-    return Preemption(node, tuple(candidates[node]), len(candidates), proposed)
+    return PreemptionResult(node, tuple(candidates[node]), len(candidates), proposed)

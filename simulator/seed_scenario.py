@@ -59,7 +59,7 @@ class SeedScenario:
 
 
 @dataclass(frozen=True)
-class Sample:
+class SeedSample:
     config: str
     run: int
     round: int
@@ -82,10 +82,10 @@ class Sample:
 @dataclass
 class ConfigResult:
     config: str
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[SeedSample] = field(default_factory=list)
 
     @property
-    def granted(self) -> list[Sample]:
+    def granted(self) -> list[SeedSample]:
         return [s for s in self.samples if s.verdict is not None]
 
     @property
@@ -106,7 +106,7 @@ class ConfigResult:
         return sum(1 for s in self.samples if s.verdict is None and s.close_set_free)
 
     @property
-    def network(self) -> list[Sample]:
+    def network(self) -> list[SeedSample]:
         """The pods that asked for the network."""
         return [s for s in self.samples if s.network]
 
@@ -177,7 +177,7 @@ def run_seed_scenario(
                 node = scheduler.schedule(pod, request, cluster, ties, nic=ask)
                 if node is None:
                     judge = near_nic if network and config.honours_nic else None
-                    result.samples.append(Sample(config.name, run, round_number, pod, "Pending", None, None,
+                    result.samples.append(SeedSample(config.name, run, round_number, pod, "Pending", None, None,
                                                  cluster.close_set_free(request, allocator=reach, near_nic=judge),
                                                  network))
                     continue
@@ -187,7 +187,7 @@ def run_seed_scenario(
                 nics = cluster.nodes[node].nics
                 verdict = classify(layout, granted, nics=nics) if granted else None
                 phase = "Succeeded" if granted else "Failed"
-                result.samples.append(Sample(config.name, run, round_number, pod, phase, node, verdict,
+                result.samples.append(SeedSample(config.name, run, round_number, pod, phase, node, verdict,
                                              network=network, gdr=bool(granted) and gdr_capable(nics, granted)))
             cluster.report_all()
             scheduler.reported(cluster)

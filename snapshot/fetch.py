@@ -20,7 +20,7 @@ from gpupair.status.fetch import LIVE_PODS, read_items
 
 
 @dataclass
-class Cluster:
+class ClusterObjects:
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     slices: list[dict[str, Any]] = field(default_factory=list)
@@ -32,7 +32,7 @@ async def _none() -> list[dict[str, Any]]:
     return []
 
 
-async def list_cluster(api: k8s.ApiClient, dra_driver: str = "", timeout: float = 60.0) -> Cluster:
+async def list_cluster(api: k8s.ApiClient, dra_driver: str = "", timeout: float = 60.0) -> ClusterObjects:
     core, resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
     calls = (read_items(core.list_node), read_items(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS),
              read_items(resource.list_resource_slice, field_selector=f"spec.driver={dra_driver}") if dra_driver
@@ -52,6 +52,6 @@ async def list_cluster(api: k8s.ApiClient, dra_driver: str = "", timeout: float 
                 raise result
             if getattr(result, "status", None) != 404:  # 404: no resource.k8s.io/v1, so no DRA GPUs
                 unseen.append(f"cannot list {kind}: {describe_error(result)}")
-    return Cluster(nodes, pods,  # type: ignore[arg-type]
+    return ClusterObjects(nodes, pods,  # type: ignore[arg-type]
                    [] if isinstance(slices, BaseException) else slices,
                    [] if isinstance(claims, BaseException) else claims, unseen)

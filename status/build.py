@@ -28,7 +28,7 @@ from gpupair.status.objects import (
     parse_time,
     pod_key,
 )
-from gpupair.status.reserved import Reservation, bound_gpu_pods, reservation
+from gpupair.status.reserved import ReservedGpus, bound_gpu_pods, reservation
 from gpupair.status.view import (
     CloseSet,
     DeviceView,
@@ -37,7 +37,7 @@ from gpupair.status.view import (
     HeartbeatSource,
     NotVerified,
     NodeCounts,
-    NodeView,
+    NodeStatus,
     NumaView,
     PendingPod,
     Reserved,
@@ -157,7 +157,7 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, entry: ReportEntry, alive: float | None = None) -> NodeView:
+              options: Options, entry: ReportEntry, alive: float | None = None) -> NodeStatus:
     """``entry``: the node's from the node picture (its report, or why there is none), which
     judges freshness as the extender does. ``alive``: the node's reporter Lease renewTime (epoch
     seconds), a second heartbeat next to a reporter's reportedAt (a DRA picture is as current as
@@ -166,7 +166,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     decoded = entry.report
     if decoded is None:
-        return NodeView(name=name, state="missing" if entry.kind == "missing" else "invalid", reason=entry.cause,
+        return NodeStatus(name=name, state="missing" if entry.kind == "missing" else "invalid", reason=entry.cause,
                         heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
                         gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
                         reserved=empty, ledgerProblem="")
@@ -177,7 +177,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     stale = entry.is_stale(now.timestamp(), alive)
     held = reservation(bound, decoded)
     numa = _numa_views(decoded, held)
-    return NodeView(
+    return NodeStatus(
         name=name, state="stale" if stale else "fresh", reason=entry.problem_when_stale(alive) if stale else "",
         heartbeatSource=source, heartbeatAt=heartbeat, ageSeconds=round((now - heartbeat).total_seconds(), 3),
         generation=decoded.generation,
@@ -187,7 +187,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     )
 
 
-def _numa_views(decoded: codec.NodeReport, held: Reservation) -> list[NumaView]:
+def _numa_views(decoded: codec.NodeReport, held: ReservedGpus) -> list[NumaView]:
     def state(index: int) -> str:
         if index in decoded.unhealthy:
             return "unhealthy"
@@ -224,7 +224,7 @@ def _largest(numa: list[NumaView]) -> CloseSet:
     return CloseSet(gpus=count, numa=best.numa if count else None)
 
 
-def fragmentation(nodes: Iterable[NodeView], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
+def fragmentation(nodes: Iterable[NodeStatus], sizes: Iterable[int] = FRAGMENTATION_SIZES) -> list[FragmentationRow]:
     """Nodes with a fresh report that the extender would let a k-GPU pod onto now: k free on one
     NUMA node, or, for a k larger than a NUMA node, within the fewest NUMA nodes the hardware
     allows (gpupair.decide.placement.fit). GPUs reserved on unknown devices are taken from the NUMA
@@ -233,7 +233,7 @@ def fragmentation(nodes: Iterable[NodeView], sizes: Iterable[int] = FRAGMENTATIO
     return [FragmentationRow(gpus=k, nodes=sum(1 for n in fresh if _accepts(n, k))) for k in sizes]
 
 
-def _accepts(node: NodeView, k: int) -> bool:
+def _accepts(node: NodeStatus, k: int) -> bool:
     sizes = sorted((len(n.devices) for n in node.numa), reverse=True)
     needed = next((m for m in range(1, len(sizes) + 1) if sum(sizes[:m]) >= k), None)
     if needed is None:
@@ -245,7 +245,7 @@ def _accepts(node: NodeView, k: int) -> bool:
     return sum(sorted(free, reverse=True)[:needed]) >= k
 
 
-def _counts(nodes: list[NodeView]) -> NodeCounts:
+def _counts(nodes: list[NodeStatus]) -> NodeCounts:
     def count(state: str) -> int:
         return sum(1 for n in nodes if n.state == state)
 

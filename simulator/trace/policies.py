@@ -37,7 +37,7 @@ def best_share_gpu(left: np.ndarray, milli: int) -> int:
     return int(np.argmin(fitting))
 
 
-class Policy:
+class ScoringPolicy:
     name = ""
     weight = 1  # the score plugin's weight in the profile
 
@@ -54,7 +54,7 @@ class Policy:
         """The cluster changed at ``row``."""
 
 
-class RandomPolicy(Policy):
+class RandomPolicy(ScoringPolicy):
     """PreScore draws one feasible node uniformly; it scores 100, the rest 0."""
 
     name = "Random"
@@ -69,7 +69,7 @@ class RandomPolicy(Policy):
         return int(fitting[int(self.rng.integers(len(fitting)))])
 
 
-class DotProdPolicy(Policy):
+class DotProdPolicy(ScoringPolicy):
     """The dot product of the node's CPU and GPU left with the pod's ask, each over the largest
     node's, averaged: the pod goes where the product is smallest."""
 
@@ -83,7 +83,7 @@ class DotProdPolicy(Policy):
         return np.trunc(MAX_NODE_SCORE * (1 - product / 2)).astype(np.int64)
 
 
-class GpuClusteringPolicy(Policy):
+class GpuClusteringPolicy(ScoringPolicy):
     """Pods of one kind (a share, or k whole GPUs) together: a node holding only this kind scores
     75 and up, holding it among others 50, holding no GPU pod 25, plus a quarter by GPU use."""
 
@@ -104,7 +104,7 @@ class GpuClusteringPolicy(Policy):
         return base + bonus
 
 
-class GpuPackingPolicy(Policy):
+class GpuPackingPolicy(ScoringPolicy):
     """Shares onto GPUs already shared, whole GPUs onto nodes already in use, empty nodes last."""
 
     name = "GpuPacking"
@@ -126,7 +126,7 @@ class GpuPackingPolicy(Policy):
         return np.where(free == gpus, empty, partial)
 
 
-class BestFitPolicy(Policy):
+class BestFitPolicy(ScoringPolicy):
     """Least left after the pod, CPU and GPU weighed alike; normalised to 0-100 over the nodes."""
 
     name = "BestFit"
@@ -143,7 +143,7 @@ class BestFitPolicy(Policy):
         return (raw - low) * MAX_NODE_SCORE // (high - low)
 
 
-class FgdPolicy(Policy):
+class FgdPolicy(ScoringPolicy):
     """Fragmentation gradient descent: where the target workload loses the least."""
 
     name = "FGD"
@@ -189,7 +189,7 @@ class FgdPolicy(Policy):
 
 
 @dataclass
-class KubeProfilePolicy(Policy):
+class KubeProfilePolicy(ScoringPolicy):
     """A kube-scheduler profile's NodeResourcesFit and BalancedAllocation scores."""
 
     profile: Profile
@@ -247,7 +247,7 @@ KUBE_POLICIES = {"kube-default": "default", "kube-gpu-binpack": "gpu-binpack", "
 POLICY_NAMES = (*FGD_POLICIES, *KUBE_POLICIES)
 
 
-def make_policy(name: str) -> Policy:
+def make_policy(name: str) -> ScoringPolicy:
     key = name.lower()
     if key in FGD_POLICIES:
         return FGD_POLICIES[key]()
