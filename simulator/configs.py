@@ -11,7 +11,7 @@ from gpupair.decide.policies import Policy, policy_named
 from gpupair.decide.decisions import DRA, Decider
 from gpupair.decide.intent import Intent
 from gpupair.simulator.interference import Interference
-from gpupair.simulator.dra import FORMS, Form, form_named
+from gpupair.simulator.dynamic_resources import FORMS, Form, form_named
 from gpupair.simulator.kube_scoring import PROFILES, Profile
 from gpupair.simulator.schedulers import SCHEDULERS, Scheduler
 
@@ -25,7 +25,7 @@ SCHEDULER_ALIASES = {"default": "kube"}
 @dataclass(frozen=True)
 class Config:
     scheduler: str  # "kube" (kube-scheduler alone) | "gpupair" (with the extender) | "gpupair-legacy"
-    plugin: str  # "naive" | "aligned"; on the DRA path a key of simulator.dra.FORMS
+    plugin: str  # "naive" | "aligned"; on the DRA path a key of simulator.dynamic_resources.FORMS
     profile: str = "default"  # a key of kube_scoring.PROFILES
 
     @property

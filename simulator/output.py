@@ -11,7 +11,7 @@ from gpupair.command.outputs import atomic_write, write_text
 from gpupair.decide.verdict import TSV_HEADER
 from gpupair.simulator.configs import split_name
 from gpupair.simulator.fleet import FleetResult
-from gpupair.simulator.fragmentation import FragmentationResult
+from gpupair.simulator.fragmentation_scenario import FragmentationResult
 from gpupair.simulator.seed_scenario import ConfigResult
 
 

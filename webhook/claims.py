@@ -89,7 +89,7 @@ class ClaimOptions:
     device_classes: frozenset[str] = GPU_DEVICE_CLASSES
     gpus_per_numa: int = DEFAULT_GPUS_PER_NUMA_NODE  # the most devices one NUMA constraint can hold
     nvlink_pairs: tuple[tuple[int, int], ...] = ()  # device indices joined by NVLink bridges, in order (the override)
-    # The subrequests from the reporters' measured links (webhook/node_links.py), read per claim.
+    # The subrequests from the reporters' measured links (webhook/node_links_file.py), read per claim.
     nvlink_source: Callable[[], NvlinkChoices] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

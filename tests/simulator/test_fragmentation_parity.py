@@ -25,7 +25,7 @@ from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.gpu_products import PRODUCT_LABEL
 from gpupair.extender.prioritize import prioritize_nodes
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.simulator.trace.cluster import TraceCluster
+from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.devices import Tables, gpupair_decider, picker
 from gpupair.simulator.trace.files import TracePod, read_nodes, read_pods
 from gpupair.simulator.trace.gpupair_score import FragmentationScore

@@ -20,7 +20,7 @@ import numpy as np
 from gpupair.kubewire.defaults import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
 from gpupair.simulator.kube_scoring import PROFILES, Profile
 from gpupair.decide import fragmentation
-from gpupair.simulator.trace.cluster import TraceCluster
+from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.files import MILLI, TracePod
 
 
@@ -90,7 +90,7 @@ class GpuClusteringPolicy(ScoringPolicy):
     name = "GpuClustering"
 
     def scores(self, pod, rows):
-        from gpupair.simulator.trace.cluster import label_of
+        from gpupair.simulator.trace.node_arrays import label_of
 
         c = self.cluster
         if not pod.gpus:

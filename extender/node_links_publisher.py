@@ -34,7 +34,7 @@ from gpupair.kubeclient import kube
 from gpupair.topology.node_links import FILE_KEY, MAX_BYTES, encode_node_links_within
 from gpupair.topology.report import TOPOLOGY_KEY
 
-log = logging.getLogger("gpupair.extender.node_links")
+log = logging.getLogger("gpupair.extender.node_links_publisher")
 
 
 class NodeLinks:

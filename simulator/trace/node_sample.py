@@ -3,7 +3,7 @@ control-plane test that replays a trace on a real kube-scheduler, where 1,213 no
 
 Nodes are grouped by (GPUs, model); each group keeps its share of the fleet, rounded by largest
 remainder so the sample has exactly N nodes, and its members are drawn with the seed. FGD's
-protocol then samples the pods to 130% of the sample's GPUs (``protocol.arrivals``), so a
+protocol then samples the pods to 130% of the sample's GPUs (``fgd_protocol.arrivals``), so a
 sample is a small copy of the fleet, not a slice of its demand.
 """
 
