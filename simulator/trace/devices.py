@@ -16,7 +16,7 @@ from gpupair.decide import placement
 from gpupair.decide.decisions import DRA, Decider, NodeView
 from gpupair.decide.intent import Intent
 from gpupair.decide.policies import POLICIES, Policy
-from gpupair.simulator.dynamic_resources import FORMS
+from gpupair.simulator.models.dynamic_resources import FORMS
 from gpupair.topology import links
 from gpupair.topology.layout import NodeLayout, NodeState
 

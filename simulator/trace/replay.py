@@ -36,7 +36,7 @@ import numpy as np
 
 from gpupair.decide.decisions import DRA
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
-from gpupair.simulator.schedulers import EXTENDER_WEIGHT
+from gpupair.simulator.models.schedulers import EXTENDER_WEIGHT
 from gpupair.simulator.trace import fgd_protocol
 from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_decider, picker

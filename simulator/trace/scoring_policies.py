@@ -3,7 +3,7 @@
 FGD's six (its simulator's score plugins, from their published definitions; FGD's repository
 ``pkg/simulator/plugin``): Random, DotProd, GpuClustering, GpuPacking, BestFit and FGD, each the
 profile's only score plugin. kube-scheduler's profiles are those ``simulate`` models elsewhere
-(simulator/kube_scoring.py): NodeResourcesFit and BalancedAllocation, here vectorised. A GPU
+(simulator/models/kube_scoring.py): NodeResourcesFit and BalancedAllocation, here vectorised. A GPU
 share is scored as ``nvidia.com/gpu`` in milli: a time-sliced GPU's replicas, or a sharing DRA
 driver's capacity, as kube-scheduler counts them.
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupair.kubewire.defaults import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST, MAX_NODE_SCORE
-from gpupair.simulator.kube_scoring import PROFILES, Profile
+from gpupair.simulator.models.kube_scoring import PROFILES, Profile
 from gpupair.decide import fragmentation
 from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.files import MILLI, TracePod

@@ -11,7 +11,7 @@ from statistics import mean
 import numpy as np
 import pytest
 
-from gpupair.simulator.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
+from gpupair.simulator.models.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
 from gpupair.decide import fragmentation
 from gpupair.simulator.trace import fgd_protocol, replay_output
 from gpupair.simulator.trace.node_arrays import TraceCluster
@@ -94,7 +94,7 @@ def cluster_of(nodes, placed=()):
 
 
 def test_kube_profiles_score_as_the_scalar_transcription(full):
-    """The vectorised NodeResourcesFit and BalancedAllocation equal simulator/kube_scoring.py."""
+    """The vectorised NodeResourcesFit and BalancedAllocation equal simulator/models/kube_scoring.py."""
     nodes, pods = full
     rng = np.random.default_rng(3)
     chosen = [nodes[i] for i in rng.choice(len(nodes), 40, replace=False)]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from gpupair.decide.intent import Intent
 from gpupair.decide.policies import Policy
 from gpupair.simulator.cluster import Cluster, SimNode
-from gpupair.simulator.kube_scoring import NodeUsage, PodRequest
+from gpupair.simulator.models.kube_scoring import NodeUsage, PodRequest
 
 HIGH_PRIORITY = 1000  # a PriorityClass value for the pods that may preempt; the rest run at 0
 _OFFSET = 2**31  # pickOneNodeForPreemption adds MaxInt32+1 to each priority before summing

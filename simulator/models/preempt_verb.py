@@ -13,7 +13,7 @@ from gpupair.decide.intent import Intent
 from gpupair.decide.preemption import NodeSituation, Preemption, Victim, VictimGPUs
 from gpupair.decide.reservations import NO_HOLD, Hold
 from gpupair.simulator.cluster import NAMESPACE, Cluster
-from gpupair.simulator.schedulers import GpupairExtender
+from gpupair.simulator.models.schedulers import GpupairExtender
 
 
 def _hold_of(extender: GpupairExtender, node: str, pod: str, total: Hold) -> Hold:

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpupair.topology.layout import NodeLayout
 from gpupair.kubewire.wire import explain
 from gpupair.simulator.cluster import Cluster, SimNode
-from gpupair.simulator.kube_scoring import PodRequest, Profile
-from gpupair.simulator.schedulers import KubeScheduler
+from gpupair.simulator.models.kube_scoring import PodRequest, Profile
+from gpupair.simulator.models.schedulers import KubeScheduler
 
 
 class StatePod(BaseModel):

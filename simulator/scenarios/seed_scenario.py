@@ -29,9 +29,9 @@ from gpupair.decide.verdict import Verdict, classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.interference import Interference
-from gpupair.simulator.kube_scoring import PerGpu
+from gpupair.simulator.models.kube_scoring import PerGpu
 from gpupair.simulator.network import gdr_capable
-from gpupair.simulator.schedulers import Scheduler
+from gpupair.simulator.models.schedulers import Scheduler
 
 SECONDS_PER_ROUND = 60.0  # the extender's clock; a hold never outlives its round here anyway
 

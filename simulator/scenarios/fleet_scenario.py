@@ -15,7 +15,7 @@ once and the extender sees it only through its pod watch. Pinned pods count in u
 in the per-pod figures, which judge the scheduler's own placements.
 
 With a high-priority share, that share of arrivals runs at a higher priority and may preempt the
-others when it fits no node (simulator/default_preemption.py: kube-scheduler's default preemption, with
+others when it fits no node (simulator/models/default_preemption.py: kube-scheduler's default preemption, with
 gpupair's preempt verb where registered). Per configuration it then counts evictions, and the
 wasted ones: victims evicted on a node where, once they are gone, the pod still has no set it may
 take under its intent (gpupair's rule, judged on the node's real free GPUs); the GPU-steps the
@@ -46,10 +46,10 @@ from gpupair.decide.verdict import classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
 from gpupair.simulator.interference import Interference
-from gpupair.simulator.kube_scoring import PerGpu, PodRequest
+from gpupair.simulator.models.kube_scoring import PerGpu, PodRequest
 from gpupair.simulator.network import gdr_capable, servable
-from gpupair.simulator.default_preemption import HIGH_PRIORITY, Running, preempt
-from gpupair.simulator.schedulers import Scheduler
+from gpupair.simulator.models.default_preemption import HIGH_PRIORITY, Running, preempt
+from gpupair.simulator.models.schedulers import Scheduler
 from gpupair.simulator.workload import PodMix
 
 

@@ -19,7 +19,7 @@ from gpupair.topology.layout import NodeLayout
 from gpupair.decide.verdict import classify
 from gpupair.simulator.cluster import DEFAULT_NODE_MEMORY, DEFAULT_NODE_MILLI_CPU, Cluster
 from gpupair.simulator.configs import Config
-from gpupair.simulator.kube_scoring import PerGpu
+from gpupair.simulator.models.kube_scoring import PerGpu
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ its last report, on the cluster's simulated clock:
   a report shows all its devices taken, or at its TTL; a pod bound by others is reserved the set
   the extender predicts the plugin will pick, ended the same way.
 
-On the DRA path (``KubeScheduler.dra``, simulator/dynamic_resources.py) DynamicResources' Filter also runs the
+On the DRA path (``KubeScheduler.dra``, simulator/models/dynamic_resources.py) DynamicResources' Filter also runs the
 allocator on the node's really free devices (kube-scheduler's own claim cache, in-flight
 allocations included): a node where it finds none fails. Its Score adds the ``firstAvailable``
 points; claim pods' GPUs are not scored by NodeResourcesFit; the extender decides on
@@ -45,9 +45,9 @@ from gpupair.decide.intent import Intent
 from gpupair.decide.nic_ask import NicAsk
 from gpupair.decide.reservations import DEFAULT_TTL, Reservation, Reservations
 from gpupair.simulator.cluster import NAMESPACE, Cluster
-from gpupair.simulator.dynamic_resources import Form, dynamic_resources_scores
-from gpupair.simulator.kube_scoring import NodeUsage, PodRequest, Profile
-from gpupair.simulator.default_preemption import PreemptVerb
+from gpupair.simulator.models.dynamic_resources import Form, dynamic_resources_scores
+from gpupair.simulator.models.kube_scoring import NodeUsage, PodRequest, Profile
+from gpupair.simulator.models.default_preemption import PreemptVerb
 
 EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README
 
@@ -159,7 +159,7 @@ class KubeScheduler:
     def preempt_verb(self) -> PreemptVerb | None:
         if self.extender is None or not self.extender.preempt_verb:
             return None
-        from gpupair.simulator.preempt_verb import judge_candidates
+        from gpupair.simulator.models.preempt_verb import judge_candidates
 
         return lambda gpus, intent, candidates, cluster: judge_candidates(
             self.extender, gpus, intent, candidates, cluster)
