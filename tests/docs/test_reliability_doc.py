@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from tests.controlplane.chaos_table import BEGIN, END, MATRIX, render, replace_table, table_rows
-from tests.core.test_doc_links import REPO
+from tests.docs.test_doc_links import REPO
 
 PAGE = REPO / "docs" / "reliability.md"
 BURST_NAME = re.compile(r'\.burst\(\s*"([\w-]+)"')

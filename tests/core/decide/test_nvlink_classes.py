@@ -13,7 +13,7 @@ import pytest
 from gpupair.decide.nvlink_classes import dra_pci, index_choices, link_classes, nvlink_choices, selector
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.smi_topo import parse_topo_matrix
-from tests.core.test_smi_topo import load
+from tests.core.topology.test_smi_topo import load
 
 A6000 = parse_topo_matrix(load("unige-3741-8x-a6000-nvlink.txt")).to_layout()
 HGX_H100 = parse_topo_matrix(load("sglang-30401-hgx-h100.txt")).to_layout()

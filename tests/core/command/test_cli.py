@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpupair.command import cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HEAVY = ("aiohttp", "pydantic", "grpc", "kubernetes_asyncio", "prometheus_client", "google.protobuf",
          "cryptography", "numpy", "matplotlib")
 

@@ -15,7 +15,7 @@ from gpupair.decide.scope import SCOPE_KEY, Scope, free_sets, parse_scope, pod_s
 from gpupair.decide.verdict import classify
 from gpupair.topology.layout import NodeState
 from gpupair.topology.smi_topo import parse_topo_matrix
-from tests.core.test_smi_topo import load
+from tests.core.topology.test_smi_topo import load
 
 A6000 = parse_topo_matrix(load("unige-3741-8x-a6000-nvlink.txt")).to_layout()
 PLUGIN = Decider(policy=POLICIES["aligned"], scope=Scope.NVLINK)

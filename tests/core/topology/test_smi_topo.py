@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.smi_topo import SmiTopology, TopoParseError, parse_topo_matrix
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "topo"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "topo"
 ALL_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.txt"))
 
 

@@ -16,7 +16,7 @@ import pytest
 from gpupair.command import cli, flags
 from gpupair.command.cli_reference import command_parsers, reference
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Pairs of flags whose names look alike but that name different things.
 DISTINCT = {
     frozenset({"--node", "--node-name"}): "audit's node to pin test pods to; the reporter's own node",

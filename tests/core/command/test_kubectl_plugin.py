@@ -20,7 +20,7 @@ from tests.k8s_tools import kubectl_path, require
 from tests.kube_double import Store, running_kube_double
 from tests.status_fleet import NOW, rfc3339, small_fleet
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "fixtures" / "status" / "fleet.txt"
 VENV_BIN = Path(sys.executable).parent
 

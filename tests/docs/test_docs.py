@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.test_doc_links import REPO, prose
+from tests.docs.test_doc_links import REPO, prose
 
 DOCS = REPO / "docs"
 NOT_YET: set[str] = set()  # pages not yet held to this check (none: every page under docs/ is)

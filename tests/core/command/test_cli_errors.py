@@ -24,7 +24,7 @@ import pytest
 
 from gpupair.command import cli, flags
 from gpupair.command.cli_reference import command_parsers
-from tests.core.test_cli_contract import REPO, contract_flags, gpupair
+from tests.core.command.test_cli_contract import REPO, contract_flags, gpupair
 
 SEED_TOPO = str(REPO / "tests" / "fixtures" / "topo" / "seed-5090d.txt")
 KUBE_COMMANDS = ("certs", "extender", "audit", "reporter", "status", "snapshot")

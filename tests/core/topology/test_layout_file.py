@@ -18,7 +18,7 @@ from gpupair.topology.layout_file import LayoutFileError, parse_layout_text, rea
 from gpupair.reporter.topology_source import FileLayoutSource
 from tests.reporter_support import seed_layout
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOPO = REPO / "tests" / "fixtures" / "topo"
 
 
