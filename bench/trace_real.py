@@ -60,7 +60,7 @@ import numpy as np  # noqa: E402
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
-from gpupair.simulator.trace.nodes_to_score import ADAPTIVE  # noqa: E402
+from gpupair.simulator.trace.models.nodes_to_score import ADAPTIVE  # noqa: E402
 from gpupair.simulator.trace.replay import SHIPPED, ReplayConfig, replay  # noqa: E402
 from gpupair.simulator.trace.node_sample import sample_nodes  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402

@@ -39,12 +39,12 @@ from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
 from gpupair.simulator.models.schedulers import EXTENDER_WEIGHT
 from gpupair.simulator.trace import fgd_protocol
 from gpupair.simulator.trace.node_arrays import TraceCluster
-from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_decider, picker
+from gpupair.simulator.trace.models.devices import Tables, crosses_sockets, gpupair_decider, picker
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
-from gpupair.simulator.trace.gpupair_score import FragmentationScore
-from gpupair.simulator.trace.nodes_to_score import FeasibleNodeSearch
+from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.models.nodes_to_score import FeasibleNodeSearch
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.scoring_policies import FGD_POLICIES, display_name, make_policy
+from gpupair.simulator.trace.models.scoring_policies import FGD_POLICIES, display_name, make_policy
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     from gpupair.simulator.trace import replay_output
     from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name
     from gpupair.simulator.trace.numa import NumaSplits
-    from gpupair.simulator.trace.scoring_policies import make_policy
+    from gpupair.simulator.trace.models.scoring_policies import make_policy
     from gpupair.simulator.trace.replay import ReplayConfig
     from gpupair.simulator.trace.runs import parse_seeds, run_all
 

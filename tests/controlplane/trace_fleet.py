@@ -55,7 +55,7 @@ from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 from gpupair.simulator.trace import fgd_protocol
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.scoring_policies import best_share_gpu
+from gpupair.simulator.trace.models.scoring_policies import best_share_gpu
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.controlplane.api import Api, ApiError

@@ -17,7 +17,7 @@ from gpupair.simulator.trace import fgd_protocol, replay_output
 from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, workload_name
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.scoring_policies import make_policy
+from gpupair.simulator.trace.models.scoring_policies import make_policy
 from gpupair.simulator.trace.replay import FRAGMENTATION, ReplayConfig, ReplayResult, replay
 from gpupair.simulator.trace.runs import parse_seeds, run_all
 

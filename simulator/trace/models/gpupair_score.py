@@ -22,7 +22,7 @@ import numpy as np
 from gpupair.decide.fragmentation import MILLI, Workload
 from gpupair.decide.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.simulator.trace.node_arrays import TraceCluster
-from gpupair.simulator.trace.devices import Tables
+from gpupair.simulator.trace.models.devices import Tables
 from gpupair.simulator.trace.files import TracePod
 
 
