@@ -44,7 +44,7 @@ class Tally:
 
 
 @dataclass
-class Summary:
+class AuditSummary:
     nodes: dict[str, Tally]
     total: Tally
 
@@ -53,13 +53,13 @@ class Summary:
         return self.total.samples > 0 and self.total.passed == self.total.samples
 
 
-def summarize(samples: Iterable[Sample]) -> Summary:
+def summarize(samples: Iterable[Sample]) -> AuditSummary:
     nodes: dict[str, Tally] = {}
     total = Tally()
     for sample in samples:
         nodes.setdefault(sample.node or UNSCHEDULED, Tally()).add(sample)
         total.add(sample)
-    return Summary(dict(sorted(nodes.items())), total)
+    return AuditSummary(dict(sorted(nodes.items())), total)
 
 
 def _link_mix(tally: Tally) -> str:
@@ -69,7 +69,7 @@ def _link_mix(tally: Tally) -> str:
     return " ".join(f"{label}={count}" for label, count in ordered)
 
 
-def format_summary(summary: Summary) -> str:
+def format_summary(summary: AuditSummary) -> str:
     header = ("node", "samples", "SYS", *RESULTS, "PASS rate", "links")
     rows = [header]
     named = list(summary.nodes.items())
@@ -96,7 +96,7 @@ def format_summary(summary: Summary) -> str:
     return "\n".join(lines)
 
 
-def verdict_line(summary: Summary) -> str:
+def verdict_line(summary: AuditSummary) -> str:
     """One sentence an operator can paste: the seed's conclusion line."""
     total = summary.total
     if total.samples == 0:

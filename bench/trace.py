@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
-from gpupair.simulator.trace.policies import make_policy  # noqa: E402
+from gpupair.simulator.trace.models.scoring_policies import make_policy  # noqa: E402
 from gpupair.simulator.trace.replay import SCORE_LABELS, ReplayConfig  # noqa: E402
 from gpupair.simulator.trace.runs import parse_seeds, run_all  # noqa: E402
 

@@ -13,7 +13,7 @@ kube-scheduler's percentageOfNodesToScore modelled (``--percentage-of-nodes-to-s
 kube-scheduler is 0 there).
 
 ``--nodes N``: N of the trace's nodes with its mix of (GPUs, model), drawn with the seed
-(simulator/trace/sample.py); the pods are sampled to 130% of their GPUs.
+(simulator/trace/node_sample.py); the pods are sampled to 130% of their GPUs.
 ``--percentage-of-nodes-to-score P``: kube-scheduler's setting (default: its own, unset).
 ``--without-gpupair``: kube-scheduler alone (no extender, no gpupair objects): the baseline of
 the cost ratio. ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the
@@ -60,9 +60,9 @@ import numpy as np  # noqa: E402
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
-from gpupair.simulator.trace.nodes_to_score import ADAPTIVE  # noqa: E402
+from gpupair.simulator.trace.models.nodes_to_score import ADAPTIVE  # noqa: E402
 from gpupair.simulator.trace.replay import SHIPPED, ReplayConfig, replay  # noqa: E402
-from gpupair.simulator.trace.sample import sample_nodes  # noqa: E402
+from gpupair.simulator.trace.node_sample import sample_nodes  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
 from tests.controlplane.gpupair_install import Install, scheduler_extenders  # noqa: E402
 from tests.controlplane.processes import stop_all  # noqa: E402

@@ -172,7 +172,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
     publisher = None
     node_handlers = [extender.node_cache] if extender.node_cache is not None else []
     if args.node_links_configmap:
-        from gpupair.extender.node_links import NodeLinks, NodeLinksPublisher
+        from gpupair.extender.node_links_publisher import NodeLinks, NodeLinksPublisher
 
         links = NodeLinks()
         node_handlers.append(links)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from gpupair.kubewire.wire import UserInfo, explain
+from gpupair.kubewire.wire import KubeWire, UserInfo, explain
 
 API_VERSION = "authentication.k8s.io/v1"
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -28,18 +28,14 @@ _SERVICE_ACCOUNT = re.compile(r"^system:serviceaccount:([^:]+):([^:]+)$")
 MAX_TOKEN_BYTES = 16 * 1024
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-
-class TokenReviewStatus(_Wire):
+class TokenReviewStatus(KubeWire):
     authenticated: bool = False  # omitempty: absent means false
     user: UserInfo = Field(default_factory=UserInfo)
     audiences: list[str] = Field(default_factory=list)
     error: str = ""
 
 
-class TokenReview(_Wire):
+class TokenReview(KubeWire):
     apiVersion: str
     kind: str
     status: TokenReviewStatus = Field(default_factory=TokenReviewStatus)

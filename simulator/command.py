@@ -10,7 +10,7 @@ from pathlib import Path
 from gpupair.topology import limits
 from gpupair.command.flags import NON_NEGATIVE, SHARE, DURATION, Range, UsageError, add_log_level, add_topology_file
 from gpupair.command.service import add_flag
-from gpupair.simulator.dra import DEFAULT_DRA_PAIRS
+from gpupair.simulator.models.dynamic_resources import DEFAULT_DRA_PAIRS
 from gpupair.simulator.trace.numa import DEFAULT_SPLITS
 
 TRACE_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd",
@@ -152,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
     from gpupair.command.outputs import check_output
     from gpupair.simulator import output
     from gpupair.simulator.configs import DEFAULT_PAIRS, DEVICE_PLUGIN, DRA, NIC_PAIRS, parse_configs, parse_paths
-    from gpupair.simulator.fleet import FleetScenario, run_fleet
+    from gpupair.simulator.scenarios.fleet_scenario import FleetScenario, run_fleet
     from gpupair.simulator.interference import Interference
-    from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+    from gpupair.simulator.scenarios.seed_scenario import SeedScenario, run_seed_scenario
     from gpupair.simulator.shapes import seed_layout
     from gpupair.simulator.workload import PodMix, parse_intent_mix
 
@@ -340,7 +340,7 @@ def _heading(path: str, paths: int) -> None:
 def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: dict, tsv: Path) -> int:
     """Small pods, then large ones, on empty nodes, each configuration of each path."""
     from gpupair.simulator import output
-    from gpupair.simulator.fragmentation import FragmentationScenario, run_fragmentation
+    from gpupair.simulator.scenarios.fragmentation_scenario import FragmentationScenario, run_fragmentation
 
     scenario = FragmentationScenario(nodes=args.nodes or 4, small=args.small_pods, large=args.large_pods,
                                      large_gpus=args.large_gpus, per_gpu=resources["per_gpu"],
@@ -366,7 +366,7 @@ def _fragmentation(args: argparse.Namespace, by_path: dict, layout, resources: d
 
 def _resources(args: argparse.Namespace) -> dict:
     """Pods' cpu/memory requests and nodes' allocatable, in kube-scheduler's units (millicores, bytes)."""
-    from gpupair.simulator.kube_scoring import PerGpu
+    from gpupair.simulator.models.kube_scoring import PerGpu
 
     return {
         "per_gpu": PerGpu(round(args.cpu_per_gpu * 1000), round(args.memory_per_gpu * GIB)),
@@ -386,7 +386,7 @@ def _describe(resources: dict) -> str:
 
 def _replay(args: argparse.Namespace, configs: list, layout) -> int:
     """The recorded state, pod by pod, under each profile (kube-scheduler alone: what was recorded)."""
-    from gpupair.simulator.replay import StateError, load_state, replay, summary
+    from gpupair.simulator.scenarios.replay_scenario import StateError, load_state, replay, summary
 
     if not args.state:
         raise UsageError("--scenario replay needs --state FILE")

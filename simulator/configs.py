@@ -12,9 +12,9 @@ from gpupair.decide.judge.decisions import Decider
 from gpupair.decide.devices.pickers import ALLOCATOR
 from gpupair.decide.pod.intent import Intent
 from gpupair.simulator.interference import Interference
-from gpupair.simulator.dra import FORMS, Form, form_named
-from gpupair.simulator.kube_scoring import PROFILES, Profile
-from gpupair.simulator.schedulers import SCHEDULERS, Scheduler
+from gpupair.simulator.models.dynamic_resources import FORMS, Form, form_named
+from gpupair.simulator.models.kube_scoring import PROFILES, Profile
+from gpupair.simulator.models.schedulers import SCHEDULERS, Scheduler
 
 DEVICE_PLUGIN = "device-plugin"
 DRA = "dra"
@@ -27,7 +27,7 @@ SCHEDULER_ALIASES = {"default": "kube"}
 @dataclass(frozen=True)
 class Config:
     scheduler: str  # "kube" (kube-scheduler alone) | "gpupair" (with the extender) | "gpupair-legacy"
-    plugin: str  # "naive" | "aligned"; on the DRA path a key of simulator.dra.FORMS
+    plugin: str  # "naive" | "aligned"; on the DRA path a key of simulator.models.dynamic_resources.FORMS
     profile: str = "default"  # a key of kube_scoring.PROFILES
 
     @property

@@ -10,9 +10,9 @@ from gpupair.command.flags import UsageError
 from gpupair.command.outputs import atomic_write, write_text
 from gpupair.decide.judge.verdict import TSV_HEADER
 from gpupair.simulator.configs import split_name
-from gpupair.simulator.fleet import FleetResult
-from gpupair.simulator.fragmentation import FragmentationResult
-from gpupair.simulator.seed_scenario import ConfigResult
+from gpupair.simulator.scenarios.fleet_scenario import FleetResult
+from gpupair.simulator.scenarios.fragmentation_scenario import FragmentationResult
+from gpupair.simulator.scenarios.seed_scenario import ConfigResult
 
 
 def write_tsv(path: Path, results: Sequence[ConfigResult]) -> list[Path]:

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _list(args: argparse.Namespace):
     from gpupair.kubeclient.kube import api_client
-    from gpupair.snapshot.fetch import list_cluster
+    from gpupair.snapshot.cluster_objects import list_cluster
 
     api = await api_client(args.kubeconfig or None, args.context or None)
     async with api:

@@ -30,7 +30,7 @@ from gpupair.status.objects import (
     parse_time,
     pod_key,
 )
-from gpupair.status.reserved import Reservation, bound_gpu_pods, reservation
+from gpupair.status.reserved import ReservedGpus, bound_gpu_pods, reservation
 from gpupair.status.view import (
     CloseSet,
     DeviceView,
@@ -39,7 +39,7 @@ from gpupair.status.view import (
     HeartbeatSource,
     NotVerified,
     NodeCounts,
-    NodeView,
+    NodeStatus,
     NumaView,
     PendingPod,
     Reserved,
@@ -163,7 +163,7 @@ def _allocatable(node: Mapping[str, Any], resource: str) -> int:
 
 
 def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], int]], now: datetime,
-              options: Options, entry: ReportEntry, alive: float | None = None) -> tuple[NodeView, NodeState | None]:
+              options: Options, entry: ReportEntry, alive: float | None = None) -> tuple[NodeStatus, NodeState | None]:
     """The node's row, and, where its report is fresh, the devices the extender would decide a
     pod on (``decisions.NodeView.available``: the free ones less those reserved, and the worst
     case of the GPUs held on devices nobody named). ``entry``: the node's from the node picture
@@ -175,10 +175,10 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     empty = Reserved(basis=None, pods=[], devices=[], unplaced=0)
     decoded = entry.report
     if decoded is None:
-        return NodeView(name=name, state="missing" if entry.kind == "missing" else "invalid", reason=entry.cause,
-                        heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
-                        gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
-                        reserved=empty, ledgerProblem=""), None
+        return NodeStatus(name=name, state="missing" if entry.kind == "missing" else "invalid", reason=entry.cause,
+                          heartbeatSource=None, heartbeatAt=None, ageSeconds=None, generation=None,
+                          gpus=_allocatable(node, options.resource) or None, numa=[], largestFree=None,
+                          reserved=empty, ledgerProblem=""), None
     source: HeartbeatSource = "dra" if decoded.source == "dra" else "report"
     heartbeat = decoded.reported_at
     if alive is not None and source == "report" and alive > heartbeat.timestamp():
@@ -188,7 +188,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     numa = _numa_views(decoded, held)
     left = None if stale else decisions.NodeView(name, decoded.state, reserved=frozenset(held.devices),
                                                  held=held.unplaced).available()
-    return NodeView(
+    return NodeStatus(
         name=name, state="stale" if stale else "fresh", reason=entry.problem_when_stale(alive) if stale else "",
         heartbeatSource=source, heartbeatAt=heartbeat, ageSeconds=round((now - heartbeat).total_seconds(), 3),
         generation=decoded.generation,
@@ -198,7 +198,7 @@ def node_view(node: Mapping[str, Any], bound: Iterable[tuple[Mapping[str, Any], 
     ), left
 
 
-def _numa_views(decoded: codec.NodeReport, held: Reservation) -> list[NumaView]:
+def _numa_views(decoded: codec.NodeReport, held: ReservedGpus) -> list[NumaView]:
     def state(index: int) -> str:
         if index in decoded.unhealthy:
             return "unhealthy"
@@ -244,7 +244,7 @@ def fragmentation(available: Iterable[NodeState], sizes: Iterable[int] = FRAGMEN
             for k in sizes]
 
 
-def _counts(nodes: list[NodeView]) -> NodeCounts:
+def _counts(nodes: list[NodeStatus]) -> NodeCounts:
     def count(state: str) -> int:
         return sum(1 for n in nodes if n.state == state)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from gpupair.status.view import NodeView, StatusView
+from gpupair.status.view import NodeStatus, StatusView
 
 GLYPHS = {"free": "□", "taken": "■", "reserved": "◩", "unhealthy": "✕"}
 LEGEND = "legend: □ free  ■ taken  ◩ reserved (bound, not yet in the report)  ✕ unhealthy"
@@ -25,33 +25,33 @@ def age(seconds: float | None) -> str:
     return f"{sign}{value // 86400:.0f}d"
 
 
-def free_map(node: NodeView) -> str:
+def free_map(node: NodeStatus) -> str:
     if not node.numa:
         return "-"
     return "  ".join(f"{n.numa} {''.join(GLYPHS[d.state] for d in n.devices)}" for n in node.numa)
 
 
-def nic_map(node: NodeView) -> str:
+def nic_map(node: NodeStatus) -> str:
     """``NUMA0 mlx5_0,mlx5_1  NUMA1 -``; ``-`` where the node's reporter publishes no NICs."""
     if not node.numa or all(n.nics is None for n in node.numa):
         return "-"
     return "  ".join(f"{n.numa} {','.join(n.nics) or '-'}" for n in node.numa)
 
 
-def _free(node: NodeView) -> str:
+def _free(node: NodeStatus) -> str:
     if not node.numa:
         return "-"
     free = sum(d.state == "free" for n in node.numa for d in n.devices)
     return f"{free}/{node.gpus}"
 
 
-def _largest(node: NodeView) -> str:
+def _largest(node: NodeStatus) -> str:
     if node.largestFree is None:
         return "-"
     return f"{node.largestFree.gpus} {node.largestFree.numa}" if node.largestFree.numa else "0"
 
 
-def _note(node: NodeView, wide: bool) -> str:
+def _note(node: NodeStatus, wide: bool) -> str:
     parts = ["DRA"] if node.heartbeatSource == "dra" else []  # its GPUs are a DRA driver's devices
     parts += [node.reason] if node.reason else []
     if node.reserved.unplaced:

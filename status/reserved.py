@@ -26,7 +26,7 @@ Basis = Literal["ledger", "binding-time"]
 
 
 @dataclass
-class Reservation:
+class ReservedGpus:
     basis: Basis
     pods: list[str] = field(default_factory=list)
     devices: set[int] = field(default_factory=set)
@@ -58,9 +58,9 @@ def _unreported(pod: Mapping[str, Any], report: NodeReport) -> bool:
     return bound_at is not None and bound_at > report.reported_at
 
 
-def reservation(bound: Iterable[tuple[Mapping[str, Any], int]], report: NodeReport) -> Reservation:
+def reservation(bound: Iterable[tuple[Mapping[str, Any], int]], report: NodeReport) -> ReservedGpus:
     """What the pods bound to one node hold that its report does not show yet."""
-    result = Reservation(basis="ledger" if report.ledger is not None else "binding-time")
+    result = ReservedGpus(basis="ledger" if report.ledger is not None else "binding-time")
     free = report.state.free
     for pod, gpus in sorted(bound, key=lambda item: pod_key(item[0])):
         if not _unreported(pod, report):

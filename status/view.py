@@ -51,7 +51,7 @@ class Reserved(_View):
 HeartbeatSource = Literal["report", "lease", "dra"]
 
 
-class NodeView(_View):
+class NodeStatus(_View):
     name: str
     state: NodeState
     reason: str = Field(description="why the report is not fresh, in the extender's words; empty when it is")
@@ -141,6 +141,6 @@ class StatusView(_View):
     schemaVersion: Literal[1] = SCHEMA_VERSION
     generatedAt: datetime
     staleAfterSeconds: float
-    nodes: list[NodeView]
+    nodes: list[NodeStatus]
     summary: Summary
     unseen: list[Unseen] = Field(description="what the caller could not list, and why: the rest is partial")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gpupair.decide.judge import verdict
 
@@ -24,7 +24,7 @@ from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError, asked_
 from gpupair.decide.pod.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request
 from gpupair.decide.pod.scope import SCOPE_KEY, Scope, parse_scope
 from gpupair.topology.report import PREFIX
-from gpupair.kubewire.wire import UserInfo, explain
+from gpupair.kubewire.wire import KubeWire, UserInfo, explain
 from gpupair.webhook import claim_pods, claims, sidecar
 from gpupair.webhook.claims import ClaimOptions, pointer
 
@@ -54,23 +54,19 @@ REPORTER_KEYS = (
 # --- wire models (admission.k8s.io/v1) -------------------------------------------------------
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
-
-
-class GroupVersionKind(_Wire):
+class GroupVersionKind(KubeWire):
     group: str
     version: str
     kind: str
 
 
-class GroupVersionResource(_Wire):
+class GroupVersionResource(KubeWire):
     group: str
     version: str
     resource: str
 
 
-class AdmissionRequest(_Wire):
+class AdmissionRequest(KubeWire):
     uid: str = Field(min_length=1)
     kind: GroupVersionKind
     resource: GroupVersionResource
@@ -88,7 +84,7 @@ class AdmissionRequest(_Wire):
     options: Any = None
 
 
-class AdmissionResponse(_Wire):
+class AdmissionResponse(KubeWire):
     uid: str
     allowed: bool
     status: dict[str, Any] | None = None  # metav1.Status; only read when allowed is false
@@ -98,7 +94,7 @@ class AdmissionResponse(_Wire):
     warnings: list[str] | None = None
 
 
-class AdmissionReview(_Wire):
+class AdmissionReview(KubeWire):
     apiVersion: Literal["admission.k8s.io/v1"]
     kind: Literal["AdmissionReview"]
     request: AdmissionRequest | None = None

@@ -253,14 +253,14 @@ async def _patch_ca_bundle(admission, config, bundle_b64: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CertOutcome:
     issued: bool  # a new CA and certificate were written
     reason: str  # why they were (or "kept")
     bundle_patched: bool
 
 
 async def ensure(api, *, namespace: str, service: str, secret: str, webhook_config: str,
-                 days: int, renew_within: dt.timedelta, now: dt.datetime | None = None) -> Outcome:
+                 days: int, renew_within: dt.timedelta, now: dt.datetime | None = None) -> CertOutcome:
     """Make the Secret and the caBundle right; see the module docstring."""
     from kubernetes_asyncio import client as k8s
     from kubernetes_asyncio.client.exceptions import ApiException
@@ -293,7 +293,7 @@ async def ensure(api, *, namespace: str, service: str, secret: str, webhook_conf
                 log.info("certificate adopted by its webhook configuration",
                          extra={"secret": f"{namespace}/{secret}", "owner_uid": owner["uid"]})
             log.info("certificate kept", extra={"secret": f"{namespace}/{secret}", "ca_bundle_patched": patched})
-            return Outcome(False, "kept", patched)
+            return CertOutcome(False, "kept", patched)
 
         # One clock reading for both: read twice across a second's edge, the certificate's end
         # (never past the CA's, whose end is stored to the second) came out a second short.
@@ -326,7 +326,7 @@ async def ensure(api, *, namespace: str, service: str, secret: str, webhook_conf
             raise
         log.info("certificate issued", extra={"secret": f"{namespace}/{secret}", "reason": reason,
                                               "not_after": serving.cert.not_valid_after_utc.isoformat()})
-        return Outcome(True, reason, patched)
+        return CertOutcome(True, reason, patched)
     raise CertsError(f"secret {namespace}/{secret} kept changing; gave up after {MAX_ATTEMPTS} attempts")
 
 

@@ -89,7 +89,7 @@ class ClaimOptions:
     device_classes: frozenset[str] = GPU_DEVICE_CLASSES
     gpus_per_numa: int = DEFAULT_GPUS_PER_NUMA_NODE  # the most devices one NUMA constraint can hold
     nvlink_pairs: tuple[tuple[int, int], ...] = ()  # device indices joined by NVLink bridges, in order (the override)
-    # The subrequests from the reporters' measured links (webhook/node_links.py), read per claim.
+    # The subrequests from the reporters' measured links (webhook/node_links_file.py), read per claim.
     nvlink_source: Callable[[], NvlinkChoices] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -113,7 +113,8 @@ class ClaimPlan:
 
 # --- reading (k8s.io/api/resource/v1 types.go: only the fields decided on) ----------------------
 # Not gpupair.kubewire.dra's models: mutating admission runs before the apiserver validates, so these
-# read an object as sent, leniently (a subrequest is not looked into); gpupair.kubewire.dra reads stored ones.
+# (Sent*, after the Go types they read) read an object as sent, leniently (a subrequest is not looked
+# into); gpupair.kubewire.dra reads stored ones.
 
 
 class ExactRequest(KubeWire):
@@ -123,26 +124,26 @@ class ExactRequest(KubeWire):
     adminAccess: bool | None = None
 
 
-class DeviceRequest(KubeWire):
+class SentDeviceRequest(KubeWire):
     name: str
     exactly: ExactRequest | None = None
     firstAvailable: list[Any] | None = None
 
 
-class DeviceConstraint(KubeWire):
+class SentDeviceConstraint(KubeWire):
     requests: list[str] | None = None  # none: every request of the claim
 
 
-class DeviceClaim(KubeWire):
-    requests: list[DeviceRequest] | None = None
-    constraints: list[DeviceConstraint] | None = None
+class SentDeviceClaim(KubeWire):
+    requests: list[SentDeviceRequest] | None = None
+    constraints: list[SentDeviceConstraint] | None = None
 
 
-class ObjectMeta(KubeWire):
+class SentObjectMeta(KubeWire):
     annotations: dict[str, str] | None = None
 
 
-class OwnerReference(KubeWire):
+class SentOwnerReference(KubeWire):
     apiVersion: str = ""
     kind: str = ""
     name: str = ""
@@ -152,7 +153,7 @@ class OwnerReference(KubeWire):
 
 class OwnedMeta(KubeWire):
     annotations: dict[str, str] | None = None
-    ownerReferences: list[OwnerReference] | None = None
+    ownerReferences: list[SentOwnerReference] | None = None
 
 
 def owner_pod(obj: Any, kind: str) -> tuple[str, str] | None:
@@ -209,7 +210,7 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
 
 def _annotations(meta: Mapping[str, Any], where: str) -> dict[str, str]:
     try:
-        return ObjectMeta.model_validate(meta).annotations or {}
+        return SentObjectMeta.model_validate(meta).annotations or {}
     except ValidationError as exc:
         raise ClaimError(f"{where}.{explain(exc)}") from None
 
@@ -296,14 +297,14 @@ def resolve_scope(obj: Any, kind: str, pod: Mapping[str, str] | None = None) -> 
 # --- deciding -------------------------------------------------------------------------------------
 
 
-def _covered(name: str, constraints: list[DeviceConstraint]) -> bool:
+def _covered(name: str, constraints: list[SentDeviceConstraint]) -> bool:
     """Whether a constraint of the claim already applies to request ``name`` (one that names no
     request applies to all; ``name/sub`` names one of its subrequests)."""
     return any(not c.requests or any(r == name or r.startswith(name + "/") for r in c.requests)
                for c in constraints)
 
 
-def _why_left(request: DeviceRequest, constraints: list[DeviceConstraint], options: ClaimOptions) -> str:
+def _why_left(request: SentDeviceRequest, constraints: list[SentDeviceConstraint], options: ClaimOptions) -> str:
     """Why this request is left as written ("" if it is one to change)."""
     exact = request.exactly
     if request.firstAvailable:
@@ -341,7 +342,7 @@ def plan_claim(obj: Any, kind: str, options: ClaimOptions, default: Intent,
     pairs, pair_notes = _nvlink_selectors(options, intent) if scope is Scope.NVLINK else ((), ())
     annotations = _annotations(parts.meta or {}, ".".join(parts.meta_path))
     try:
-        devices = DeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
+        devices = SentDeviceClaim.model_validate(_object(parts.spec.get("devices"), "devices"))
     except ValidationError as exc:
         raise ClaimError(f"{'.'.join(parts.spec_path)}.devices.{explain(exc)}") from None
     requests, constraints = devices.requests or [], devices.constraints or []
@@ -488,7 +489,7 @@ def _annotation_ops(parts: _Parts, add: dict[str, str]) -> list[dict[str, Any]]:
             for key, value in add.items()]
 
 
-def _note(request: DeviceRequest, why: str, intent: Intent, options: ClaimOptions) -> str:
+def _note(request: SentDeviceRequest, why: str, intent: Intent, options: ClaimOptions) -> str:
     name, count = request.name, request.exactly.count
     if why == "above-one-numa-node":
         return (f"gpupair: request {name!r} asks {count} devices, more than one NUMA node holds "

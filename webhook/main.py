@@ -114,7 +114,7 @@ async def _serve(args: argparse.Namespace, options, registry, tls) -> None:
 def claim_options(args: argparse.Namespace):
     from gpupair.webhook.claims import ClaimOptions
 
-    from gpupair.webhook.node_links import NodeLinksFile
+    from gpupair.webhook.node_links_file import NodeLinksFile
 
     source = NodeLinksFile(args.node_links_file, args.nvlink_device_attribute) if args.node_links_file else None
     try:

@@ -1,6 +1,6 @@
 """docs/cli.md's flag tables, written from the parsers themselves so they cannot drift:
 ``python -m gpupair.command.cli_reference --write`` refreshes the generated part of docs/cli.md, and
-tests/core/test_cli_contract.py fails while it is out of date."""
+tests/core/command/test_cli_contract.py fails while it is out of date."""
 
 from __future__ import annotations
 

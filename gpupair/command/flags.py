@@ -20,7 +20,7 @@
   unreachable, a port in use) is one line and exit 1. Ctrl-C is one line and exit 130. gpupair.command.cli
   does the printing.
 
-tests/core/test_cli_contract.py walks every subcommand's parser and fails where a command breaks one
+tests/core/command/test_cli_contract.py walks every subcommand's parser and fails where a command breaks one
 of these rules. This module stays on the standard library: every ``configure`` imports it.
 """
 

@@ -91,7 +91,7 @@ class DeviceTaint(KubeWire):
     effect: str
 
 
-class Device(KubeWire):
+class SliceDevice(KubeWire):
     name: str
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     taints: list[DeviceTaint] = Field(default_factory=list)
@@ -121,7 +121,7 @@ class ResourceSliceSpec(KubeWire):
     pool: ResourcePool
     nodeName: str = ""
     allNodes: bool = False
-    devices: list[Device] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
+    devices: list[SliceDevice] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
 
 
 class ResourceSlice(KubeWire):

@@ -87,18 +87,18 @@ def pci_link(gpu_path: Sequence[str], nic_path: Sequence[str], gpu_numa: int, ni
 # ---- the annotation
 
 
-class _Strict(BaseModel):
+class _NicsModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class NicEntry(_Strict):
+class NicEntry(_NicsModel):
     name: str = Field(min_length=1, max_length=64)
     pciBusID: str = Field(default="", max_length=32)
     numaNode: int = Field(default=-1, ge=-1, le=1024)
     pcieRoot: str = Field(default="", max_length=64)
 
 
-class NicsReport(_Strict):
+class NicsReport(_NicsModel):
     v: int = Field(default=FORMAT_VERSION, ge=FORMAT_VERSION, le=FORMAT_VERSION)
     topology: str = Field(min_length=1, max_length=64)  # fingerprint of gpupair.io/topology
     nics: list[NicEntry] = Field(max_length=MAX_NICS)

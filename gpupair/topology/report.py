@@ -58,11 +58,11 @@ class ReportError(ValueError):
         self.kind = kind
 
 
-class _Strict(BaseModel):
+class _ReportModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class DeviceEntry(_Strict):
+class DeviceEntry(_ReportModel):
     index: int = Field(ge=0, lt=MAX_DEVICES)
     uuid: str = Field(default="", max_length=96)
     pciBusID: str = Field(default="", max_length=32)
@@ -70,7 +70,7 @@ class DeviceEntry(_Strict):
     pcieRoot: str = Field(default="", max_length=64)
 
 
-class TopologyReport(_Strict):
+class TopologyReport(_ReportModel):
     v: Literal[1] = FORMAT_VERSION
     devices: list[DeviceEntry] = Field(max_length=MAX_DEVICES)
     links: list[list[str]] = Field(max_length=MAX_DEVICES)
@@ -86,7 +86,7 @@ class TopologyReport(_Strict):
         return rows
 
 
-class FreeReport(_Strict):
+class FreeReport(_ReportModel):
     v: Literal[1] = FORMAT_VERSION
     topology: str = Field(min_length=1, max_length=64)  # fingerprint of the topology annotation
     free: list[int] = Field(max_length=MAX_DEVICES)
@@ -102,7 +102,7 @@ class FreeReport(_Strict):
         return value
 
 
-class PodAllocation(_Strict):
+class PodAllocation(_ReportModel):
     """One pod's devices, as the kubelet's PodResources API lists them."""
 
     namespace: str = Field(min_length=1, max_length=63)
@@ -111,7 +111,7 @@ class PodAllocation(_Strict):
     devices: list[int] = Field(min_length=1, max_length=MAX_DEVICES)
 
 
-class AllocationsReport(_Strict):
+class AllocationsReport(_ReportModel):
     v: Literal[1] = FORMAT_VERSION
     topology: str = Field(min_length=1, max_length=64)
     generation: int = Field(ge=0)  # equal to the free report's, or the ledger is not used

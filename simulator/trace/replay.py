@@ -37,15 +37,15 @@ import numpy as np
 from gpupair.decide.devices.pickers import ALLOCATOR, DEVICE_PLUGIN
 from gpupair.simulator.configs import DRA
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
-from gpupair.simulator.schedulers import EXTENDER_WEIGHT
-from gpupair.simulator.trace import protocol
-from gpupair.simulator.trace.cluster import TraceCluster
-from gpupair.simulator.trace.devices import Tables, crosses_sockets, gpupair_decider, picker
+from gpupair.simulator.models.schedulers import EXTENDER_WEIGHT
+from gpupair.simulator.trace import fgd_protocol
+from gpupair.simulator.trace.node_arrays import TraceCluster
+from gpupair.simulator.trace.models.devices import Tables, crosses_sockets, gpupair_decider, picker
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
-from gpupair.simulator.trace.gpupair_score import FragmentationScore
-from gpupair.simulator.trace.nodes_to_score import FeasibleNodeSearch
+from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.models.nodes_to_score import FeasibleNodeSearch
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.policies import FGD_POLICIES, display_name, make_policy
+from gpupair.simulator.trace.models.scoring_policies import FGD_POLICIES, display_name, make_policy
 
 EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
@@ -111,12 +111,12 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
            progress: Callable[[int], None] = lambda n: None) -> ReplayResult:
     started = time.process_time()
     rng = np.random.default_rng(config.seed)
-    stream = protocol.arrivals(pods, nodes, rng, config.tune)
+    stream = fgd_protocol.arrivals(pods, nodes, rng, config.tune)
     cluster = TraceCluster(nodes, config.splits, rng.permutation(len(nodes)))
     policy = make_policy(config.policy)
     if config.policy.lower() in FGD_POLICIES:
         policy.weight = config.policy_weight
-    policy.bind(cluster, protocol.typical_pods(pods), np.random.default_rng([config.seed, 1]))
+    policy.bind(cluster, fgd_protocol.typical_pods(pods), np.random.default_rng([config.seed, 1]))
     choose = picker(config.path, config.plugin, config.gpupair)
     decider = gpupair_decider(config.path, config.plugin) if config.gpupair else None
     tables = Tables(cluster.layouts, choose, decider, ALLOCATOR if config.path == DRA else DEVICE_PLUGIN)
@@ -143,7 +143,7 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
             progress(256)
     progress(len(stream) % 256)
     result.arrived_pods = len(stream)
-    result.allocation = protocol.allocation_curve(arrivals_log, used_log, cluster.total_gpus)
+    result.allocation = fgd_protocol.allocation_curve(arrivals_log, used_log, cluster.total_gpus)
     result.free_numa_nodes = _free_numa_nodes(cluster)
     result.seconds = time.process_time() - started
     return result

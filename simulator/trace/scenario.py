@@ -30,10 +30,10 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
 
     from gpupair.command.outputs import check_output
     from gpupair.simulator.output import check_plotting, text_table, write_summary
-    from gpupair.simulator.trace import report
+    from gpupair.simulator.trace import replay_output
     from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name
     from gpupair.simulator.trace.numa import NumaSplits
-    from gpupair.simulator.trace.policies import make_policy
+    from gpupair.simulator.trace.models.scoring_policies import make_policy
     from gpupair.simulator.trace.replay import ReplayConfig
     from gpupair.simulator.trace.runs import parse_seeds, run_all
 
@@ -81,22 +81,23 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
         "percentage_of_nodes_to_score": percentage,
     }
     if as_json:
-        print(report.document(about, runs))
+        print(replay_output.document(about, runs))
         return 0
     shape = ", ".join(f"{count} x {n} GPU" for n, count in sorted(sizes.items(), reverse=True))
     print(f"trace: {len(nodes)} nodes ({shape}), {about['gpus']} GPUs; {len(pods)} pods, sampled to "
           f"{100 * args.tune:g}% of the GPUs (FGD's protocol); NUMA: {splits.describe(list(sizes))}; "
           f"device plugin: {args.plugin}; policy plugin weight {args.policy_weight}; seeds {args.seeds}"
           + ("" if percentage is None else f"; percentageOfNodesToScore {percentage}"))
-    header, rows = report.table(runs)
+    header, rows = replay_output.table(runs)
     print(text_table(header, rows))
-    written = [write_summary(tsv, (header, rows), "trace.summary"), write_summary(tsv, report.run_rows(runs), "trace.runs")]
+    written = [write_summary(tsv, (header, rows), "trace.summary"),
+               write_summary(tsv, replay_output.run_rows(runs), "trace.runs")]
     print("alloc@N%: GPUs allocated when N% of the cluster's GPUs have arrived as demand (FGD's figure 9a); "
           "gpupair: the extender as deployed (--score fragmentation, every pod, whole GPUs as reporters publish "
           "them); gpupair-bestfit: --score best-fit, GPU pods only; gpupair-frag: --score fragmentation, each "
           "GPU's share known; gpupair-frag-whole: the same seeing whole GPUs only (docs/simulate.md)")
     print("TSV: " + ", ".join(map(str, written)))
     if plot is not None:
-        report.plot(plot, runs, workload_name(args.trace_pods))
+        replay_output.plot(plot, runs, workload_name(args.trace_pods))
         print(f"plot: {plot}")
     return 0

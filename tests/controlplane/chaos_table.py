@@ -1,7 +1,7 @@
 """The chaos matrix as docs/reliability.md shows it: its rows, and the table of measured figures
 rendered from the rows a run wrote (chaos_rows.py, GPUPAIR_CHAOS_RESULTS). Pure: JSON in,
 Markdown out. bench/chaos_table.py runs the matrix and writes the table into the page;
-tests/core/test_reliability_doc.py checks the page has a figure for every row."""
+tests/docs/test_reliability_doc.py checks the page has a figure for every row."""
 
 from __future__ import annotations
 

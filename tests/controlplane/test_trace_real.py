@@ -2,7 +2,7 @@
 entries, ``--score fragmentation``), against ``simulate``'s replay of the same seed (gpupair#45).
 
 100 of the trace's 1,213 nodes, drawn with seed 42 keeping the mix of (GPUs, model)
-(simulator/trace/sample.py: 512 GPUs), and the ``multigpu50`` pods sampled to 130% of them,
+(simulator/trace/node_sample.py: 512 GPUs), and the ``multigpu50`` pods sampled to 130% of them,
 FGD's protocol one pod at a time (tests/controlplane/trace_fleet.py: the stand-in device plugin,
 sharing layer and reporter). Real and simulated allocation at 100% arrival within 2 points, every
 multi-GPU pod on the fewest NUMA nodes its node allows, and no pod bound where its node had
@@ -22,7 +22,7 @@ import numpy as np
 
 from gpupair.simulator.trace.files import read_nodes, read_pods
 from gpupair.simulator.trace.replay import SHIPPED, ReplayConfig, replay
-from gpupair.simulator.trace.sample import sample_nodes
+from gpupair.simulator.trace.node_sample import sample_nodes
 from tests.controlplane.gpupair_install import scheduler_extenders
 from tests.controlplane.trace_fleet import TraceFleet, replay_real
 

@@ -27,7 +27,7 @@ runs on a node, synchronously with the protocol (one pod at a time, so nothing h
   a real time-slicing plugin advertises, would let kube-scheduler place shares no single GPU
   holds, which neither ``simulate`` nor FGD's Open-Gpu-Share does.
 
-Pods: the seed's arrivals (``protocol.arrivals``), named ``p00000``... in that order, each asking
+Pods: the seed's arrivals (``fgd_protocol.arrivals``), named ``p00000``... in that order, each asking
 the trace's CPU and memory (none where the trace says 0), a GPU pod its accepted models as
 required node affinity on the product label. Each is created, then waited for on one pod watch:
 bound (``spec.nodeName``), or unschedulable (PodScheduled=False, reason Unschedulable), then
@@ -52,10 +52,10 @@ from gpupair.decide.devices import placement
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.decide.devices.policies import policy_named
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
-from gpupair.simulator.trace import protocol
+from gpupair.simulator.trace import fgd_protocol
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.policies import best_share_gpu
+from gpupair.simulator.trace.models.scoring_policies import best_share_gpu
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.controlplane.api import Api, ApiError
@@ -64,7 +64,7 @@ from tests.controlplane.kubelet import GPU, GPU_NODE_LABEL, NOT_READY_TAINT
 SHARED = SHARED_RESOURCE_NAMES[0]
 SHARE_MILLI = "harness.gpupair.test/gpu-milli"
 SHARED_PER_GPU = 1000
-MAX_PODS = 1001  # FGD's nodes' maxPods, the simulator's (simulator/trace/cluster.py)
+MAX_PODS = 1001  # FGD's nodes' maxPods, the simulator's (simulator/trace/node_arrays.py)
 REFRESH_AFTER = 120.0  # seconds; the extender takes a report as stale after 300
 # After a node's resources change, this long before the next pod is created: kube-scheduler's
 # node and pod informers are two watches, and without a pause the next pod's cycle can run on the
@@ -364,7 +364,7 @@ def replay_real(api: Api, fleet: TraceFleet, pods: Sequence[TracePod], seed: int
     or not) running and watching; pods of ``seed`` in order, one at a time; the first ``limit``
     arrivals only where given."""
     nodes = [node.trace for node in fleet.nodes.values()]
-    stream = protocol.arrivals(pods, nodes, np.random.default_rng(seed), tune)[:limit]
+    stream = fgd_protocol.arrivals(pods, nodes, np.random.default_rng(seed), tune)[:limit]
     total_gpus = sum(node.gpus for node in nodes)
     result = RealResult({})
     arrived_log = np.zeros(len(stream), dtype=np.int64)
@@ -406,7 +406,7 @@ def replay_real(api: Api, fleet: TraceFleet, pods: Sequence[TracePod], seed: int
     finally:
         watch.close()
     result.arrived_pods = len(stream)
-    result.allocation = protocol.allocation_curve(arrived_log, used_log, total_gpus)
+    result.allocation = fgd_protocol.allocation_curve(arrived_log, used_log, total_gpus)
     result.seconds = time.perf_counter() - started
     return result
 

@@ -11,10 +11,10 @@ import logging
 from kubernetes_asyncio import client as k8s
 
 from gpupair.kubeclient.list_watch import ListWatch
-from gpupair.extender.node_links import NodeLinks, NodeLinksPublisher
+from gpupair.extender.node_links_publisher import NodeLinks, NodeLinksPublisher
 from gpupair.topology.node_links import FILE_KEY, decode_node_links, encode_node_links
 from gpupair.topology.report import TOPOLOGY_KEY, encode_topology
-from tests.core.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board
+from tests.core.decide.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board
 from tests.extender_support import eventually
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 
@@ -112,7 +112,7 @@ async def test_a_missing_configmap_is_logged_once_and_retried_until_it_exists(ca
         publisher = NodeLinksPublisher(api, links, NAMESPACE, NAME, debounce=0.05, backoff_max=0.1)
         task = asyncio.create_task(publisher.run())
         try:
-            with caplog.at_level(logging.WARNING, logger="gpupair.extender.node_links"):
+            with caplog.at_level(logging.WARNING, logger="gpupair.extender.node_links_publisher"):
                 links.replace([node("a6000-1", A6000_TOPOLOGY)])
                 await asyncio.sleep(0.6)
                 assert not task.done()

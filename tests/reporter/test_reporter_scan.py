@@ -1,4 +1,4 @@
-"""The pure parts: a scan's arithmetic (reading --topology-file: tests/core/test_layout_file.py)."""
+"""The pure parts: a scan's arithmetic (reading --topology-file: tests/core/topology/test_layout_file.py)."""
 
 from __future__ import annotations
 

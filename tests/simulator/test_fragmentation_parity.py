@@ -1,4 +1,4 @@
-"""One fragmentation score, two callers: the simulator's trace score (simulator/trace/gpupair_score.py,
+"""One fragmentation score, two callers: the simulator's trace score (simulator/trace/models/gpupair_score.py,
 from the trace's arrays) and the extender's prioritize under ``--score fragmentation``
 (extender/fragmentation_score.py, from node reports, Node objects and pod objects) give the same
 grades, node for node, on recorded fleet states.
@@ -25,10 +25,10 @@ from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_gr
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.extender.prioritize import prioritize_nodes
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.simulator.trace.cluster import TraceCluster
-from gpupair.simulator.trace.devices import Tables, gpupair_decider, picker
+from gpupair.simulator.trace.node_arrays import TraceCluster
+from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, picker
 from gpupair.simulator.trace.files import TracePod, read_nodes, read_pods
-from gpupair.simulator.trace.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
 from gpupair.topology.report import encode_annotations
 from tests.extender_support import NOW, args_body, make_extender

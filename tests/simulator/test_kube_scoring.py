@@ -1,6 +1,6 @@
 """kube-scheduler's resource scoring as the simulator transcribes it, on upstream's own cases."""
 
-from gpupair.simulator.kube_scoring import (
+from gpupair.simulator.models.kube_scoring import (
     DEFAULT_MEMORY_REQUEST,
     GPU,
     PROFILES,

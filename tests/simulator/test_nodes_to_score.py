@@ -1,16 +1,16 @@
 """kube-scheduler's percentageOfNodesToScore as the trace replay models it
-(simulator/trace/nodes_to_score.py; pkg/scheduler/schedule_one.go, v1.36)."""
+(simulator/trace/models/nodes_to_score.py; pkg/scheduler/schedule_one.go, v1.36)."""
 
 import numpy as np
 import pytest
 
 from gpupair.decide.devices.pickers import DEVICE_PLUGIN
-from gpupair.simulator.trace.cluster import TraceCluster
-from gpupair.simulator.trace.devices import Tables, gpupair_decider, picker
+from gpupair.simulator.trace.node_arrays import TraceCluster
+from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, picker
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod, read_nodes, read_pods
-from gpupair.simulator.trace.nodes_to_score import ADAPTIVE, FeasibleNodeSearch, feasible_nodes_to_find
+from gpupair.simulator.trace.models.nodes_to_score import ADAPTIVE, FeasibleNodeSearch, feasible_nodes_to_find
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.policies import make_policy
+from gpupair.simulator.trace.models.scoring_policies import make_policy
 from gpupair.simulator.trace.replay import ReplayConfig, ReplayResult, _schedule, replay
 from tests.simulator.test_trace_replay import NODES, PODS
 

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from gpupair.simulator.configs import Config
-from gpupair.simulator.fleet import FleetScenario, run_fleet
-from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.scenarios.fleet_scenario import FleetScenario, run_fleet
+from gpupair.simulator.scenarios.seed_scenario import SeedScenario, run_seed_scenario
 from gpupair.simulator.shapes import seed_layout
 
 
@@ -86,8 +86,8 @@ def test_simulated_extender_reserves_the_pair_it_promised_until_a_report_shows_i
 
     from gpupair.decide.devices.policies import POLICIES
     from gpupair.simulator.cluster import Cluster
-    from gpupair.simulator.kube_scoring import PROFILES, PodRequest
-    from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
+    from gpupair.simulator.models.kube_scoring import PROFILES, PodRequest
+    from gpupair.simulator.models.schedulers import GpupairExtender, KubeScheduler
 
     cluster = Cluster.of({"only": seed_layout()})
     node = cluster.nodes["only"]
@@ -126,7 +126,7 @@ def test_pods_requests_change_where_the_default_profile_puts_them():
                                    SeedScenario(per_gpu=per_gpu), seed=1)
         return {s.node for s in result.granted}
 
-    from gpupair.simulator.kube_scoring import PerGpu
+    from gpupair.simulator.models.kube_scoring import PerGpu
 
     assert len(nodes_used(PerGpu())) < len(nodes_used(PerGpu(milli_cpu=4000)))
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import DRA, Config
-from gpupair.simulator.dra import FORMS, dynamic_resources_scores
-from gpupair.simulator.fleet import FleetScenario, run_fleet
-from gpupair.simulator.fragmentation import FragmentationScenario, run_fragmentation
-from gpupair.simulator.kube_scoring import PerGpu, PodRequest
-from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.models.dynamic_resources import FORMS, dynamic_resources_scores
+from gpupair.simulator.scenarios.fleet_scenario import FleetScenario, run_fleet
+from gpupair.simulator.scenarios.fragmentation_scenario import FragmentationScenario, run_fragmentation
+from gpupair.simulator.models.kube_scoring import PerGpu, PodRequest
+from gpupair.simulator.scenarios.seed_scenario import SeedScenario, run_seed_scenario
 from gpupair.simulator.shapes import seed_layout
 
 ROOT = Path(__file__).parents[2]
@@ -184,7 +184,7 @@ def test_fragmentation_command_and_bad_dra_flags(tmp_path):
 
 
 def test_preemption_dry_run_on_dra_runs_the_allocator_on_what_the_victims_free():
-    from gpupair.simulator.preemption import Running, select_victims
+    from gpupair.simulator.models.default_preemption import Running, select_victims
 
     sim = Cluster.of({"n": seed_layout()}).nodes["n"]
     running = {}

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from gpupair.simulator.cluster import Cluster
-from gpupair.simulator.kube_scoring import PROFILES, PodRequest
-from gpupair.simulator.replay import load_state, replay
-from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
+from gpupair.simulator.models.kube_scoring import PROFILES, PodRequest
+from gpupair.simulator.scenarios.replay_scenario import load_state, replay
+from gpupair.simulator.models.schedulers import GpupairExtender, KubeScheduler
 from gpupair.simulator.shapes import seed_layout
 from tests.real_k8s import load
 

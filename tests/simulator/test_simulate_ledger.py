@@ -11,11 +11,11 @@ import pytest
 from gpupair.decide.devices.policies import POLICIES
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import Config
-from gpupair.simulator.fleet import FleetScenario, run_fleet
+from gpupair.simulator.scenarios.fleet_scenario import FleetScenario, run_fleet
 from gpupair.simulator.interference import DevicePlugin, Interference
-from gpupair.simulator.kube_scoring import PROFILES, PodRequest
-from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
-from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.models.kube_scoring import PROFILES, PodRequest
+from gpupair.simulator.models.schedulers import GpupairExtender, KubeScheduler
+from gpupair.simulator.scenarios.seed_scenario import SeedScenario, run_seed_scenario
 from gpupair.simulator.shapes import seed_layout
 
 ROOT = Path(__file__).parents[2]

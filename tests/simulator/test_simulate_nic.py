@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpupair.simulator.configs import Config
-from gpupair.simulator.fleet import FleetScenario, arrivals, run_fleet
+from gpupair.simulator.scenarios.fleet_scenario import FleetScenario, arrivals, run_fleet
 from gpupair.simulator.network import gdr_capable, servable
-from gpupair.simulator.seed_scenario import SeedScenario, run_seed_scenario
+from gpupair.simulator.scenarios.seed_scenario import SeedScenario, run_seed_scenario
 from gpupair.simulator.shapes import LOPSIDED_NIC, lopsided_nics, seed_layout
 
 ROOT = Path(__file__).parents[2]

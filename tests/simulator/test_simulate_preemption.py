@@ -11,10 +11,10 @@ import pytest
 from gpupair.decide.pod.intent import Intent
 from gpupair.simulator.cluster import Cluster
 from gpupair.simulator.configs import Config
-from gpupair.simulator.fleet import FleetScenario, arrivals, run_fleet
-from gpupair.simulator.kube_scoring import PROFILES, PodRequest
-from gpupair.simulator.preemption import HIGH_PRIORITY, Running, pick_node, preempt, select_victims
-from gpupair.simulator.schedulers import GpupairExtender, KubeScheduler
+from gpupair.simulator.scenarios.fleet_scenario import FleetScenario, arrivals, run_fleet
+from gpupair.simulator.models.kube_scoring import PROFILES, PodRequest
+from gpupair.simulator.models.default_preemption import HIGH_PRIORITY, Running, pick_node, preempt, select_victims
+from gpupair.simulator.models.schedulers import GpupairExtender, KubeScheduler
 from gpupair.simulator.shapes import seed_layout
 from gpupair.simulator.workload import PodMix, parse_intent_mix
 

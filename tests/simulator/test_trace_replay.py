@@ -11,13 +11,13 @@ from statistics import mean
 import numpy as np
 import pytest
 
-from gpupair.simulator.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
+from gpupair.simulator.models.kube_scoring import PROFILES, NodeAllocatable, NodeUsage, PodRequest
 from gpupair.decide.score import fragmentation
-from gpupair.simulator.trace import protocol, report
-from gpupair.simulator.trace.cluster import TraceCluster
+from gpupair.simulator.trace import fgd_protocol, replay_output
+from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, workload_name
 from gpupair.simulator.trace.numa import NumaSplits
-from gpupair.simulator.trace.policies import make_policy
+from gpupair.simulator.trace.models.scoring_policies import make_policy
 from gpupair.simulator.trace.replay import FRAGMENTATION, ReplayConfig, ReplayResult, replay
 from gpupair.simulator.trace.runs import parse_seeds, run_all
 
@@ -51,7 +51,7 @@ def published(policy: str) -> list[dict[str, str]]:
 def test_tuning_up_stops_at_the_first_draw_past_the_target(full):
     nodes, pods = full
     few = pods[::4]  # about a quarter of the demand: sampling must add clones
-    stream = protocol.arrivals(few, nodes, np.random.default_rng(1), tune=1.3)
+    stream = fgd_protocol.arrivals(few, nodes, np.random.default_rng(1), tune=1.3)
     target = 1.3 * 1000 * 6212
     demand = sum(p.gpu_milli for p in stream)
     assert target - 1000 < demand <= target + 7000  # an 8-GPU clone passes the per-GPU check
@@ -62,7 +62,7 @@ def test_tuning_up_stops_at_the_first_draw_past_the_target(full):
 
 def test_tuning_down_drops_pods_until_under_the_target(full):
     nodes, pods = full  # multigpu50 asks 183% of the GPUs
-    stream = protocol.arrivals(pods, nodes, np.random.default_rng(1), tune=1.3)
+    stream = fgd_protocol.arrivals(pods, nodes, np.random.default_rng(1), tune=1.3)
     demand = sum(p.gpu_milli for p in stream)
     assert 1.3 * 1000 * 6212 - 8000 < demand <= 1.3 * 1000 * 6212
     assert len({p.name for p in stream}) == len(stream)
@@ -70,7 +70,7 @@ def test_tuning_down_drops_pods_until_under_the_target(full):
 
 def test_the_target_workload_is_the_common_shapes_up_to_95_percent(full):
     _, pods = full
-    workload = protocol.typical_pods(pods)
+    workload = fgd_protocol.typical_pods(pods)
     shares = [share for _, share in workload]
     assert abs(sum(shares) - 1) < 1e-9
     assert shares == sorted(shares, reverse=True)
@@ -80,7 +80,7 @@ def test_the_target_workload_is_the_common_shapes_up_to_95_percent(full):
 
 def test_allocation_is_binned_as_fgds_analysis_script_reads_it():
     # One GPU of capacity: 10 milli is 1%. Arrivals 0.5, 1.0, 1.5, 2.0% round half to even.
-    curve = protocol.allocation_curve([5, 10, 15, 20], [5, 10, 10, 20], total_gpus=1, points=range(0, 5))
+    curve = fgd_protocol.allocation_curve([5, 10, 15, 20], [5, 10, 10, 20], total_gpus=1, points=range(0, 5))
     assert curve == {0: 0.5, 1: 1.0, 2: 1.5, 3: 1.5, 4: None}
 
 
@@ -94,7 +94,7 @@ def cluster_of(nodes, placed=()):
 
 
 def test_kube_profiles_score_as_the_scalar_transcription(full):
-    """The vectorised NodeResourcesFit and BalancedAllocation equal simulator/kube_scoring.py."""
+    """The vectorised NodeResourcesFit and BalancedAllocation equal simulator/models/kube_scoring.py."""
     nodes, pods = full
     rng = np.random.default_rng(3)
     chosen = [nodes[i] for i in rng.choice(len(nodes), 40, replace=False)]
@@ -157,7 +157,7 @@ def test_bestfit_packing_and_clustering_prefer_the_node_already_in_use():
     cluster = cluster_of(nodes, [(1, pod("p", 4000, 1, 500), [0])])
     for name in ("bestfit", "gpupacking", "gpuclustering"):
         policy = make_policy(name)
-        policy.bind(cluster, protocol.typical_pods([share]), np.random.default_rng(0))
+        policy.bind(cluster, fgd_protocol.typical_pods([share]), np.random.default_rng(0))
         scores = policy.scores(share, rows)
         assert scores[1] > scores[0], name
     packing = make_policy("gpupacking")
@@ -170,7 +170,7 @@ def test_fgd_puts_a_share_where_it_strands_the_least():
     cluster = cluster_of(nodes, [(1, pod("p", 1000, 1, 500), [0])])
     half = pod("h", 1000, 1, 500)
     policy = make_policy("fgd")
-    policy.bind(cluster, protocol.typical_pods([half, pod("w", 1000, 1)]), np.random.default_rng(0))
+    policy.bind(cluster, fgd_protocol.typical_pods([half, pod("w", 1000, 1)]), np.random.default_rng(0))
     scores = policy.scores(half, np.arange(2))
     assert scores[1] > scores[0]  # filling the half GPU leaves node a whole for a one-GPU pod
 
@@ -292,7 +292,7 @@ def test_the_plot_names_the_workload_and_zooms_where_policies_part():
         return ReplayResult(policy, gpupair, seed, "device-plugin", "shipped", curve)
 
     runs = [run("kube-default", False, 1, 0.0), run("kube-default", False, 2, 2.0), run("FGD", False, 1, 20.0)]
-    fig = report.figure(runs, "multigpu50")
+    fig = replay_output.figure(runs, "multigpu50")
     (axis,) = fig.axes
     assert axis.get_title() == "multigpu50: device-plugin path"
     assert axis.get_xlim() == (70.0, 130.0)

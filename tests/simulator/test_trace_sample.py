@@ -10,7 +10,7 @@ import pytest
 
 from gpupair.command.flags import InputError
 from gpupair.simulator.trace.files import read_nodes
-from gpupair.simulator.trace.sample import sample_nodes
+from gpupair.simulator.trace.node_sample import sample_nodes
 
 NODES = read_nodes(Path(__file__).resolve().parents[1] / "fixtures" / "trace" / "openb_node_list_gpu_node.csv")
 

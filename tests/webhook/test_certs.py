@@ -292,7 +292,7 @@ async def double():
         await d.stop()
 
 
-async def run_ensure(double: ApiDouble, tmp_path: Path, now: dt.datetime | None = None) -> certs.Outcome:
+async def run_ensure(double: ApiDouble, tmp_path: Path, now: dt.datetime | None = None) -> certs.CertOutcome:
     api = await api_client(str(double.kubeconfig(tmp_path / "kubeconfig")))
     async with api:
         return await certs.ensure(api, namespace=NS, service=SERVICE, secret=SECRET, webhook_config=CONFIG,
@@ -306,7 +306,7 @@ def stored(double: ApiDouble) -> dict[str, bytes]:
 async def test_first_run_creates_the_secret_and_fills_every_ca_bundle(double, tmp_path):
     double.add_config(webhooks=2)
     outcome = await run_ensure(double, tmp_path)
-    assert outcome == certs.Outcome(True, "missing", True)
+    assert outcome == certs.CertOutcome(True, "missing", True)
     secret = double.secrets[(NS, SECRET)]
     assert secret["type"] == "kubernetes.io/tls"
     assert secret["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpupair-certs"}
@@ -332,7 +332,7 @@ async def test_second_run_changes_nothing(double, tmp_path):
     await run_ensure(double, tmp_path)
     before = copy.deepcopy(double.secrets[(NS, SECRET)])
     double.requests.clear()
-    assert await run_ensure(double, tmp_path) == certs.Outcome(False, "kept", False)
+    assert await run_ensure(double, tmp_path) == certs.CertOutcome(False, "kept", False)
     assert double.writes() == []
     assert double.secrets[(NS, SECRET)] == before
 
@@ -354,7 +354,7 @@ async def test_a_secret_without_an_owner_is_adopted_and_kept(double, tmp_path):
     before = copy.deepcopy(double.secrets[(NS, SECRET)])
     del double.secrets[(NS, SECRET)]["metadata"]["ownerReferences"]  # as written before owners were set
     double.requests.clear()
-    assert await run_ensure(double, tmp_path) == certs.Outcome(False, "kept", False)
+    assert await run_ensure(double, tmp_path) == certs.CertOutcome(False, "kept", False)
     assert double.writes() == [("PUT", f"/api/v1/namespaces/{NS}/secrets/{SECRET}")]
     after = double.secrets[(NS, SECRET)]
     assert after["metadata"]["ownerReferences"] == [OWNER]
@@ -374,7 +374,7 @@ async def test_a_recreated_webhook_configuration_gets_the_ca_back(double, tmp_pa
     await run_ensure(double, tmp_path)
     double.add_config()  # e.g. deleted and re-applied: no caBundle
     double.requests.clear()
-    assert await run_ensure(double, tmp_path) == certs.Outcome(False, "kept", True)
+    assert await run_ensure(double, tmp_path) == certs.CertOutcome(False, "kept", True)
     assert [m for m, _ in double.writes()] == ["PATCH"]
     assert set(double.bundle()) == {stored(double)["ca.crt"]}
 
@@ -393,7 +393,7 @@ async def test_rotation_trusts_old_and_new_ca_until_the_next_run(double, tmp_pat
     assert new["ca.crt"] != old["ca.crt"]
     assert pems(double.bundle()[0]) == pems(new["ca.crt"] + old["ca.crt"])
     # the next run keeps the new Secret and drops the old CA from the bundle
-    assert await run_ensure(double, tmp_path, now=NOW) == certs.Outcome(False, "kept", True)
+    assert await run_ensure(double, tmp_path, now=NOW) == certs.CertOutcome(False, "kept", True)
     assert double.bundle() == [new["ca.crt"], new["ca.crt"]]
 
 

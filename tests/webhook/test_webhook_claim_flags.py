@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tests.core.test_cli_contract import gpupair
+from tests.core.command.test_cli_contract import gpupair
 from gpupair.webhook import main
 
 

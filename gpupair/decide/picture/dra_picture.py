@@ -132,7 +132,7 @@ def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[Dr
     return found
 
 
-def _gpu(pool: str, device: dra.Device, driver: str) -> DraDevice | None:
+def _gpu(pool: str, device: dra.SliceDevice, driver: str) -> DraDevice | None:
     kind = device.attribute("type", driver)
     if kind is not None and kind not in GPU_TYPES:
         return None

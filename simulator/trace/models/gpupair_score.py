@@ -1,0 +1,67 @@
+"""gpupair's fragmentation score over a trace's nodes (gpupair/decide/score/fragmentation.py), as the
+extender runs it with ``--score fragmentation`` behind the every-pod registration.
+
+What the extender is modelled to know: every pod (its CPU, GPUs and share) through its pod
+watch, so the workload it measures against is the shapes of the pods seen so far; each node's
+CPU left; each GPU's share left; and, for the pod scored, the GPUs its node's picker is expected
+to take (the device plugin's or the allocator's set; a share on the GPU the sharing layer packs
+it onto, the one with the least left that holds it).
+
+``whole_only``: the extender as it runs, whose reporters publish whole GPUs. A GPU with
+any share taken looks taken, a share pod looks like a one-GPU pod, and where a share lands is
+not foreseen (it changes nothing the extender sees). It knows each node's GPU product (NVML or
+GFD's label) and each pod's accepted products (nodeSelector, node affinity), as the trace does.
+
+The grades come from ``fragmentation_grades``, the function the extender's prioritize calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpupair.decide.score.fragmentation import MILLI, Workload
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.simulator.trace.node_arrays import TraceCluster
+from gpupair.simulator.trace.models.devices import Tables
+from gpupair.simulator.trace.files import TracePod
+
+
+class FragmentationScore:
+    def __init__(self, cluster: TraceCluster, tables: Tables, whole_only: bool = False):
+        self.cluster, self.tables = cluster, tables
+        self.whole_only = whole_only
+        self.workload = Workload()
+
+    def seen(self, pod: TracePod) -> None:
+        """The pod watch saw the pod created: before it is scheduled, whether it fits or not."""
+        self.workload.add(self._shape(pod))
+
+    def gone(self, pod: TracePod) -> None:
+        """The pod watch saw the pod deleted: FGD's protocol deletes a pod no node takes."""
+        self.workload.remove(self._shape(pod))
+
+    def _shape(self, pod: TracePod) -> tuple:
+        return (pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models) if self.whole_only else pod.shape
+
+    def scores(self, pod: TracePod, rows: np.ndarray) -> np.ndarray:
+        c = self.cluster
+        ids = c.layout_id[rows]
+        left = c.left[rows]
+        if self.whole_only:
+            left = np.where(left == MILLI, MILLI, 0)
+        after = left.copy()
+        if pod.gpus and pod.milli_per_gpu < MILLI and self.whole_only:
+            pass
+        elif pod.gpus and pod.milli_per_gpu < MILLI:
+            packed = np.argmin(np.where(left >= pod.milli_per_gpu, left, MILLI + 1), axis=1)
+            after[np.arange(len(rows)), packed] -= pod.milli_per_gpu
+        elif pod.gpus:
+            taken = self.tables.lookup("pick_mask", ids, c.free_mask[rows], pod.gpus)
+            after[(taken[:, None] & c.bits) != 0] = 0
+        masks = {False: c.free_mask[rows], True: (after == MILLI).astype(np.int64) @ c.bits}
+
+        def whole_fits(k: int, placed: bool) -> np.ndarray:
+            return self.tables.lookup("fits", ids, masks[placed], k)
+
+        node_rows = NodeRows(c.cpu_left[rows], left, after, c.model[rows], c.gpus[rows] * MILLI, whole_fits)
+        return fragmentation_grades(self.workload.measure(c.models), node_rows, pod.milli_cpu)
