@@ -93,7 +93,7 @@ class HttpServer:
     routes: dict[tuple[str, str], Handler]  # (method, path) -> handler
     max_body: int
     idle_timeout: float = IDLE_TIMEOUT
-    connections: set["_Connection"] = field(default_factory=set)
+    connections: set["_ServerConnection"] = field(default_factory=set)
     date: _Date = field(default_factory=_Date)
     _listener: asyncio.AbstractServer | None = None
     _sweeper: asyncio.Task | None = None
@@ -106,8 +106,8 @@ class HttpServer:
         for method, path in self.routes:
             self._methods[path].append(method)
 
-    def protocol(self) -> "_Connection":
-        return _Connection(self)
+    def protocol(self) -> "_ServerConnection":
+        return _ServerConnection(self)
 
     def route(self, request: Request) -> Handler | Response:
         handler = self.routes.get((request.method, request.path))
@@ -155,7 +155,7 @@ class HttpServer:
                     conn.close()
 
 
-class _Connection(asyncio.Protocol):
+class _ServerConnection(asyncio.Protocol):
     """One client connection: httptools calls the ``on_*`` methods while ``data_received`` feeds it."""
 
     def __init__(self, server: HttpServer) -> None:

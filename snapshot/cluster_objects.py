@@ -1,5 +1,5 @@
 """The I/O of `gpupair snapshot`: nodes and live pods, and the DRA driver's ResourceSlices and
-every ResourceClaim where it has some, listed together as raw JSON (gpupair/status/fetch.py).
+every ResourceClaim where it has some, listed together as raw JSON (status/fetch.py).
 
 Nodes and pods must be listable: without them there is nothing to write. Slices and claims may
 be missing (no resource.k8s.io/v1 on the cluster: nothing to read) or forbidden (then the

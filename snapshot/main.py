@@ -1,6 +1,6 @@
 """`gpupair snapshot`: a live cluster's nodes and pods written as the openb pair that `gpupair
 simulate --scenario trace` replays, so that "what would gpupair do on my fleet" is two commands
-(docs/simulate.md). What is written and why: gpupair/snapshot/convert.py.
+(docs/simulate.md). What is written and why: snapshot/convert.py.
 
 Every node or pod that cannot be written as it is gets one log line (stderr) and a count in the
 summary (stdout); nothing on the cluster stops the command. Exit status: 0 written; 1 nodes or

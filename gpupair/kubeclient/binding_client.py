@@ -50,7 +50,7 @@ class BindingConnectionError(ConnectionError):
     """The connection failed before a whole response came: the Binding's fate is unknown to us."""
 
 
-class _Connection(asyncio.Protocol):
+class _BindingConnection(asyncio.Protocol):
     """One keep-alive connection: one request at a time, its response parsed as it arrives."""
 
     def __init__(self) -> None:
@@ -149,8 +149,8 @@ class BindingClient:
         if limit is None:
             limit = min(config.connection_pool_maxsize or BURST_CONNECTIONS, BURST_CONNECTIONS)
         self._slots = asyncio.Semaphore(limit) if limit else None
-        self._idle: list[_Connection] = []
-        self._open: set[_Connection] = set()
+        self._idle: list[_BindingConnection] = []
+        self._open: set[_BindingConnection] = set()
 
     @classmethod
     def for_api(cls, api: k8s.ApiClient) -> "BindingClient | None":
@@ -221,7 +221,7 @@ class BindingClient:
             self._drop(conn)
         return answer
 
-    def _take_idle(self) -> _Connection | None:
+    def _take_idle(self) -> _BindingConnection | None:
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
@@ -229,13 +229,13 @@ class BindingClient:
             self._open.discard(conn)
         return None
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> _BindingConnection:
         loop = asyncio.get_running_loop()
         kwargs: dict[str, Any] = {}
         if self._ssl is not None:
             kwargs = {"ssl": self._ssl, "server_hostname": self._server_hostname or self._host}
         try:
-            _, conn = await loop.create_connection(_Connection, self._host, self._port, **kwargs)
+            _, conn = await loop.create_connection(_BindingConnection, self._host, self._port, **kwargs)
         except ssl.SSLError:
             raise  # a certificate problem says so itself
         except OSError as exc:
@@ -244,7 +244,7 @@ class BindingClient:
         self._open.add(conn)
         return conn
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: _BindingConnection) -> None:
         conn.close()
         self._open.discard(conn)
 

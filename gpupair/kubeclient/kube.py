@@ -127,7 +127,7 @@ def read_environment_once(api: k8s.ApiClient) -> None:
     attribute the client does not document, is replaced here. That attribute and the session's
     arguments read the same in the client's source from release 30 to 36, and the tests run on
     36 (constraints.txt); pyproject.toml caps the client below 37 so that a new major, which
-    may move it, is taken only after tests/core/test_kube.py passes on it."""
+    may move it, is taken only after tests/core/kubeclient/test_kube.py passes on it."""
     rest = api.rest_client
     if not rest.proxy:
         with suppress(LookupError):

@@ -16,13 +16,6 @@ from tests.deploy.test_dockerfile import packages_in_pyproject
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_ROLES = {"__init__.py", "main.py", "app.py", "metrics.py"}
-# Duplicates waiting on another branch's files: name -> the files. The test fails once one is gone,
-# so the entry goes with it.
-KNOWN = {
-    # The extender's request server and the Binding client each keep their connection private;
-    # extender/http_server.py and gpupair/kubeclient/ are being reworked on another branch (gpupair#46).
-    "_Connection": {"extender/http_server.py", "gpupair/kubeclient/binding_client.py"},
-}
 
 
 def product_folders() -> list[Path]:
@@ -59,11 +52,7 @@ def test_no_module_name_is_used_twice():
 def test_no_class_name_is_used_twice():
     classes = by_name((node.name, path) for path in product_files()
                       for node in ast.parse(path.read_text(), str(path)).body if isinstance(node, ast.ClassDef))
-    twice = used_twice(classes)
-    for name, files in KNOWN.items():
-        assert twice.get(name) == files, f"{name} is no longer used twice as listed: take it out of KNOWN"
-        del twice[name]
-    assert twice == {}
+    assert used_twice(classes) == {}
 
 
 def test_a_name_used_twice_is_found():

@@ -1,4 +1,4 @@
-"""The pure conversion of `gpupair snapshot` (gpupair/snapshot/convert.py): API objects as dicts in,
+"""The pure conversion of `gpupair snapshot` (snapshot/convert.py): API objects as dicts in,
 openb rows and findings out; the rows written and read back by the trace reader unchanged."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """gpupair's fragmentation score for a set of nodes, from rows of what each has left: the one
 function the extender's prioritize (extender/fragmentation_score.py, from its watches and the
-reports) and the simulator's trace score (simulator/trace/gpupair_score.py, from the trace's
+reports) and the simulator's trace score (simulator/trace/models/gpupair_score.py, from the trace's
 arrays) both call, so a change to the measure or the grades reaches both
 (tests/simulator/test_fragmentation_parity.py holds them equal).
 """
