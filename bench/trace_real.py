@@ -49,14 +49,18 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import sys
 import time
+import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
@@ -107,8 +111,6 @@ EXTENDER_HISTOGRAMS = {"gpupair_extender_request_seconds": "verb"}  # the time g
 def histogram_sums(text: str, histograms: dict[str, str | None]) -> dict[str, tuple[float, float]]:
     """(sum, count) of each of ``histograms`` (name: the label that splits it), keyed ``name`` or
     ``name/label``, summed over the other labels (profile, status); the ``scheduler_`` prefix dropped."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
         if family.name not in histograms:
@@ -125,9 +127,6 @@ def histogram_sums(text: str, histograms: dict[str, str | None]) -> dict[str, tu
 
 
 def metrics_text(url: str) -> str:
-    import ssl
-    import urllib.request
-
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # kube-scheduler's self-signed serving certificate
@@ -149,8 +148,6 @@ def histogram_cost(before: str, after: str, histograms: dict[str, str | None]) -
 
 def replicated(nodes: list, times: int) -> list:
     """The fleet ``times`` over; copies named ``NAME-r1``..., in the list's order."""
-    from dataclasses import replace
-
     return [*nodes, *(replace(node, name=f"{node.name}-r{copy}") for copy in range(1, times) for node in nodes)]
 
 
