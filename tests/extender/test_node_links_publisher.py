@@ -14,7 +14,7 @@ from gpupair.kubeclient.list_watch import ListWatch
 from gpupair.extender.node_links_publisher import NodeLinks, NodeLinksPublisher
 from gpupair.topology.node_links import FILE_KEY, decode_node_links, encode_node_links
 from gpupair.topology.report import TOPOLOGY_KEY, encode_topology
-from tests.core.decide.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board
+from tests.core.decide.claims.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board
 from tests.extender_support import eventually
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 

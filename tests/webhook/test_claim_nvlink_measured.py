@@ -22,7 +22,7 @@ from gpupair.webhook.claims import ClaimOptions
 from gpupair.webhook.node_links_file import NodeLinksFile
 from gpupair.webhook.sidecar import SidecarOptions
 from gpupair.command.tls import ReloadingTLS
-from tests.core.decide.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, PCIE_5090, board, pci_pair, selector
+from tests.core.decide.claims.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, PCIE_5090, board, pci_pair, selector
 from tests.webhook.claim_shapes import apply, as_created, plain_claim, plain_template
 from tests.webhook.test_claim_nvlink import scoped, subrequests
 from tests.webhook.test_claims import patched, plan

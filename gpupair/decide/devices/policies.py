@@ -159,7 +159,7 @@ class FirstFitPolicy:
     """The structured allocator's pick for one request of k devices (``same_numa``: under a
     numaNode constraint). A device without a NUMA node fails the constraint, as a device without
     the attribute does. Checked against a transcription of allocateOne in
-    tests/core/decide/test_dra_first_fit.py."""
+    tests/core/decide/devices/test_dra_first_fit.py."""
 
     def __init__(self, same_numa: bool = False):
         self.same_numa = same_numa

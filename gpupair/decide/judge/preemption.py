@@ -24,7 +24,7 @@ alone (``UNKNOWN``), never dropping a node on a guess.
 
 So for victims whose devices are known: a node kept becomes feasible (``Decider.decide`` passes)
 once its kept victims are gone, and a node dropped would not have become feasible had every
-proposed victim gone (tests/core/decide/test_preemption.py checks both with hypothesis).
+proposed victim gone (tests/core/decide/judge/test_preemption.py checks both with hypothesis).
 """
 
 from __future__ import annotations

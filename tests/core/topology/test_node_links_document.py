@@ -8,7 +8,7 @@ from dataclasses import replace
 from gpupair.decide.claims.nvlink_classes import nvlink_choices
 from gpupair.topology.node_links import decode_node_links, encode_node_links, encode_node_links_within
 from gpupair.topology.report import encode_topology
-from tests.core.decide.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board
+from tests.core.decide.claims.test_nvlink_classes import A6000, HGX_BUSES, HGX_H100, board
 
 A6000_NODES = {f"a6000-{n}": encode_topology(board(A6000, f"a6000-{n}")) for n in range(40)}
 H100_NODES = {f"h100-{n}": encode_topology(board(HGX_H100, f"h100-{n}", HGX_BUSES)) for n in range(40)}

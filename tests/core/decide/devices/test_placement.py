@@ -107,7 +107,7 @@ def test_numa_groups_are_inferred_from_sys_links_when_the_box_reports_none():
 
     from gpupair.topology.smi_topo import parse_topo_matrix
 
-    text = (Path(__file__).parents[2] / "fixtures" / "topo" / "vllm-11122-8gpu-pix-pxb.txt").read_text()
+    text = (Path(__file__).parents[3] / "fixtures" / "topo" / "vllm-11122-8gpu-pix-pxb.txt").read_text()
     layout = parse_topo_matrix(text).to_layout()  # NUMA Affinity N/A on every GPU
     assert list(layout.numa_nodes.values()) == [(0, 1, 2, 3), (4, 5, 6, 7)]
     fit = placement.fit(NodeState(layout, frozenset({3, 4})), 2)

@@ -13,7 +13,7 @@ from gpupair.topology.nics import NICS_KEY, decode_nics
 from gpupair.topology.report import TOPOLOGY_KEY, fingerprint
 from gpupair.topology.smi_topo import parse_topo_matrix
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 TOPO = REPO / "tests" / "fixtures" / "topo"
 
 
