@@ -353,13 +353,13 @@ class _Handlers:
         return await self._prioritize("prioritize", request)
 
     async def prioritize_every_pod(self, request: Request) -> Response:
-        """The every-pod entry's prioritize: a pod the GPU entry manages gets 0 on every node
-        (it is scored there, once), every other pod as prioritize scores it."""
+        """The every-pod entry's prioritize: a pod the GPU entry manages gets an empty list (it
+        is scored there, once), every other pod as prioritize scores it."""
         return await self._prioritize(EVERY_POD_VERB, request, skip=self.x.gpu_entry)
 
     async def _prioritize(self, verb: str, request: Request, skip: frozenset[str] = frozenset()) -> Response:
-        """``verb``'s answer; a pod asking one of ``skip`` (managedResources) is answered 0
-        everywhere, its nodes counted ``skipped``, the others' ``scored``."""
+        """``verb``'s answer; a pod asking one of ``skip`` (managedResources) is answered with
+        no node (adding nothing anywhere), its nodes counted ``skipped``, the others' ``scored``."""
         started = time.perf_counter()
         args: ExtenderArgs | None = None
         try:
@@ -368,7 +368,7 @@ class _Handlers:
                 if managed(args.Pod, skip):
                     names = args.node_names()
                     self._metric(self.m.decisions, verb, "skipped").inc(len(names))
-                    response = _json(no_opinion_json(names))
+                    response = _json("[]")
                     self._done(verb, "ok", started)
                     return response
                 gpus, intent = await self._asked(args.Pod)

@@ -14,9 +14,10 @@ gpupair registers two entries with kube-scheduler (deploy/overlays/self-managed/
 
 kube-scheduler asks both entries about a GPU pod and adds their answers
 (``score * weight * MaxNodeScore / MaxExtenderPriority`` per node). So that such a pod is scored
-once, the every-pod entry answers 0 for every node when the GPU entry manages the pod: 0 adds
-nothing to a node's total, and the random tie-breaker kube-scheduler gives every node an
-extender scored (``Randomizer``) is already drawn for those nodes by the GPU entry's answer.
+once, the every-pod entry answers an empty list when the GPU entry manages the pod:
+kube-scheduler adds an extender's score to the nodes its answer lists (prioritizeNodes), so an
+empty one adds nothing, and neither side writes or reads an entry per offered node (about 500
+on a 1,213-node fleet, bench/RESULTS.md).
 """
 
 from __future__ import annotations
