@@ -70,6 +70,7 @@ from gpupair.topology.report import encode_annotations  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
 from tests.controlplane.processes import Process, free_port, stop_all, wait_until  # noqa: E402
 from tests.layouts import seed_layout  # noqa: E402
+from bench.metrics_page import counts, cpu_seconds, histogram, mean, minus, quantile  # noqa: E402
 
 NAMESPACE = "bench"
 RESOURCE = "nvidia.com/gpu"
@@ -150,68 +151,14 @@ def _connects(port: int) -> bool:
         return True
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its reaped children, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(v) for v in fields[11:15])
-    return ticks / _CLOCK_TICKS
-
-
-_CLOCK_TICKS = 100
-try:
-    import os
-
-    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-except (ValueError, OSError, AttributeError):
-    pass
-
-
-def histogram(text: str, name: str, label: str) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count) of one histogram series in a Prometheus text page."""
-    buckets: dict[float, float] = {}
-    for line in text.splitlines():
-        if line.startswith(f"{name}_bucket{{") and label in line:
-            le = re.search(r'[{,]le="([^"]+)"', line).group(1)  # type: ignore[union-attr]
-            bound = float("inf") if le == "+Inf" else float(le)
-            buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
-    return sorted(buckets.items())
-
-
 # apiserver_request_duration_seconds for POST pods/binding (labels in the order Go prints them).
 BINDINGS = ("apiserver_request_duration_seconds", 'resource="pods",scope="resource",subresource="binding",verb="POST"')
-
-
-def sum_count(text: str, name: str, label: str = "") -> tuple[float, float]:
-    """A histogram's _sum and _count, from a Prometheus text page."""
-    total = {"sum": 0.0, "count": 0.0}
-    for line in text.splitlines():
-        for part in total:
-            if line.startswith(f"{name}_{part}") and label in line:
-                total[part] += float(line.rsplit(" ", 1)[1])
-    return total["sum"], total["count"]
-
-
-def mean(after: str, name: str, label: str = "", before: str = "") -> float | None:
-    """A histogram's mean over what ``after`` counted beyond ``before``: exact, where a quantile
-    is read from buckets."""
-    (total, n), (total0, n0) = sum_count(after, name, label), sum_count(before, name, label)
-    return (total - total0) / (n - n0) if n > n0 else None
 
 
 # kube-scheduler's time to pick a node for a pod: its filter and score plugins and, where one is
 # registered, the extender's filter and prioritize calls. The scheduling cycle runs one pod at a
 # time, so this is the part of the time added per pod that an extender adds in series.
 ALGORITHM = "scheduler_scheduling_algorithm_duration_seconds"
-
-
-def counts(text: str, name: str, label: str) -> dict[str, float]:
-    """A counter's samples summed by the value of ``label``, from a Prometheus text page."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        found = re.match(rf'{name}{{(?:.*,)?{label}="([^"]+)"', line)
-        if found:
-            out[found.group(1)] = out.get(found.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def _clock(stamp: str) -> float:
@@ -249,26 +196,6 @@ def percentile(values: list[float], q: float) -> float | None:
     if len(values) < 2:
         return values[0] if values else None
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
-
-
-def minus(after: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    earlier = dict(before)
-    return [(bound, count - earlier.get(bound, 0.0)) for bound, count in after]
-
-
-def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
-    """The q-quantile, linear within its bucket (as PromQL's histogram_quantile)."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if bound == float("inf"):
-                return lower
-            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 0.0)
-        lower, below = bound, count
-    return lower
 
 
 class Bench:

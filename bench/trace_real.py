@@ -60,7 +60,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
@@ -71,14 +70,10 @@ from tests.controlplane.control_plane import ControlPlane, find_binaries, sessio
 from tests.controlplane.gpupair_install import Install, scheduler_extenders  # noqa: E402
 from tests.controlplane.processes import stop_all  # noqa: E402
 from tests.controlplane.trace_fleet import TraceFleet, replay_real  # noqa: E402
+from bench.metrics_page import cpu_seconds, sum_count, sums_by  # noqa: E402
 
 NAMESPACE = "trace"
 POINTS = (50, 70, 90, 100, 110, 130)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 REQUEST = re.compile(r'^apiserver_request_total\{(.*)\} ([0-9.e+]+)$')
@@ -108,24 +103,6 @@ SCHEDULER_HISTOGRAMS = {
 EXTENDER_HISTOGRAMS = {"gpupair_extender_request_seconds": "verb"}  # the time gpupair takes to answer
 
 
-def histogram_sums(text: str, histograms: dict[str, str | None]) -> dict[str, tuple[float, float]]:
-    """(sum, count) of each of ``histograms`` (name: the label that splits it), keyed ``name`` or
-    ``name/label``, summed over the other labels (profile, status); the ``scheduler_`` prefix dropped."""
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name not in histograms:
-            continue
-        split = histograms[family.name]
-        for sample in family.samples:
-            part = "sum" if sample.name.endswith("_sum") else "count" if sample.name.endswith("_count") else None
-            if part is None:
-                continue
-            key = family.name.removeprefix("scheduler_") + (f"/{sample.labels.get(split, '')}" if split else "")
-            cell = out.setdefault(key, [0.0, 0.0])
-            cell[0 if part == "sum" else 1] += sample.value
-    return {key: (total, count) for key, (total, count) in out.items()}
-
-
 def metrics_text(url: str) -> str:
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -135,14 +112,21 @@ def metrics_text(url: str) -> str:
 
 
 def histogram_cost(before: str, after: str, histograms: dict[str, str | None]) -> dict[str, dict[str, float]]:
-    """Per histogram (and label) over the run: mean milliseconds, count and total seconds."""
-    start, end = histogram_sums(before, histograms), histogram_sums(after, histograms)
+    """Per histogram (name: the label that splits it, or None) over the run: mean milliseconds,
+    count and total seconds, keyed ``name`` or ``name/label value``, the ``scheduler_`` prefix dropped."""
     out = {}
-    for key in sorted(end):
-        total = end[key][0] - start.get(key, (0.0, 0.0))[0]
-        count = end[key][1] - start.get(key, (0.0, 0.0))[1]
-        if count > 0:
-            out[key] = {"mean_ms": round(1000 * total / count, 3), "count": int(count), "seconds": round(total, 3)}
+    for name, label in histograms.items():
+        short = name.removeprefix("scheduler_")
+        if label is None:
+            ends = {short: (sum_count(before, name), sum_count(after, name))}
+        else:
+            start, end = sums_by(before, name, label), sums_by(after, name, label)
+            ends = {f"{short}/{value}": (start.get(value, (0.0, 0.0)), cell) for value, cell in end.items()}
+        for key, ((total0, count0), (total1, count1)) in sorted(ends.items()):
+            if count1 > count0:
+                total = total1 - total0
+                out[key] = {"mean_ms": round(1000 * total / (count1 - count0), 3), "count": int(count1 - count0),
+                            "seconds": round(total, 3)}
     return out
 
 
