@@ -177,7 +177,13 @@ def assemble(
         evaluator.usage = ClusterUsage(requests.of, claims_accept(picture) if dra is not None else None,
                                        shared_resources)
         if cache is not None:
+            from gpupair.extender.score_rows import ScoreRows
+
             cache.usage = evaluator.usage
+            evaluator.usage.rows = rows = ScoreRows(cache.get, alive, evaluator.usage)
+            cache.subscribe(rows)
+            if beats is not None:
+                beats.subscribe(rows.changed)
     pods = PodWatch(reservations, requests, evaluator.usage) if api is not None else None
     if pods is not None and dra is not None:
         from gpupair.extender.unallocatable import UnallocatableClaims

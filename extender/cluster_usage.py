@@ -15,7 +15,7 @@ is seen, bound or not, since pods still waiting are the ones the free capacity m
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collections.abc import Callable, Sequence
 
@@ -23,6 +23,9 @@ from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
+
+if TYPE_CHECKING:
+    from gpupair.extender.score_rows import ScoreRows
 
 log = logging.getLogger("gpupair.extender.usage")
 
@@ -53,10 +56,16 @@ class ClusterUsage:
         self.requested: dict[str, int] = {}  # node -> CPU millicores of its pods
         self._pods: dict[str, tuple[str, int, tuple]] = {}  # uid -> (node, CPU, shape)
         self.workload = Workload()
+        self.rows: ScoreRows | None = None  # told of each node whose CPU or label changes
+
+    def _touched(self, name: str) -> None:
+        if self.rows is not None:
+            self.rows.changed(name)
 
     # ---- nodes (the node cache)
 
     def node_seen(self, name: str, node: dict[str, Any]) -> None:
+        self._touched(name)
         label = label_product(node)
         if label:
             self.labels[name] = label
@@ -71,6 +80,7 @@ class ClusterUsage:
                 log.warning("node CPU unreadable", extra={"node": name, "error": str(error)})
 
     def node_gone(self, name: str) -> None:
+        self._touched(name)
         self.allocatable.pop(name, None)
         self.labels.pop(name, None)
 
@@ -124,6 +134,7 @@ class ClusterUsage:
         self.workload.add(shape)
         if node:
             self.requested[node] = self.requested.get(node, 0) + cpu
+            self._touched(node)
 
     def _accepted(self, pod: dict[str, Any]) -> Accepted:
         """The products the pod accepts; a spec that cannot be read accepts any (the API server
@@ -142,6 +153,7 @@ class ClusterUsage:
         node, cpu, shape = known
         self.workload.remove(shape)
         if node:
+            self._touched(node)
             left = self.requested.get(node, 0) - cpu
             if left > 0:
                 self.requested[node] = left

@@ -8,15 +8,22 @@ the cluster's pods with the products each accepts. A node the pod cannot go to, 
 usable report or a known CPU, gets 0: no opinion, and no part in the grading. The grades are
 ``fragmentation_grades``'s, the simulator's trace score's too.
 
+A request naming nodes of the node cache is read from the rows ``ScoreRows`` keeps
+(extender/score_rows.py), one decision per shape of node; any other (a request's Nodes, a pod with
+a Decider or devices of its own) node by node. Both give the same grades
+(tests/extender/test_score_rows.py).
+
 Registered for every pod (no ``managedResources``): a CPU pod placed where it strands GPUs costs
 as much as a badly placed GPU pod (docs/extender.md, docs/simulate.md).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from cachetools import LRUCache
 
 from gpupair.decide.devices import placement
 from gpupair.decide.judge.decisions import preferred_band
@@ -26,32 +33,174 @@ from gpupair.decide.pod.intent import Intent
 from gpupair.decide.judge.reservations import NO_HOLD
 from gpupair.extender.cluster_usage import ClusterUsage
 from gpupair.extender.evaluation import Evaluator, Offer
+from gpupair.extender.score_rows import ScoreRows
 from gpupair.topology.layout import NodeLayout, NodeState
-from gpupair.topology.limits import MAX_GPUS
 
 
-@lru_cache(maxsize=65536)
-def _fits(layout: NodeLayout, free_mask: int, gpus: int) -> bool:
-    free = frozenset(i for i in range(layout.size) if free_mask >> i & 1)
-    return gpus <= layout.size and placement.fit(NodeState(layout, free), gpus).feasible
+_FIT_TABLES: LRUCache = LRUCache(maxsize=256)  # (layout, k) -> per free mask: 1 fits, 0 not, -1 not asked yet
+
+
+def _fits(layout: NodeLayout, free_masks: np.ndarray, k: int) -> np.ndarray:
+    """Whether each free mask on ``layout`` holds ``k`` GPUs as gpupair places them (the
+    placement rule asked once per mask and layout, ever)."""
+    table = _FIT_TABLES.get((layout, k))
+    if table is None:
+        table = _FIT_TABLES[(layout, k)] = np.full(1 << layout.size, -1, dtype=np.int8)
+    answers = table[free_masks]
+    if (answers < 0).any():
+        for mask in np.unique(free_masks[answers < 0]).tolist():
+            free = frozenset(i for i in range(layout.size) if mask >> i & 1)
+            table[mask] = k <= layout.size and placement.fit(NodeState(layout, free), k).feasible
+        answers = table[free_masks]
+    return answers == 1
+
+
+@dataclass
+class Scored:
+    """The offered nodes the score grades, one entry per node: its place in the offer, its
+    layout (an index into ``layouts``), its GPUs available and planned for the pod as bit masks,
+    its CPU left, its product (an index into ``products``) and whether its set is the one a
+    ``preferred`` pod prefers."""
+
+    index: np.ndarray
+    layout: np.ndarray
+    free_mask: np.ndarray
+    plan_mask: np.ndarray
+    cpu_left: np.ndarray
+    product: np.ndarray
+    preferred_met: np.ndarray
+    layouts: list[NodeLayout]
+    products: list[str]
 
 
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
                          intent: Intent = Intent.REQUIRED) -> list[int]:
     """0-10 per offered name, in order."""
     names = offer.names
-    scores = [0] * len(names)
-    if not usage.workload:
-        return scores
+    if not usage.workload or not names:
+        return [0] * len(names)
+    rows = usage.rows
+    if rows is not None and offer.cached and not evaluator.own_cases(offer):
+        scored = _from_rows(evaluator, rows, offer, gpus, intent)
+    else:
+        scored = _per_node(evaluator, usage, offer, gpus, intent)
+    scores = np.zeros(len(names), dtype=np.int64)
+    if not len(scored.index):
+        return scores.tolist()
+    present = np.unique(scored.product)
+    models = sorted(scored.products[code] for code in present.tolist())
+    rank = np.zeros(len(scored.products), dtype=np.int64)
+    rank[present] = [models.index(scored.products[code]) for code in present.tolist()]
+    graded = fragmentation_grades(usage.measure(models), node_rows(
+        scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product]), cpu)
+    if gpus > 0 and not scored.preferred_met.all():
+        # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
+        graded = np.array([preferred_band(grade, met) for grade, met
+                           in zip(graded.tolist(), scored.preferred_met.tolist())], dtype=np.int64)
+    scores[scored.index] = graded
+    return scores.tolist()
+
+
+def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, intent: Intent) -> Scored:
+    """The offer read from the kept rows: a node that owes a hold, and a decision per shape of
+    node, are the only per-node Python."""
+    names, now = offer.names, evaluator.clock()
+    slot = rows.find(names)
+    known = slot >= 0
+    slot = np.where(known, slot, 0)
+    kept = known & rows.usable[slot] & (rows.stale_at[slot] >= now)
+    holds = evaluator.reservations.by_node()
+    held = np.zeros(len(names), dtype=bool)
+    if holds:
+        held_slots = rows.find(list(holds))
+        marked = np.zeros(len(rows.usable), dtype=bool)
+        marked[held_slots[held_slots >= 0]] = True
+        held = kept & marked[slot]
+        kept &= ~held
+    index = np.flatnonzero(kept)
+    at = slot[index]
+    layout, free_mask, cpu_left, product = rows.layout[at], rows.free_mask[at], rows.cpu_left[at], rows.product[at]
+    plan_mask = np.zeros(len(index), dtype=np.int64)
+    met = np.ones(len(index), dtype=bool)
+    if gpus > 0 and len(index):
+        passes, plan_mask, met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
+        keep = np.flatnonzero(passes)
+        index, layout, free_mask, cpu_left, product = index[keep], layout[keep], free_mask[keep], cpu_left[keep], product[keep]
+        plan_mask, met = plan_mask[keep], met[keep]
+    extra: list[tuple[int, int, int, int, int, int, bool]] = []
+    for position in np.flatnonzero(held).tolist():
+        name, row = names[position], int(slot[position])
+        entry, hold, alive = rows.entries[row], holds[name], evaluator.alive(name)
+        plan: tuple[int, ...] = ()
+        preferred_met = True
+        if gpus > 0:
+            decision = entry.decide(evaluator.decider, name, gpus, hold, now, alive, intent)
+            if not decision.passes or decision.plan is None:
+                continue
+            plan, preferred_met = decision.plan, decision.preferred_met
+        state = entry.view(name, hold, False, alive).available()
+        if state is None:
+            continue
+        extra.append((position, rows.layout_code(state.layout), state.free_mask, _mask(plan), int(rows.cpu_left[row]),
+                      int(rows.product[row]), preferred_met))
+    if extra:
+        added = list(zip(*extra))
+        index, layout, free_mask, plan_mask, cpu_left, product = (
+            np.concatenate([old, np.array(new, dtype=np.int64)])
+            for old, new in zip((index, layout, free_mask, plan_mask, cpu_left, product), added))
+        met = np.concatenate([met, np.array(added[6], dtype=bool)])
+        order = np.argsort(index, kind="stable")  # the offer's order, as the per-node path keeps it
+        index, layout, free_mask, plan_mask, cpu_left, product, met = (
+            column[order] for column in (index, layout, free_mask, plan_mask, cpu_left, product, met))
+    return Scored(index, layout, free_mask, plan_mask, cpu_left, product, met, rows.layouts, rows.products)
+
+
+def _by_shape(evaluator: Evaluator, rows: ScoreRows, names: list[str], index: np.ndarray, at: np.ndarray, gpus: int,
+              intent: Intent, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row without a hold: whether it passes with a plan, the plan as a mask, and whether the
+    plan is what a preferred pod prefers. Nodes of one shape take one decision
+    (ReportEntry.decision_shape), asked once per shape; a node decided on its own is a shape of
+    its own."""
+    shapes = rows.shape[at]
+    shapes = np.where(shapes < 0, -1 - np.arange(len(index)), shapes)
+    _, first, inverse = np.unique(shapes, return_index=True, return_inverse=True)
+    outcomes = []
+    for row, shape in zip(first.tolist(), shapes[first].tolist()):
+        outcome = rows.outcomes.get((shape, gpus, intent)) if shape >= 0 else None
+        if outcome is None:
+            name = names[int(index[row])]
+            decision = rows.entries[int(at[row])].decide(evaluator.decider, name, gpus, NO_HOLD, now,
+                                                         evaluator.alive(name), intent)
+            passed = decision.passes and decision.plan is not None
+            outcome = (passed, _mask(decision.plan) if passed else 0, decision.preferred_met)
+            if shape >= 0:
+                rows.remember(shape, gpus, intent, outcome)
+        outcomes.append(outcome)
+    passing, planned, preferred = (np.array(column) for column in zip(*outcomes))
+    inverse = inverse.reshape(-1)
+    return passing[inverse], planned[inverse].astype(np.int64), preferred[inverse]
+
+
+def _mask(devices: tuple[int, ...]) -> int:
+    return sum(1 << device for device in devices)
+
+
+def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, intent: Intent) -> Scored:
+    """The offer read node by node: a pod with a Decider or devices of its own, Nodes mode, or a
+    node cache not synced yet."""
+    names = offer.names
     decisions = evaluator.decisions(gpus, offer, intent=intent) if gpus > 0 else None
     now, holds = evaluator.clock(), evaluator.reservations.by_node()
-    rows: list[tuple[int, NodeState, tuple[int, ...], int, str]] = []
+    layouts: list[NodeLayout] = []
+    products: list[str] = []
+    found: list[tuple[int, int, int, int, int, int, bool]] = []
     for index, name in enumerate(names):
         plan: tuple[int, ...] = ()
+        preferred_met = True
         if decisions is not None:
             if not decisions[index].passes or decisions[index].plan is None:
                 continue
-            plan = decisions[index].plan
+            plan, preferred_met = decisions[index].plan, decisions[index].preferred_met
         entry = offer.entry_of(name) or offer.unknown
         alive = evaluator.alive(name)
         if entry.report is None or entry.is_stale(now, alive):
@@ -62,55 +211,42 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
         cpu_left = usage.cpu_left(name)
         if state is None or cpu_left is None:
             continue
-        rows.append((index, state, plan, cpu_left, usage.product(name, entry.report.product)))
-    if not rows:
-        return scores
-    models = sorted({product for *_, product in rows})
-    measure = usage.measure(models)
-    graded = fragmentation_grades(measure, node_rows([(state, plan, cpu_left, models.index(product))
-                                                       for _, state, plan, cpu_left, product in rows]), cpu)
-    banded = decisions is not None and not all(decisions[index].preferred_met for index, *_ in rows)
-    for (index, *_), grade in zip(rows, graded.tolist()):
-        # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
-        scores[index] = preferred_band(grade, decisions[index].preferred_met) if banded else grade
-    return scores
+        product = usage.product(name, entry.report.product)
+        if state.layout not in layouts:
+            layouts.append(state.layout)
+        if product not in products:
+            products.append(product)
+        found.append((index, layouts.index(state.layout), state.free_mask, _mask(plan), cpu_left,
+                      products.index(product), preferred_met))
+    columns = list(zip(*found)) or [()] * 7
+    index, layout, free_mask, plan_mask, cpu_left, product = (np.array(column, dtype=np.int64) for column in columns[:6])
+    return Scored(index, layout, free_mask, plan_mask, cpu_left, product, np.array(columns[6], dtype=bool),
+                  layouts, products)
 
 
-def node_rows(nodes: list[tuple[NodeState, tuple[int, ...], int, int]]) -> NodeRows:
-    """The grading rows of what the extender knows per node: its GPUs available (whole GPUs:
-    the report's free less what bound pods hold), the pod's planned set, its CPU left and its
-    product's index."""
-    # Arrays from each node's free mask (kept on its state, which lives as long as its report)
-    # and the planned set's: per-row Python cost more than the measure at a thousand nodes.
-    sizes = [len(state.layout.devices) for state, *_ in nodes]
-    bits = np.int64(1) << np.arange(max(sizes), dtype=np.int64)
-    masks = np.array([state.free_mask for state, *_ in nodes], dtype=np.int64)
-    planned = any(plan for _, plan, *_ in nodes)  # a CPU-only pod takes no GPU: after is before
-    masks_after = masks & ~np.array([sum(1 << gpu for gpu in plan) for _, plan, *_ in nodes], dtype=np.int64) \
-        if planned else masks
-    before = ((masks[:, None] & bits) != 0) * MILLI
+def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.ndarray, plan_mask: np.ndarray,
+              cpu_left: np.ndarray, model: np.ndarray) -> NodeRows:
+    """The grading rows of what the extender knows per node: its layout (an index into
+    ``layouts``), its GPUs available (whole GPUs: the report's free less what bound pods hold)
+    and the pod's planned set as bit masks, its CPU left and its product's index."""
+    sizes = np.array([len(each.devices) for each in layouts], dtype=np.int64)[layout]
+    bits = np.int64(1) << np.arange(int(sizes.max()), dtype=np.int64)
+    planned = bool(plan_mask.any())  # a CPU-only pod takes no GPU: after is before
+    masks_after = free_mask & ~plan_mask if planned else free_mask
+    before = ((free_mask[:, None] & bits) != 0) * MILLI
     after = ((masks_after[:, None] & bits) != 0) * MILLI
-    # Nodes alike (one layout object, one free mask) ask the placement rule once.
-    numbers: dict[int, int] = {}
-    layouts = [state.layout for state, *_ in nodes]
-    layout_of = np.array([numbers.setdefault(id(layout), len(numbers)) for layout in layouts], dtype=np.int64)
-    first = dict(zip(layout_of.tolist(), layouts))  # a number's layout: one object
+    groups = [(layouts[code], layout == code) for code in np.unique(layout).tolist()]
     known: dict[tuple[int, bool], np.ndarray] = {}
 
     def whole_fits(k: int, placed: bool) -> np.ndarray:
         key = (k, placed and planned)
         if key not in known:
-            alike, inverse = np.unique((layout_of << MAX_GPUS) | (masks_after if key[1] else masks),
-                                       return_inverse=True)
-            answers = np.array([_fits(first[int(code) >> MAX_GPUS], int(code) & ((1 << MAX_GPUS) - 1), k)
-                                for code in alike], dtype=bool)
-            known[key] = answers[inverse.reshape(-1)]
+            masks = masks_after if key[1] else free_mask
+            fits = np.zeros(len(masks), dtype=bool)
+            for each, rows in groups:
+                fits[rows] = _fits(each, masks[rows], k)
+            known[key] = fits
         return known[key]
 
-    return NodeRows(
-        cpu_left=np.array([cpu_left for _, _, cpu_left, _ in nodes], dtype=np.int64),
-        before=before, after=after,
-        model=np.array([model for *_, model in nodes], dtype=np.int64),
-        capacity=np.array(sizes, dtype=np.int64) * MILLI,
-        whole_fits=whole_fits,
-    )
+    return NodeRows(cpu_left=cpu_left, before=before, after=after, model=model, capacity=sizes * MILLI,
+                    whole_fits=whole_fits)

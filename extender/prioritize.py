@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from itertools import filterfalse
 
-from gpupair.extender.decision_tables import host_priority_json
+from gpupair.extender.decision_tables import host_priorities_json, host_priority_json
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.extender.protocol import ExtenderArgs
@@ -27,7 +27,7 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
         from gpupair.extender.fragmentation_score import fragmentation_scores  # numpy, only for this score
 
         scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent)
-        return "[" + ",".join(map(host_priority_json, offer.names, scores)) + "]"
+        return host_priorities_json(offer.names, scores)
     if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
         return no_opinion_json(args.node_names())
     offer = evaluator.offer(args)

@@ -1,7 +1,9 @@
 """One fragmentation score, two callers: the simulator's trace score (simulator/trace/models/gpupair_score.py,
 from the trace's arrays) and the extender's prioritize under ``--score fragmentation``
 (extender/fragmentation_score.py, from node reports, Node objects and pod objects) give the same
-grades, node for node, on recorded fleet states.
+grades, node for node, on recorded fleet states; the extender both ways it reads them, a
+request's Nodes node by node and a request's names against the rows it keeps
+(extender/score_rows.py).
 
 The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
 A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled
@@ -102,18 +104,25 @@ class Fleet:
                                                        "nvidia.com/gpu": str(int(c.gpus[row]))}}})
         return objects
 
-    def extender_grades(self, pod: TracePod, rows) -> list[int]:
-        extender = make_extender(fragmentation=True)
+    def extender_grades(self, pod: TracePod, rows, node_cache: bool) -> list[int]:
+        """The extender's prioritize: the Nodes sent in the request, or (``node_cache``) their
+        names, the Nodes coming from its node cache, as gpupair ships it."""
+        extender = make_extender(fragmentation=True, node_cache=node_cache)
         usage = extender.evaluator.usage
         nodes = self.node_objects(range(len(self.cluster)))
-        for node in nodes:
-            usage.node_seen(node["metadata"]["name"], node)
+        if node_cache:
+            extender.node_cache.replace(nodes)
+        else:
+            for node in nodes:
+                usage.node_seen(node["metadata"]["name"], node)
         for pod_object_ in self.pod_objects:
             usage.pod_seen(pod_object_)
         scored = pod_object(pod, "scored", "", ())
         usage.pod_seen(scored)
-        args = ExtenderArgs.model_validate(args_body(scored, nodes=[nodes[row] for row in rows]))
-        answer = json.loads(prioritize_nodes(extender.evaluator, args, pod.gpus))
+        offered = [nodes[row] for row in rows]
+        body = args_body(scored, names=[node["metadata"]["name"] for node in offered]) if node_cache else \
+            args_body(scored, nodes=offered)
+        answer = json.loads(prioritize_nodes(extender.evaluator, ExtenderArgs.model_validate(body), pod.gpus))
         return [entry["Score"] for entry in answer]
 
     def simulator_grades(self, pod: TracePod, rows) -> list[int]:
@@ -184,7 +193,8 @@ def test_the_extender_and_the_simulator_grade_every_node_alike(name, pod):
     rows = fleet.rows_for(pod)
     assert len(rows) >= 2
     simulator = fleet.simulator_grades(pod, rows)
-    assert fleet.extender_grades(pod, rows) == simulator
+    assert fleet.extender_grades(pod, rows, node_cache=True) == simulator
+    assert fleet.extender_grades(pod, rows, node_cache=False) == simulator
 
 
 @pytest.mark.parametrize("name", STATES)

@@ -88,6 +88,12 @@ class ReportEntry:
         self._shared = shared if report is not None else None
         self._shape = shared.shape(report, picker) if shared is not None and report is not None else -1
 
+    @property
+    def decision_shape(self) -> int:
+        """Entries of one shape (layout, picker, NICs and free GPUs alike) take the same decision
+        for one ask without a hold; -1 for an entry decided on its own (no report, no sharing)."""
+        return self._shape
+
     def stale_at_with(self, alive: float | None) -> float | None:
         """When the report turns stale given the node's last Lease renewal (epoch seconds, None
         without a Lease): the newest sign of life counts."""

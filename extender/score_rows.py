@@ -1,0 +1,139 @@
+"""The fragmentation score's per-node inputs as arrays, kept current (extender/fragmentation_score.py).
+
+A prioritize call on a 1,213-node fleet scores about 500 nodes, and reading each one's report,
+Lease, CPU left and product in Python cost about 4 microseconds a node: more than the score's own
+arithmetic (bench/RESULTS.md). So one row per cached node holds what the score reads: whether
+the report and the CPU are known, when the report turns stale, the free GPUs as a bit mask, the
+layout, the CPU left, the product and the decision shape (nodes of one shape decide alike). A
+change only marks the node (the node cache, the Lease watch, ``ClusterUsage``); marked rows are
+read again when the next call needs them, as DecisionTables does with holds. Nodes that owe a
+hold are read per call (``fragmentation_score``), since a hold changes what is free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from gpupair.decide.picture.node_entries import ReportEntry
+from gpupair.topology.layout import NodeLayout
+
+NO_ROW = -1
+OUTCOMES_LIMIT = 65536
+
+
+class ScoreRows:
+    """``entry_of``: the node cache's entry for a name; ``alive``: its last Lease renewal;
+    ``usage``: ClusterUsage, for its CPU left and product."""
+
+    def __init__(self, entry_of: Callable[[str], ReportEntry | None], alive: Callable[[str], float | None],
+                 usage: Any) -> None:
+        self._entry_of = entry_of
+        self._alive = alive
+        self._usage = usage
+        self._slots: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self._marked: set[str] = set()
+        self.entries: list[ReportEntry | None] = []  # per row, for decisions and holds
+        self.usable = np.zeros(0, dtype=bool)  # a report and a known CPU
+        self.stale_at = np.zeros(0, dtype=float)  # epoch seconds after which the report is stale
+        self.free_mask = np.zeros(0, dtype=np.int64)
+        self.layout = np.zeros(0, dtype=np.int64)  # an index into ``layouts``
+        self.cpu_left = np.zeros(0, dtype=np.int64)
+        self.product = np.zeros(0, dtype=np.int64)  # an index into ``products``
+        self.shape = np.zeros(0, dtype=np.int64)  # ReportEntry.decision_shape
+        self.layouts: list[NodeLayout] = []
+        self._layout_codes: dict[NodeLayout, int] = {}
+        self.products: list[str] = []
+        self._product_codes: dict[str, int] = {}
+        # (decision shape, GPUs, intent) -> (passes with a plan, the plan as a mask, preferred met):
+        # the default Decider's answer for a node of that shape without a hold, which never changes
+        # (a shape's number is never reused)
+        self.outcomes: dict[tuple[int, int, Any], tuple[bool, int, bool]] = {}
+
+    # ---- what changes a row: the node cache (a NodeListener), Leases, ClusterUsage
+
+    def changed(self, name: str) -> None:
+        self._marked.add(name)
+
+    def node_changed(self, name: str, entry: ReportEntry, now: float) -> None:
+        self._marked.add(name)
+
+    def node_gone(self, name: str) -> None:
+        self._marked.add(name)
+
+    # ---- readers
+
+    def find(self, names: Sequence[str]) -> np.ndarray:
+        """Each name's row, NO_ROW where the node cache has no entry for it."""
+        if self._marked:
+            self._read_marked()
+        return np.fromiter(map(self._slots.get, names, repeat(NO_ROW)), dtype=np.int64, count=len(names))
+
+    def remember(self, shape: int, gpus: int, intent: Any, outcome: tuple[bool, int, bool]) -> None:
+        if len(self.outcomes) >= OUTCOMES_LIMIT:
+            self.outcomes.clear()
+        self.outcomes[(shape, gpus, intent)] = outcome
+
+    def layout_code(self, layout: NodeLayout) -> int:
+        return _code(self._layout_codes, self.layouts, layout)
+
+    def product_code(self, product: str) -> int:
+        return _code(self._product_codes, self.products, product)
+
+    # ---- internals
+
+    def _read_marked(self) -> None:
+        marked, self._marked = self._marked, set()
+        for name in marked:
+            self._read(name)
+
+    def _read(self, name: str) -> None:
+        entry = self._entry_of(name)
+        slot = self._slots.get(name)
+        if entry is None:
+            if slot is not None:
+                del self._slots[name]
+                self.entries[slot] = None
+                self.usable[slot] = False
+                self._free_slots.append(slot)
+            return
+        if slot is None:
+            slot = self._slots[name] = self._free_slots.pop() if self._free_slots else self._grow()
+        self.entries[slot] = entry
+        report, cpu_left = entry.report, self._usage.cpu_left(name)
+        self.usable[slot] = report is not None and cpu_left is not None
+        if report is None or cpu_left is None:
+            return
+        stale_at = entry.stale_at_with(self._alive(name))
+        self.stale_at[slot] = math.inf if stale_at is None else stale_at
+        self.free_mask[slot] = report.state.free_mask
+        self.layout[slot] = self.layout_code(report.state.layout)
+        self.cpu_left[slot] = cpu_left
+        self.product[slot] = self.product_code(self._usage.product(name, report.product))
+        self.shape[slot] = entry.decision_shape
+
+    def _grow(self) -> int:
+        slot = len(self.entries)
+        self.entries.append(None)
+        if slot >= len(self.usable):
+            size = max(1024, 2 * len(self.usable))
+            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "product", "shape"):
+                old = getattr(self, field)
+                new = np.zeros(size, dtype=old.dtype)
+                new[:len(old)] = old
+                setattr(self, field, new)
+        return slot
+
+
+def _code(codes: dict, values: list, value: Any) -> int:
+    """``value``'s index in ``values``, appended the first time (layouts and products are few)."""
+    code = codes.get(value)
+    if code is None:
+        code = codes[value] = len(values)
+        values.append(value)
+    return code
