@@ -47,7 +47,7 @@ from gpupair.decide.picture.node_entries import ReportDecoder
 from gpupair.extender.pod_request_cache import PodRequests
 from gpupair.extender.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
-from gpupair.extender.prioritize import no_opinion_json, prioritize_nodes
+from gpupair.extender.prioritize import NO_OPINION, prioritize_nodes
 from gpupair.extender.protocol import (
     ExtenderArgs,
     ExtenderBindingResult,
@@ -386,7 +386,7 @@ class _Handlers:
         except Exception:  # noqa: BLE001
             log.exception(f"{verb} failed")
             self._done(verb, "error", started)
-            return _json(no_opinion_json(args.node_names() if args is not None else []))
+            return _json(NO_OPINION)
         self._metric(self.m.decisions, verb, "scored").inc(len(args.node_names()))
         response = _json(body)
         self._done(verb, "ok", started)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import orjson
 
@@ -40,7 +40,8 @@ class Table:
         self.passing: set[str] = set()
         self.failed: dict[str, str] = {}
         self.unresolvable: dict[str, str] = {}
-        # The node's HostPriority as JSON, so thousands join into a HostPriorityList cheaply.
+        # The node's HostPriority as JSON ("" for a 0, left out), so thousands join into a
+        # HostPriorityList cheaply.
         self.score_json: dict[str, str] = {}
         self.holds_changed: set[str] = set()  # nodes whose hold changed since they were decided here
 
@@ -62,7 +63,17 @@ class Table:
 
 
 def host_priority_json(name: str, score: int) -> str:
+    """The node's HostPriority as JSON, or "" for a score of 0, which an answer leaves out:
+    kube-scheduler adds an extender's score to the nodes its answer lists (prioritizeNodes), so a
+    0 listed adds as little as a node left out, and costs it decoding (bench/RESULTS.md)."""
+    if not score:
+        return ""
     return '{"Host":%s,"Score":%d}' % (orjson.dumps(name).decode(), score)  # orjson: under half json.dumps' time
+
+
+def host_priority_list(parts: Iterable[str]) -> str:
+    """A HostPriorityList from ``host_priority_json``'s parts, the nodes scored 0 left out."""
+    return "[" + ",".join(filter(None, parts)) + "]"
 
 
 _HOST_PREFIXES: dict[str, str] = {}  # node name -> '{"Host":"<name>","Score":'
@@ -70,11 +81,11 @@ HOST_PREFIX_LIMIT = 65536
 
 
 def host_priorities_json(names: list[str], scores: list[int]) -> str:
-    """A HostPriorityList as JSON text, the same as ``host_priority_json`` per entry; each name's
-    part is encoded once (a call names hundreds of the same nodes again and again)."""
+    """``host_priority_list`` for these scores; each name's part is encoded once (a call names
+    hundreds of the same nodes again and again)."""
     get = _HOST_PREFIXES.get
-    prefixes = [get(name) or _host_prefix(name) for name in names]
-    return "[" + ",".join([f"{prefix}{score}}}" for prefix, score in zip(prefixes, scores)]) + "]"
+    return "[" + ",".join([f"{get(name) or _host_prefix(name)}{score}}}"
+                           for name, score in zip(names, scores) if score]) + "]"
 
 
 def _host_prefix(name: str) -> str:

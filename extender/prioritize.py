@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from itertools import filterfalse
 
-from gpupair.extender.decision_tables import host_priorities_json, host_priority_json
+from gpupair.extender.decision_tables import host_priorities_json, host_priority_json, host_priority_list
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.extender.protocol import ExtenderArgs
@@ -15,9 +15,10 @@ from gpupair.decide.pod.intent import Intent
 def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
                      intent: Intent = Intent.REQUIRED) -> str:
     """The HostPriorityList (a bare JSON array of {"Host", "Score"}) for the offered nodes, in
-    the order offered. A pod asking no GPU, and a node the core cannot score (no usable
-    report, or not passing), gets 0: no opinion. Built as JSON text directly: thousands of
-    entries through model objects would cost more than the decisions themselves."""
+    the order offered, the nodes scored 0 left out (``host_priority_json``). A pod asking no
+    GPU, and a node the core cannot score (no usable report, or not passing), gets 0: no
+    opinion. Built as JSON text directly: thousands of entries through model objects would cost
+    more than the decisions themselves."""
     if evaluator.usage is not None:  # --score fragmentation: every pod, CPU-only ones too
         offer = evaluator.offer(args)
         try:
@@ -29,14 +30,12 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
         scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent)
         return host_priorities_json(offer.names, scores)
     if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
-        return no_opinion_json(args.node_names())
+        return NO_OPINION
     offer = evaluator.offer(args)
     return scores_json(evaluator, gpus, offer, intent)
 
 
-def no_opinion_json(names: list[str]) -> str:
-    """Every node 0: adds nothing to any node's total in kube-scheduler."""
-    return "[" + ",".join(host_priority_json(name, 0) for name in names) + "]"
+NO_OPINION = "[]"  # every node 0: adds nothing to any node's total in kube-scheduler
 
 
 def scores_json(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = Intent.REQUIRED) -> str:
@@ -48,16 +47,16 @@ def scores_json(evaluator: Evaluator, gpus: int, offer: Offer, intent: Intent = 
         own = evaluator.own_cases(offer)
         if not own:
             try:
-                return "[" + ",".join(map(fragments.__getitem__, names)) + "]"
+                return host_priority_list(map(fragments.__getitem__, names))
             except KeyError:
                 pass
         # Nodes where the pod's own claims hold devices or bind refused it, and names the cache
         # does not know, are decided for this pod. The table holds every node of the cluster:
         # its fragments are read, never copied (copying 5,000 of them cost more than the verb).
         fresh = _fresh(evaluator, gpus, offer, own | set(filterfalse(fragments.__contains__, names)), intent)
-        return "[" + ",".join(map(fresh.get, names, map(fragments.get, names))) + "]"
+        return host_priority_list(map(fresh.get, names, map(fragments.get, names)))
     decisions = evaluator.decisions(gpus, offer, intent=intent)
-    return "[" + ",".join(host_priority_json(n, d.score) for n, d in zip(offer.names, decisions)) + "]"
+    return host_priority_list(host_priority_json(n, d.score) for n, d in zip(offer.names, decisions))
 
 
 def _fresh(evaluator: Evaluator, gpus: int, offer: Offer, names: set[str], intent: Intent) -> dict[str, str]:

@@ -78,6 +78,16 @@ def pod_object(gpus: int, *, name: str = "gpu2", uid: str = "5fd8153a-1b23-448d-
     return pod
 
 
+def host_scores(answer: list[dict[str, Any]], offered: list[str]) -> dict[str, int]:
+    """A prioritize answer as kube-scheduler reads it: each offered node's score, 0 for a node the
+    answer leaves out. Asserts the answer lists only offered nodes, and none at 0 (gpupair leaves
+    those out, extender/decision_tables.py)."""
+    listed = {entry["Host"]: entry["Score"] for entry in answer}
+    assert set(listed) <= set(offered), f"not offered: {set(listed) - set(offered)}"
+    assert 0 not in listed.values(), f"a 0 listed: {answer}"
+    return {name: listed.get(name, 0) for name in offered}
+
+
 def args_body(pod: dict[str, Any], *, nodes: list[dict[str, Any]] | None = None,
               names: list[str] | None = None) -> dict[str, Any]:
     """ExtenderArgs exactly as kube-scheduler sends them: all three keys, the unused one null."""

@@ -15,7 +15,7 @@ from gpupair.decide.devices.policies import POLICIES
 from gpupair.reporter.main import node_writer
 from gpupair.reporter.publisher import Outcome, Publisher
 from gpupair.reporter.scan import Allocations, compute
-from tests.extender_support import ExtenderClient, args_body, pod_object
+from tests.extender_support import ExtenderClient, args_body, host_scores, pod_object
 from tests.layouts import seed_layout
 
 
@@ -70,9 +70,10 @@ async def schedule(client: ExtenderClient, pod: dict[str, Any], names: list[str]
         return None
     chosen = passed[0]
     if len(passed) > 1:
-        _, scores = await client.post("prioritize", args_body(pod, names=passed))
-        best = max(s["Score"] for s in scores)
-        chosen = rng.choice([s["Host"] for s in scores if s["Score"] == best])
+        _, answer = await client.post("prioritize", args_body(pod, names=passed))
+        scores = host_scores(answer, passed)
+        best = max(scores.values())
+        chosen = rng.choice([name for name, score in scores.items() if score == best])
     meta = pod["metadata"]
     _, bound = await client.post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
                                           "PodUID": meta["uid"], "Node": chosen})

@@ -12,8 +12,8 @@ import pytest
 from gpupair.extender.every_pod import EVERY_POD_VERB, gpu_entry_resources, managed
 from gpupair.kubewire.defaults import CLAIM_POD_RESOURCE
 from tests.controlplane.faults import metric_total
-from tests.extender.test_fragmentation_score import roomy_and_tight, scores, with_cpu
-from tests.extender_support import args_body, eventually, kube_extender, make_extender, pod_object, serving
+from tests.extender.test_fragmentation_score import roomy_and_tight, with_cpu
+from tests.extender_support import args_body, eventually, host_scores, kube_extender, make_extender, pod_object, serving
 from tests.kube_double import running_kube_double
 
 GPU_ENTRY = gpu_entry_resources("nvidia.com/gpu")
@@ -63,8 +63,8 @@ async def test_cpu_pods_are_scored_and_gpu_pods_left_to_the_gpu_entry():
             _, claim_skipped = await k.client.post(
                 EVERY_POD_VERB, args_body(asking("containers", "limits", CLAIM_POD_RESOURCE), names=names))
             _, metrics = await k.client.get("/metrics")
-    assert scores(every_pod) == scores(gpu_entry) == {"roomy": 10, "tight": 0}
-    assert scores(gpu_scored) != {"roomy": 0, "tight": 0}, "the GPU entry scores the GPU pod"
+    assert host_scores(every_pod, names) == host_scores(gpu_entry, names) == {"roomy": 10, "tight": 0}
+    assert gpu_scored != [], "the GPU entry scores the GPU pod"
     assert gpu_skipped == claim_skipped == []  # no node listed: nothing added to any
     count = lambda name, **labels: metric_total(metrics, name, **labels)  # noqa: E731
     assert count("gpupair_extender_requests_total", verb=EVERY_POD_VERB, outcome="ok") == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.extender_support import (
+    host_scores,
     recorded_for_double,
     args_body,
     eventually,
@@ -178,7 +179,7 @@ async def test_prioritize_reuses_its_filters_decisions_only_while_nothing_change
 
         async def scores(k) -> dict[str, int]:
             _, answer = await k.client.post("prioritize", asker)
-            return {entry["Host"]: entry["Score"] for entry in answer}
+            return host_scores(answer, ["gpu-node-a", "gpu-node-b"])
 
         async with kube_extender(double) as k:
             await ready(k)

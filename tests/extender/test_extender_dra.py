@@ -14,7 +14,7 @@ from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claims import ClaimOptions, plan_claim
 from gpupair.topology.report import TOPOLOGY_KEY
 from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, first_fit, fragmented_cluster, node_slice, recorded
-from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
+from tests.extender_support import args_body, eventually, host_scores, kube_extender, pod_object, report_annotations
 from tests.kube_double import KubeDouble, kube_client_for, make_node, running_kube_double
 from tests.layouts import seed_layout
 
@@ -224,9 +224,10 @@ async def test_twenty_extended_resource_pods_on_the_fragmented_dra_nodes_get_no_
                     rng.shuffle(names)
                     _, filtered = await k.client.post("filter", args_body(pod, names=names))
                     passed = filtered["NodeNames"]
-                    _, scores = await k.client.post("prioritize", args_body(pod, names=passed))
-                    best = max(s["Score"] for s in scores)
-                    node = rng.choice([s["Host"] for s in scores if s["Score"] == best])
+                    _, answer = await k.client.post("prioritize", args_body(pod, names=passed))
+                    scores = host_scores(answer, passed)
+                    best = max(scores.values())
+                    node = rng.choice([name for name, score in scores.items() if score == best])
                     grants.append((node, await allocate_and_bind(k, double, slices, pod, node)))
                 await eventually(lambda: not k.extender.reservations.by_node(), what="holds ended by the claims")
                 for pod in pods:  # the round's pods finish; their claims go with them
@@ -295,7 +296,7 @@ async def place_claim_pods(double, k, pods: list[tuple[str, int, bool]], choose)
             await eventually(lambda: watched(k.extender.dra, pod), what="the claim watched")
             _, filtered = await k.client.post("filter", args_body(pod, names=feasible))
             _, ranked = await k.client.post("prioritize", args_body(pod, names=filtered["NodeNames"]))
-            scores = {s["Host"]: s["Score"] for s in ranked}
+            scores = host_scores(ranked, filtered["NodeNames"])
         if not scores:
             continue
         node = choose(scores, double)

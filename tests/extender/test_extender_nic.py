@@ -13,7 +13,7 @@ from gpupair.topology.layout import NodeLayout
 from gpupair.decide.pod.nic_ask import NIC_ASK_KEY, NIC_LEVEL_KEY
 from gpupair.topology.report import TOPOLOGY_KEY, encode_annotations, fingerprint
 from gpupair.topology.smi_topo import parse_topo_matrix
-from tests.extender_support import NOW, args_body, make_extender, node_object, pod_object, serving
+from tests.extender_support import NOW, args_body, host_scores, make_extender, node_object, pod_object, serving
 from tests.layouts import seed_layout
 
 TOPO = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
@@ -47,7 +47,7 @@ async def filter_and_score(pod: dict, nodes: list[dict]) -> tuple[dict, dict]:
     async with serving(extender) as client:
         _, filtered = await client.post("filter", args_body(pod, nodes=nodes))
         _, scores = await client.post("prioritize", args_body(pod, nodes=nodes))
-        return filtered, {s["Host"]: s["Score"] for s in scores}
+        return filtered, host_scores(scores, [node["metadata"]["name"] for node in nodes])
 
 
 async def test_a_pod_asking_for_the_network_is_placed_only_where_a_close_pair_is_near_the_nic():

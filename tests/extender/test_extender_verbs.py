@@ -17,6 +17,7 @@ from gpupair.topology.report import FREE_KEY, TOPOLOGY_KEY
 from tests.extender_support import (
     NOW,
     args_body,
+    host_scores,
     later,
     make_extender,
     node_object,
@@ -106,8 +107,7 @@ async def test_prioritize_keeps_whole_numa_nodes_free():
     async with serving(extender) as client:
         status, body = await client.post("prioritize", args_body(pod_object(2), nodes=[whole, broken]))
     assert status == 200
-    scores = {entry["Host"]: entry["Score"] for entry in HOST_PRIORITY_LIST.validate_python(body)}
-    assert list(scores) == ["whole", "broken"]
+    scores = host_scores(HOST_PRIORITY_LIST.validate_python(body), ["whole", "broken"])
     assert scores["broken"] > scores["whole"]  # GPU2+GPU3 fill NUMA0; NUMA1 stays whole
     assert all(0 <= s <= 10 for s in scores.values())
     # The very numbers of the core's Decider (the simulator's logic).
@@ -125,7 +125,7 @@ async def test_one_gpu_pod_passes_everywhere_and_goes_where_it_breaks_no_pair():
         _, filtered = await client.post("filter", args_body(pod_object(1), nodes=[whole, lone, none_free]))
         _, scores = await client.post("prioritize", args_body(pod_object(1), nodes=[whole, lone]))
     assert [n["metadata"]["name"] for n in filtered["Nodes"]["items"]] == ["whole", "lone", "full"]
-    by_host = {e["Host"]: e["Score"] for e in scores}
+    by_host = host_scores(scores, ["whole", "lone"])
     assert by_host["lone"] > by_host["whole"]
 
 
@@ -137,7 +137,7 @@ async def test_pod_asking_no_gpu_passes_with_equal_scores():
         _, scores = await client.post("prioritize", args_body(pod_object(0), nodes=nodes))
         _, by_name = await client.post("filter", args_body(pod_object(0), names=["a", "b", "zz"]))
     assert filtered["Nodes"]["items"] == nodes and filtered["FailedNodes"] == {}
-    assert scores == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}, {"Host": "c", "Score": 0}]
+    assert scores == []  # every node 0: none listed
     assert by_name["NodeNames"] == ["a", "b", "zz"] and by_name["Nodes"] is None
 
 
@@ -168,7 +168,7 @@ async def test_unusable_reports_under_both_settings(case, unreported):
         assert passed == ["good", "bad"] and two["FailedNodes"] == {}
     # A 1-GPU pod cannot be misplaced across sockets: it passes either way.
     assert [n["metadata"]["name"] for n in one["Nodes"]["items"]] == ["good", "bad"]
-    assert {e["Host"]: e["Score"] for e in scores}["bad"] == 0  # unscored
+    assert host_scores(scores, ["good", "bad"])["bad"] == 0  # unscored
 
 
 async def test_stale_report_recovers_when_time_is_on_its_side():

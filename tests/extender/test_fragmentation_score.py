@@ -8,7 +8,7 @@ from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.decide.pod.intent import PLACEMENT_KEY
 from gpupair.extender.main import configure
 from gpupair.topology.report import PRODUCT_KEY
-from tests.extender_support import args_body, eventually, kube_extender, pod_object, report_annotations
+from tests.extender_support import args_body, eventually, host_scores, kube_extender, pod_object, report_annotations
 from tests.kube_double import make_node, make_pod, running_kube_double
 
 EVERY_GPU = set(range(8))
@@ -26,10 +26,6 @@ def with_cpu(pod: dict, cpu: str) -> dict:
     return pod
 
 
-def scores(answer: list[dict]) -> dict[str, int]:
-    return {entry["Host"]: entry["Score"] for entry in answer}
-
-
 async def test_a_small_pod_goes_where_it_breaks_no_set_a_waiting_pod_could_use():
     async with running_kube_double() as double:
         double.store.create("nodes", node("whole", EVERY_GPU, "64", {}))
@@ -44,7 +40,7 @@ async def test_a_small_pod_goes_where_it_breaks_no_set_a_waiting_pod_could_use()
                                                                      names=["whole", "broken"]))
     # On the whole node the one GPU would leave no room for the waiting 8-GPU pod; on the
     # broken one there was none anyway.
-    assert scores(answer) == {"whole": 0, "broken": 10}
+    assert host_scores(answer, ["whole", "broken"]) == {"whole": 0, "broken": 10}
 
 
 def roomy_and_tight(double) -> None:
@@ -64,7 +60,7 @@ async def test_a_cpu_pod_is_scored_away_from_the_cpu_gpu_pods_need():
             await eventually(lambda: k.extender.ready())
             _, answer = await k.client.post("prioritize", args_body(with_cpu(pod_object(0, uid="web"), "8"),
                                                                      names=["roomy", "tight"]))
-    assert scores(answer) == {"roomy": 10, "tight": 0}  # on "tight" it would strand four GPUs
+    assert host_scores(answer, ["roomy", "tight"]) == {"roomy": 10, "tight": 0}  # on "tight" it would strand four GPUs
 
 
 async def test_best_fit_remains_the_default_and_gives_cpu_pods_no_opinion():
@@ -75,7 +71,7 @@ async def test_best_fit_remains_the_default_and_gives_cpu_pods_no_opinion():
             await eventually(lambda: k.extender.ready())
             assert k.extender.evaluator.usage is None
             _, answer = await k.client.post("prioritize", args_body(pod_object(0, uid="web"), names=["roomy"]))
-    assert scores(answer) == {"roomy": 0}
+    assert answer == []  # no opinion: nothing listed
 
 
 async def test_a_preferred_pod_ranks_every_close_set_above_the_set_fragmentation_alone_would_pick():
@@ -92,8 +88,9 @@ async def test_a_preferred_pod_ranks_every_close_set_above_the_set_fragmentation
             _, required = await k.client.post("prioritize", args_body(pod, names=["whole", "split"]))
             pod["metadata"].setdefault("annotations", {})[PLACEMENT_KEY] = "preferred"
             _, preferred = await k.client.post("prioritize", args_body(pod, names=["whole", "split"]))
-    assert scores(required) == {"whole": 10, "split": 0}  # split fails the filter: no opinion there
-    assert scores(preferred)["whole"] >= 6 > 5 >= scores(preferred)["split"]
+    assert host_scores(required, ["whole", "split"]) == {"whole": 10, "split": 0}  # split fails the filter
+    banded = host_scores(preferred, ["whole", "split"])
+    assert banded["whole"] >= 6 > 5 >= banded["split"]
 
 
 def pinned(pod: dict, product: str) -> dict:
@@ -120,7 +117,7 @@ async def test_an_unpinned_pod_is_scored_away_from_the_scarce_product_pinned_pod
                 await eventually(lambda: k.extender.ready())
                 _, answer = await k.client.post("prioritize", args_body(with_cpu(pod_object(1, uid="any"), "4"),
                                                                          names=["h200", "a100"]))
-        return scores(answer)
+        return host_scores(answer, ["h200", "a100"])
 
     assert await scores_with(pin=True) == {"h200": 0, "a100": 10}
     unpinned = await scores_with(pin=False)

@@ -12,6 +12,7 @@ from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent, IntentError, parse_
 from gpupair.topology.layout import NodeState
 from tests.extender_support import (
     args_body,
+    host_scores,
     make_extender,
     node_object,
     pod_object,
@@ -58,7 +59,7 @@ async def ask(extender, pod: dict, cached: bool) -> tuple[dict, dict[str, int]]:
         passed = [n["metadata"]["name"] for n in filtered["Nodes"]["items"]]
     return ({"passed": passed, "failed": filtered["FailedNodes"],
              "unresolvable": filtered["FailedAndUnresolvableNodes"]},
-            {entry["Host"]: entry["Score"] for entry in scored})
+            host_scores(scored, NAMES))
 
 
 @pytest.mark.parametrize("cached", [False, True], ids=["nodes", "node-names"])

@@ -33,7 +33,7 @@ from gpupair.simulator.trace.files import TracePod, read_nodes, read_pods
 from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
 from gpupair.topology.report import encode_annotations
-from tests.extender_support import NOW, args_body, make_extender
+from tests.extender_support import NOW, args_body, host_scores, make_extender
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ROOT / "tests/fixtures/trace/openb_node_list_gpu_node.csv"
@@ -123,7 +123,8 @@ class Fleet:
         body = args_body(scored, names=[node["metadata"]["name"] for node in offered]) if node_cache else \
             args_body(scored, nodes=offered)
         answer = json.loads(prioritize_nodes(extender.evaluator, ExtenderArgs.model_validate(body), pod.gpus))
-        return [entry["Score"] for entry in answer]
+        names = [node["metadata"]["name"] for node in offered]
+        return list(host_scores(answer, names).values())
 
     def simulator_grades(self, pod: TracePod, rows) -> list[int]:
         self.score.seen(pod)
