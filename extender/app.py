@@ -1,5 +1,6 @@
-"""The extender's HTTP app: POST {prefix}/filter, /prioritize, /bind, /preempt (the GPU entry's
-verbs), /prioritize-every-pod (the every-pod entry's, extender/every_pod.py), plus /healthz,
+"""The extender's HTTP app: POST {prefix}/filter, /bind, /preempt (the GPU entry's verbs),
+/prioritize-every-pod (the every-pod entry's, extender/every_pod.py), /prioritize (the same
+score, for a GPU entry that lists it), plus /healthz,
 /readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on
 extender/http_server.py (not aiohttp: kube-scheduler's path pays for every object per request).
 
@@ -37,7 +38,7 @@ from gpupair.decide.judge.decisions import Decider
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, SHARED_RESOURCE_NAMES
 from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
-from gpupair.extender.every_pod import EVERY_POD_VERB, gpu_entry_resources, managed
+from gpupair.extender.every_pod import EVERY_POD_VERB
 from gpupair.extender.filter import filter_nodes
 from gpupair.extender.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
@@ -95,7 +96,6 @@ class Extender:
     dra: DraFeed | None = None  # what the DRA source of the picture is fed from the API; None: no driver
     settled: bool = True  # main: False until the first lists are frozen for the collector (extender/main.py)
     pod_watch_wait: float = POD_WATCH_WAIT
-    gpu_entry: frozenset[str] = frozenset()  # the GPU entry's managedResources (extender/every_pod.py)
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
@@ -191,7 +191,7 @@ def assemble(
         pods.unallocatable = UnallocatableClaims(api, picture.why_unallocatable, api_timeout)
     binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, picture, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
-                    pod_watch_wait=pod_watch_wait, gpu_entry=gpu_entry_resources(resource))
+                    pod_watch_wait=pod_watch_wait)
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpServer:
@@ -359,27 +359,14 @@ class _Handlers:
         return await self._prioritize("prioritize", request)
 
     async def prioritize_every_pod(self, request: Request) -> Response:
-        """The every-pod entry's prioritize: a pod the GPU entry manages gets an empty list (it
-        is scored there, once), every other pod as prioritize scores it."""
-        return await self._prioritize(EVERY_POD_VERB, request, skip=self.x.gpu_entry)
+        """The every-pod entry's prioritize (extender/every_pod.py): prioritize's answer, counted
+        under its own verb."""
+        return await self._prioritize(EVERY_POD_VERB, request)
 
-    async def _prioritize(self, verb: str, request: Request, skip: frozenset[str] = frozenset()) -> Response:
-        """``verb``'s answer; a pod asking one of ``skip`` (managedResources) is answered with
-        no node (adding nothing anywhere), its nodes counted ``skipped``, the others' ``scored``."""
+    async def _prioritize(self, verb: str, request: Request) -> Response:
         started = time.perf_counter()
-        args: ExtenderArgs | None = None
         try:
-            if skip:
-                args = parse_args(self._body(request))
-                if managed(args.Pod, skip):
-                    names = args.node_names()
-                    self._metric(self.m.decisions, verb, "skipped").inc(len(names))
-                    response = _json("[]")
-                    self._done(verb, "ok", started)
-                    return response
-                gpus, intent = await self._asked(args.Pod)
-            else:
-                args, gpus, intent = await self._args(self._body(request))
+            args, gpus, intent = await self._args(self._body(request))
             body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
         except ProtocolError as exc:
             return self._no_error_field(verb, exc, started)

@@ -37,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              choices=("aligned", "naive"))
     add_flag(parser, "--score", "fragmentation",
              "how prioritize ranks nodes: fragmentation (where the cluster's workload loses the least GPU, CPU "
-             "counted; CPU pods are scored through the every-pod entry, prioritizeVerb prioritize-every-pod) or "
+             "counted; every pod, CPU pods too, through the every-pod entry, prioritizeVerb prioritize-every-pod) or "
              "best-fit (the NUMA node the set breaks least, then its link; GPU pods only)",
              choices=("fragmentation", "best-fit"))
     add_shared_resources(parser, "under --score fragmentation a pod asking one counts as a GPU pod in the "

@@ -102,9 +102,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "GPUs, as FGD's simulator)", choices=["aligned", "naive"])
     add_flag(parser, "--gpupair-scores", "shipped,fragmentation",
              "trace scenario: gpupair configurations beside each policy alone: shipped (the extender as deployed: "
-             "--score fragmentation, the GPU entry for whole-GPU pods and the every-pod entry for the rest, whole GPUs "
-             "as reporters publish them), best-fit (the GPU entry alone, --score best-fit, as shipped before), filter "
-             "(the GPU entry without prioritizeVerb, beside a plugin that scores GPUs itself), fragmentation "
+             "--score fragmentation, the GPU entry filtering whole-GPU pods and the every-pod entry scoring every pod, "
+             "whole GPUs as reporters publish them), best-fit (--score best-fit, GPU pods only, as shipped before), "
+             "filter (the GPU entry alone, beside a plugin that scores GPUs itself), fragmentation "
              "(--score fragmentation for every pod, each GPU's share known), fragmentation-whole (the same, seeing "
              "whole GPUs only: what shipped scores)")
     add_flag(parser, "--percentage-of-nodes-to-score", "",

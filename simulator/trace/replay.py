@@ -51,13 +51,13 @@ EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
 # gpupair's configurations (``--gpupair-scores``):
 # - shipped: what deploy/ ships: --score fragmentation through two entries (the GPU entry filters
-#   and scores whole-GPU pods, the every-pod entry scores every other pod), fed whole GPUs only,
-#   as the reporters publish them;
-# - best-fit: the extender as shipped before it: the GPU entry alone, --score best-fit;
+#   whole-GPU pods, the every-pod entry scores every pod), fed whole GPUs only, as the reporters
+#   publish them;
+# - best-fit: the extender as shipped before it: --score best-fit, GPU pods scored, no other;
 # - fragmentation: the fragmentation score seeing each GPU's share;
 # - fragmentation-whole: the same seeing whole GPUs only (scores what shipped scores: each pod
 #   once, whichever entry asks);
-# - filter: the GPU entry without prioritizeVerb, beside a plugin that scores GPUs itself.
+# - filter: the GPU entry alone (a filter), beside a plugin that scores GPUs itself.
 SHIPPED, BEST_FIT, FRAGMENTATION, WHOLE_GPUS, FILTER_ONLY = (
     "shipped", "best-fit", "fragmentation", "fragmentation-whole", "filter")
 SCORE_LABELS = {SHIPPED: "gpupair", BEST_FIT: "gpupair-bestfit", FRAGMENTATION: "gpupair-frag",
@@ -158,8 +158,8 @@ def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, con
     if whole and config.path == DRA:  # DynamicResources' Filter: the allocator finds the devices
         fits &= tables.lookup("found", cluster.layout_id, cluster.free_mask, pod.gpus)
     rows = np.flatnonzero(fits) if search is None else search.feasible(fits)
-    # The GPU entry (managedResources: nvidia.com/gpu) is called for whole-GPU pods; with the
-    # fragmentation score the every-pod entry scores every other pod too.
+    # The GPU entry (managedResources: nvidia.com/gpu) filters whole-GPU pods; the every-pod
+    # entry scores them, and with the fragmentation score every other pod too.
     called = config.gpupair and ((pod.gpus > 0 and pod.milli_per_gpu == MILLI) or fragmentation is not None)
     if called and whole and len(rows):
         passes = tables.lookup("passes", cluster.layout_id[rows], cluster.free_mask[rows], pod.gpus)

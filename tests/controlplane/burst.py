@@ -4,7 +4,7 @@ shared by every row so the matrix pays for its set-up once.
 ``BurstCluster`` is gpupair as deploy/ runs it on eight seed-like nodes (GPU0-3 on NUMA node 0,
 GPU4-7 on NUMA node 1): the webhook, a reporter per node, the extender behind a ``Balancer``
 (one replica, or two for the replica row) and a kube-scheduler of its own that calls it through
-both entries deploy/ ships (the GPU entry, and the every-pod entry that scores every other pod).
+both entries deploy/ ships (the GPU entry, and the every-pod entry that scores every pod).
 ``burst`` creates 40 GPU pods, 8 a second (24 asking one GPU, 16 asking two: 56 of the 64 GPUs,
 so that however the singles spread, two of them per NUMA node at most, every NUMA node keeps a
 close pair and every pod fits), injects the row's fault once ``after_bound`` of them are bound

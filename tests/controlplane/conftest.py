@@ -16,7 +16,7 @@ A test, in short (helpers in workloads.py, dra.py and gpupair_install.py)::
         install.reporter(sim.nodes["n1"])       # its node-bound token, --topology-file
         _, url = install.extender()
         scheduler({"profiles": [{"schedulerName": "default-scheduler"}],
-                   "extenders": [scheduler_extender(url)]})
+                   "extenders": scheduler_extenders(url)})
         api.create(gpu_pod(namespace, "p", 2))
         [grant] = sim.wait_admitted(namespace, ["p"], timeout=30)
         assert grant.link == "NODE"

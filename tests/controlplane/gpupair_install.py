@@ -54,15 +54,9 @@ def url_webhooks(webhooks_config: dict[str, Any], url: str, ca_pem: bytes) -> di
     return config
 
 
-def scheduler_extender(url: str, **changes: Any) -> dict[str, Any]:
-    """The GPU entry of deploy/overlays/self-managed/scheduler-config.yaml (the first, with
-    managedResources), pointed at ``url``; ``changes`` replace its keys."""
-    return {**scheduler_extenders(url)[0], **changes}
-
-
 def scheduler_extenders(url: str) -> list[dict[str, Any]]:
     """Both entries of deploy/overlays/self-managed/scheduler-config.yaml, as gpupair ships them
-    (the GPU entry, and the every-pod entry that scores every other pod), pointed at ``url``."""
+    (the GPU entry, and the every-pod entry that scores every pod), pointed at ``url``."""
     shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     return [{**entry, "urlPrefix": url} for entry in shipped["extenders"]]
 

@@ -96,7 +96,7 @@ def test_a_fresh_kubectl_apply_ships_the_fragmentation_score(control_plane):
 def test_the_shipped_entries_score_every_pod_once(api, namespace, kubelets, scheduler, gpupair):
     """deploy/'s scheduler configuration, both entries, on the real kube-scheduler with the
     extender as deploy/ runs it: a CPU pod reaches the every-pod entry only; a GPU pod reaches the
-    GPU entry's filter, prioritize and bind, and the every-pod entry answers it 0 everywhere."""
+    GPU entry's filter and bind, and is scored by the every-pod entry alone."""
     install = gpupair("device-plugin")
     sim = kubelets(policy="aligned")
     for name in ("entries-a", "entries-b"):
@@ -119,6 +119,6 @@ def test_the_shipped_entries_score_every_pod_once(api, namespace, kubelets, sche
         "filter": 0, "prioritize": 0, "bind": 0, EVERY_POD_VERB: 1}
     assert metric_total(after_cpu, "gpupair_extender_decisions_total", verb=EVERY_POD_VERB, outcome="scored") == 2
     assert {v: requests(after_gpu, v) for v in ("filter", "prioritize", "bind", EVERY_POD_VERB)} == {
-        "filter": 1, "prioritize": 1, "bind": 1, EVERY_POD_VERB: 2}
-    assert metric_total(after_gpu, "gpupair_extender_decisions_total", verb=EVERY_POD_VERB, outcome="skipped") == 2
+        "filter": 1, "prioritize": 0, "bind": 1, EVERY_POD_VERB: 2}
+    assert metric_total(after_gpu, "gpupair_extender_decisions_total", verb=EVERY_POD_VERB, outcome="scored") == 4
     assert grant.link == "NODE" and not sim.errors, sim.errors

@@ -14,7 +14,7 @@ to the first node, fn-1, whose only free pair is GPU3+GPU4).
 from __future__ import annotations
 
 from gpupair.decide.judge.verdict import PLANNED_KEY, format_set, parse_set
-from tests.controlplane.gpupair_install import scheduler_extender
+from tests.controlplane.gpupair_install import scheduler_extenders
 from tests.controlplane.kubelet import Grant, Kubelets
 from tests.controlplane.workloads import (
     A6000_TOPO, SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported, wait_verdict,
@@ -91,7 +91,7 @@ def test_gpupair_places_the_fragmented_table_with_no_sys_pair(api, namespace, ku
         sim.add_node(node, SEED_TOPO)
         install.reporter(sim.nodes[node])
     _, url = install.extender()
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
     names = []
     for node, keep in FRAGMENTED.items():
         for index in sorted(set(range(8)) - keep):
@@ -120,7 +120,7 @@ def test_a_burst_after_pinned_pods_gets_no_sys_pair_and_no_set_twice(api, namesp
         sim.add_node(node, SEED_TOPO)
         install.reporter(sim.nodes[node])
     _, url = install.extender()
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
     wait_reported(api, {"burst-1": set(range(8)), "burst-2": set(range(8))})
     # burst-1 keeps {3} and {5,6,7}: 4 GPUs, but one close pair; burst-2 keeps {1,2,3} and {6,7}:
     # two. Three close pairs in all, and a count that says four.
@@ -176,7 +176,7 @@ def test_nvlink_scope_takes_a_bridged_pair_or_waits_saying_which_are_free(api, n
             names.append(f"tenant-{node}-gpu{index}")
             api.create(gpu_pod(namespace, names[-1], 1, node=node, devices=(index,)))
     _, url = install.extender()
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
     sim.wait_admitted(namespace, names, timeout=30)
     wait_reported(api, free)
 

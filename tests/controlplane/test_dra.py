@@ -9,7 +9,7 @@ from tests.controlplane.dra import (
     RESOURCE, allocated_devices, claim_pod, claim_template, cross_numa, dra_nodes_with_tenants, frag,
     hold_devices, pod_claims, publish_slices, run_rounds, seed_topology_file,
 )
-from tests.controlplane.gpupair_install import scheduler_extender
+from tests.controlplane.gpupair_install import scheduler_extenders
 from tests.controlplane.workloads import gpu_pod, wait_verdict
 from tests.dra_support import FRAGMENTED
 
@@ -33,7 +33,7 @@ def test_a_claim_written_without_a_constraint_gets_a_close_pair_and_its_verdict(
     install.reporter(sim.nodes[node])
     _, url = install.extender()
     controller_manager("resourceclaim-controller")
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
     tenants = hold_devices(api, namespace, node, [0, 1, 2, 7])
     api.wait_for(lambda: all(api.get("v1", "Pod", n, namespace)["spec"].get("nodeName") for n in tenants),
                  60, "the tenants' claim pods bound")
@@ -87,7 +87,7 @@ def test_claims_as_written_in_a_required_namespace_get_close_pairs_and_verdicts(
     sim = kubelets()
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
-    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": [scheduler_extender(url)]})
+    scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": scheduler_extenders(url)})
     dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in FRAGMENTED.items()})
     for node in FRAGMENTED:
         install.reporter(sim.nodes[node])

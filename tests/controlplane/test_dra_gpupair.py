@@ -29,10 +29,10 @@ FAIL_REASON = "GPUPlacementFailed"
 
 
 def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager, gpupair, *,
-               every_pod: bool = False, gpu_entry: bool = True, free: dict[str, set[int]] | None = None,
+               gpu_entry: bool = True, free: dict[str, set[int]] | None = None,
                topology=seed_topology_file, webhook_env: dict[str, str] | None = None) -> tuple[Install, str]:
     """gpupair as the dra component deploys it (webhook, extender, a reporter per node), the
-    extender's GPU entry registered (and the every-pod entry, ``every_pod``; without the GPU entry,
+    extender's scheduler entries registered as shipped (the every-pod entry alone,
     ``gpu_entry=False``), on DRA nodes with ``free`` GPUs and the layout ``topology`` writes (the
     test takes the gpu_device_class fixture: the DeviceClass, removed after it)."""
     install = gpupair("dra")
@@ -40,7 +40,7 @@ def fragmented(api: Api, namespace: str, kubelets, scheduler, controller_manager
     sim = kubelets()
     controller_manager("resourceclaim-controller")
     _, url = install.extender()
-    entries = scheduler_extenders(url)[0 if gpu_entry else 1:2 if every_pod else 1]
+    entries = scheduler_extenders(url)[0 if gpu_entry else 1:]
     scheduler({"profiles": [{"schedulerName": "default-scheduler"}], "extenders": entries})
     dra_nodes_with_tenants(api, sim, namespace, {n: set(f) for n, f in (free or FRAGMENTED).items()},
                            topology=topology)
@@ -219,7 +219,7 @@ def extender_requests(url: str, verbs: set[str]) -> float:
                and any(f'verb="{verb}"' in line for verb in verbs))
 
 
-GPU_ENTRY_VERBS = set(VERBS)  # the GPU entry's; the every-pod entry has its own verb
+GPU_ENTRY_VERBS = set(VERBS)  # the GPU entry's (and prioritize, which no shipped entry lists)
 
 
 def ones_then_fours(api: Api, namespace: str, sure: int) -> tuple[list[tuple[str, str, list[int]]], list[str]]:
@@ -253,10 +253,11 @@ def test_as_installed_claim_pods_reach_the_extender_and_cpu_pods_only_the_every_
     """Four empty nodes, gpupair as the dra component installs it, both shipped scheduler entries
     (the GPU entry and the every-pod entry). 4 one-GPU claims, then 8 four-GPU claims under a
     numaNode constraint: the webhook marks every claim pod, the extender best-fits the one-GPU
-    claims into one NUMA node, so 7 of the 8 fit (kube-scheduler alone placed 6). Then 20 CPU-only
-    pods at once: all placed, each scored by the every-pod entry, none sent to the GPU entry."""
+    claims into one NUMA node (the every-pod entry scoring them), so 7 of the 8 fit
+    (kube-scheduler alone placed 6). Then 20 CPU-only pods at once: all placed, each scored by
+    the every-pod entry, none sent to the GPU entry."""
     empty = {name: set(range(8)) for name in FRAGMENTED}
-    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty, every_pod=True)
+    _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty)
     placed, waiting = ones_then_fours(api, namespace, sure=6)
     assert len(placed) == 7 and len(waiting) == 1, (placed, waiting)
     assert not cross_numa(placed)
@@ -283,7 +284,7 @@ def test_a_marked_claim_pod_with_no_entry_naming_the_mark_is_placed_by_kube_sche
     available: 4 Insufficient gpupair.io/claim")."""
     empty = {name: set(range(8)) for name in FRAGMENTED}
     _, url = fragmented(api, namespace, kubelets, scheduler, controller_manager, gpupair, free=empty,
-                        every_pod=True, gpu_entry=False)
+                        gpu_entry=False)
     placed, waiting = ones_then_fours(api, namespace, sure=4)
     marked = api.get("v1", "Pod", "one-0", namespace)["spec"]["containers"][0]["resources"]["limits"]
     reasons = {name: scheduling_failures(api, namespace, name) for name in waiting}

@@ -250,7 +250,7 @@ def test_install_upgrade_uninstall(control_plane, api, controller_manager, sched
     assert extender_score(api) == "fragmentation"
     entries = printed_entries(notes)
     assert [(e.get("prioritizeVerb"), e["ignorable"], "managedResources" in e) for e in entries] == [
-        ("prioritize", False, True), (EVERY_POD_VERB, True, False)]
+        (None, False, True), (EVERY_POD_VERB, True, False)]
     scheduler({"profiles": [{"schedulerName": "helm-notes-scheduler"}],
                "extenders": [{**e, "urlPrefix": e["urlPrefix"].replace("EXTENDER_IP", "127.0.0.1")} for e in entries]})
     # Helm made the namespace after rendering, so NOTES.txt found no Pod Security label on it

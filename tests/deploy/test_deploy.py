@@ -569,18 +569,19 @@ EXTENDER_FIELDS = {  # k8s.io/kube-scheduler/config/v1 Extender: json name -> ty
 
 
 def check_extender_stanzas(extenders: list[dict], objs: list[dict], host_forms: set[str]) -> None:
-    """The two entries gpupair ships: the GPU entry (its verbs, managedResources, not ignorable)
-    and the every-pod entry (prioritize only, every pod, ignorable), both to the extender's
-    Service, both routes the extender serves."""
+    """The two entries gpupair ships: the GPU entry (filter, bind and preempt, managedResources,
+    not ignorable) and the every-pod entry (prioritize only, every pod, ignorable): each pod
+    scored once, by one entry. Both to the extender's Service, both routes the extender serves."""
     from gpupair.extender.app import build_app
     from gpupair.extender.every_pod import EVERY_POD_VERB
+    from gpupair.simulator.models.schedulers import EXTENDER_WEIGHT
     from tests.extender_support import make_extender
 
     gpu, every_pod = extenders
     for extender in extenders:
         for key, value in extender.items():
             assert key in EXTENDER_FIELDS and isinstance(value, EXTENDER_FIELDS[key]), key
-        assert extender["weight"] > 0 and extender["nodeCacheCapable"] is True
+        assert extender["nodeCacheCapable"] is True
         assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
         url = urlparse(extender["urlPrefix"])
         svc = find(objs, "Service", "gpupair-extender", "gpupair-system")
@@ -593,17 +594,17 @@ def check_extender_stanzas(extenders: list[dict], objs: list[dict], host_forms: 
     assert gpu["urlPrefix"] == every_pod["urlPrefix"]
     assert env["GPUPAIR_EXTENDER_SCORE"] == "fragmentation"
     routes = {path for method, path in build_app(make_extender()).routes if method == "POST"}
-    assert (gpu["filterVerb"], gpu["prioritizeVerb"], gpu["bindVerb"], gpu["preemptVerb"]) == (
-        "filter", "prioritize", "bind", "preempt")
-    assert {"/" + gpu[verb] for verb in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")} <= routes
+    assert (gpu["filterVerb"], gpu["bindVerb"], gpu["preemptVerb"]) == ("filter", "bind", "preempt")
+    assert {"/" + gpu[verb] for verb in ("filterVerb", "bindVerb", "preemptVerb")} <= routes
     assert gpu["ignorable"] is False
+    assert not {"prioritizeVerb", "weight"} & set(gpu)  # scored by the every-pod entry alone
     # The second is what the dra component's webhook marks claim pods with (webhook.claim_pods):
     # ignored by NodeResourcesFit through this entry, whatever the other entries say.
     assert gpu["managedResources"] == [{"name": env["GPUPAIR_RESOURCE_NAME"], "ignoredByScheduler": False},
                                        {"name": CLAIM_POD_RESOURCE, "ignoredByScheduler": True}]
     # Every pod, scores only: nothing of a pod's scheduling waits on it.
     assert every_pod["prioritizeVerb"] == EVERY_POD_VERB and "/" + EVERY_POD_VERB in routes
-    assert every_pod["ignorable"] is True and every_pod["weight"] == gpu["weight"]
+    assert every_pod["ignorable"] is True and every_pod["weight"] == EXTENDER_WEIGHT  # the one simulate models
     assert not {"managedResources", "filterVerb", "bindVerb", "preemptVerb"} & set(every_pod)
 
 

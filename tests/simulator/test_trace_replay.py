@@ -344,10 +344,10 @@ def test_a_share_placed_on_the_only_node_left_goes_on_a_gpu_that_holds_it():
 
 
 def test_shipped_is_the_fragmentation_score_as_deployed_and_best_fit_the_one_before(sliced):
-    """`shipped` is what deploy/ ships: the fragmentation score for every pod (the GPU entry and
-    the every-pod entry score each pod once), fed whole GPUs as the reporters publish them, so it
-    places every pod where `fragmentation-whole` does; `best-fit` is the GPU entry alone with
-    best fit, as shipped before, and CPU pods then go where the profile alone puts them."""
+    """`shipped` is what deploy/ ships: the fragmentation score for every pod (the every-pod
+    entry scores each pod once), fed whole GPUs as the reporters publish them, so it places every
+    pod where `fragmentation-whole` does; `best-fit` scores GPU pods alone with best fit, as
+    shipped before, and CPU pods then go where the profile alone puts them."""
     nodes, pods = read_nodes(sliced[0]), read_pods(sliced[1])
     runs = {score: replay(nodes, pods, ReplayConfig("kube-default", True, 3, score=score))
             for score in ("shipped", "fragmentation-whole", "best-fit")}
