@@ -6,6 +6,7 @@ results come back in the order the configurations were listed, whatever order th
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -47,7 +48,9 @@ def run_all(nodes: Sequence[TraceNode], pods: Sequence[TracePod], configs: Seque
     if workers <= 1:
         return [replay(nodes, pods, config, progress) for config in configs]
     results: list[ReplayResult | None] = [None] * len(configs)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # Spawned, not forked: a fork copies whatever the caller holds (a gRPC channel's objects
+    # collected in a forked child spun there for minutes, in the test suite) for an import each.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_one, nodes, pods, config): index for index, config in enumerate(configs)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
