@@ -1,7 +1,8 @@
 """The fragmentation score read from kept rows (extender/score_rows.py) gives, after every kind of
 change the extender's watches deliver, the grades of the node-by-node reading: a pod bound (CPU
 left), a report rewritten, a product label changed, a node deleted and one added, a hold from a
-bind, time passing a report's staleness, and a Lease renewal bringing it back."""
+bind, time passing a report's staleness, a Lease renewal bringing it back, and a DRA claim
+allocated on a node whose GPUs a driver publishes."""
 
 from __future__ import annotations
 
@@ -141,3 +142,41 @@ def test_each_change_reaches_the_rows(step):
             cluster.extender.heartbeats.apply("ADDED", lease(name, 140.0))
     after = cluster.agree()
     assert after != before, "the step changed nothing the score reads: it tests nothing"
+
+
+def test_a_dra_claim_allocated_reaches_the_rows():
+    """On nodes whose GPUs a DRA driver publishes, a claim allocated changes what is free with no
+    Node written: the picture's source tells the node cache, which marks the row."""
+    from gpupair.decide.score.gpu_products import PRODUCT_LABEL as LABEL
+    from tests.dra_support import DRIVER, FRAGMENTED, allocated_claim, fragmented_cluster
+    from tests.extender.test_extender_dra import dra_node
+
+    slices, claims = fragmented_cluster()
+    extender = make_extender(fragmentation=True, node_cache=True, dra_driver=DRIVER)
+    extender.dra.slices.replace(slices)
+    extender.dra.claims.replace(claims)
+    nodes = [dra_node(name) for name in FRAGMENTED]
+    for made in nodes:
+        made["metadata"]["labels"][LABEL] = PRODUCTS[0]
+        made["status"]["allocatable"]["cpu"] = "64"
+    extender.node_cache.replace(nodes)
+    usage, evaluator = extender.evaluator.usage, extender.evaluator
+    for number, gpus in enumerate((2, 4, 4, 1)):  # waiting pods: the workload
+        usage.pod_seen(pod(f"wait-{number}", gpus, 1000))
+
+    def both() -> tuple[list[int], list[int]]:
+        offer = evaluator.offer(ExtenderArgs.model_validate(args_body(pod("one", 1, 1000), names=list(FRAGMENTED))))
+        assert offer.cached
+        kept = fragmentation_scores(evaluator, usage, offer, 1, 1000)
+        rows, usage.rows = usage.rows, None
+        try:
+            return kept, fragmentation_scores(evaluator, usage, offer, 1, 1000)
+        finally:
+            usage.rows = rows
+
+    kept, read = both()
+    assert kept == read
+    extender.dra.claims.apply("ADDED", allocated_claim("ml", "one", "dra-node-3", [0]))  # its pair, broken
+    after_kept, after_read = both()
+    assert after_kept == after_read
+    assert after_read != read, "the claim changed nothing the score reads: it tests nothing"
