@@ -73,9 +73,14 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    if not args.pods_file.is_file():
-        parser.error(f"no pod list at {args.pods_file}: give --pods-file")
+    for path, flag in ((args.nodes, "--nodes"), (args.pods_file, "--pods-file")):
+        if not path.is_file():
+            parser.error(f"no file at {path}: give {flag}")
+    if args.pods < 0 or args.calls < 1 or args.names < 1:
+        parser.error("--pods is 0 or more, --calls and --names 1 or more")
     extender, names, pods, rng = fleet(args)
+    if args.names > len(names):
+        parser.error(f"--names {args.names}: the fleet has {len(names)} nodes")
     evaluator, usage = extender.evaluator, extender.evaluator.usage
     print(f"{len(names)} nodes, {args.pods} pods seen, {len(usage.workload.shapes)} shapes, {args.names} names a call")
     for kind, gpus in (("CPU pod", 0), ("1-GPU pod", 1)):
