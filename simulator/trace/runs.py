@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from gpupair.simulator.trace.files import TraceNode, TracePod
 from gpupair.simulator.trace.replay import ReplayConfig, ReplayResult, replay
@@ -36,8 +36,9 @@ def parse_seeds(text: str) -> list[int]:
     return list(dict.fromkeys(seeds))
 
 
-def _one(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayConfig) -> ReplayResult:
-    return replay(nodes, pods, config)
+def _indexed(job: tuple[int, Sequence[TraceNode], Sequence[TracePod], ReplayConfig]) -> tuple[int, ReplayResult]:
+    index, nodes, pods, config = job
+    return index, replay(nodes, pods, config)
 
 
 def run_all(nodes: Sequence[TraceNode], pods: Sequence[TracePod], configs: Sequence[ReplayConfig],
@@ -50,9 +51,16 @@ def run_all(nodes: Sequence[TraceNode], pods: Sequence[TracePod], configs: Seque
     results: list[ReplayResult | None] = [None] * len(configs)
     # Spawned, not forked: a fork copies whatever the caller holds (a gRPC channel's objects
     # collected in a forked child spun there for minutes, in the test suite) for an import each.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_one, nodes, pods, config): index for index, config in enumerate(configs)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
+    # Workers ignore Ctrl-C; the caller stops them (terminate), not after their runs finish.
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=signal.signal,
+                                                      initargs=(signal.SIGINT, signal.SIG_IGN))
+    try:
+        jobs = [(index, nodes, pods, config) for index, config in enumerate(configs)]
+        for index, result in pool.imap_unordered(_indexed, jobs):
+            results[index] = result
             progress(1)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
     return [result for result in results if result is not None]
