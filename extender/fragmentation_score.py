@@ -74,19 +74,22 @@ class Scored:
 
 
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
-                         intent: Intent = Intent.REQUIRED) -> list[int]:
-    """0-10 per offered name, in order."""
+                         intent: Intent = Intent.REQUIRED) -> list[int] | None:
+    """0-10 per offered name, in order; None where it grades no node: no workload learned yet,
+    or no offered node with a usable report and a known CPU (Nodes mode, whose nodes the node
+    cache does not hold). The caller then scores by best fit, so a ``preferred`` pod keeps its
+    tiers."""
     names = offer.names
     if not usage.workload or not names:
-        return [0] * len(names)
+        return None
     rows = usage.rows
     if rows is not None and offer.cached and not evaluator.own_cases(offer):
         scored = _from_rows(evaluator, rows, offer, gpus, intent)
     else:
         scored = _per_node(evaluator, usage, offer, gpus, intent)
-    scores = np.zeros(len(names), dtype=np.int64)
     if not len(scored.index):
-        return scores.tolist()
+        return None
+    scores = np.zeros(len(names), dtype=np.int64)
     present = np.unique(scored.product)
     models = sorted(scored.products[code] for code in present.tolist())
     rank = np.zeros(len(scored.products), dtype=np.int64)

@@ -1,5 +1,11 @@
-"""The prioritize verb: a 0..10 score for every offered node (best fit, then link quality;
-under ``preferred`` placement a node without a close set scores 0, under ``none`` every node)."""
+"""The prioritize verb: a 0..10 score for every offered node.
+
+Under ``--score fragmentation`` (deploy/'s default) every pod, CPU-only ones too, is scored by
+how little its placement fragments what the cluster's workload needs
+(extender/fragmentation_score.py). Until the pod watch has seen a pod to learn that workload from
+(an extender just started, or Nodes mode without an API server), and under ``--score best-fit``,
+a GPU pod is scored by best fit, then link quality: under ``preferred`` placement a node without
+a close set scores 0, under ``none`` every node; a CPU-only pod gets no opinion."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
     GPU, and a node the core cannot score (no usable report, or not passing), gets 0: no
     opinion. Built as JSON text directly: thousands of entries through model objects would cost
     more than the decisions themselves."""
+    offer = None
     if evaluator.usage is not None:  # --score fragmentation: every pod, CPU-only ones too
         offer = evaluator.offer(args)
         try:
@@ -28,11 +35,12 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
         from gpupair.extender.fragmentation_score import fragmentation_scores  # numpy, only for this score
 
         scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent)
-        return host_priorities_json(offer.names, scores)
+        if scores is not None:
+            return host_priorities_json(offer.names, scores)
+        # Nothing to grade yet (no workload, or no node's CPU known): best fit, as below.
     if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
         return NO_OPINION
-    offer = evaluator.offer(args)
-    return scores_json(evaluator, gpus, offer, intent)
+    return scores_json(evaluator, gpus, offer or evaluator.offer(args), intent)
 
 
 NO_OPINION = "[]"  # every node 0: adds nothing to any node's total in kube-scheduler

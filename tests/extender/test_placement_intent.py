@@ -179,3 +179,21 @@ async def test_bind_reserves_a_preferred_pods_fallback_set():
             held = k.extender.reservations.get(uid)
     assert (status, answer) == (200, {"Error": ""})
     assert held is not None and held.devices == frozenset(FREE["split"])
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["nodes", "node-names"])
+async def test_the_fragmentation_score_keeps_best_fit_and_the_tiers_until_it_can_grade(cached):
+    """No pod seen yet (an extender just started, or Nodes mode without an API server): the
+    fragmentation score grades nothing, and a preferred pod is scored by best fit, close sets
+    first, as under --score best-fit."""
+    _, best_fit = await ask(make_extender(node_cache=cached), asking("preferred"), cached)
+    extender = make_extender(node_cache=cached, fragmentation=True)
+    assert not extender.evaluator.usage.workload
+    _, scores = await ask(extender, asking("preferred"), cached)
+    assert scores == best_fit
+    assert scores["close"] >= 1 and scores["split"] == scores["unreported"] == 0
+    # A CPU-only pod still gets no opinion.
+    body = args_body(pod_object(0), **({"names": NAMES} if cached else {"nodes": nodes()}))
+    async with serving(make_extender(node_cache=cached, fragmentation=True)) as client:
+        status, answer = await client.post("prioritize", body)
+    assert status == 200 and answer == []
