@@ -26,6 +26,7 @@ import grpc.aio
 
 from gpupair.kubewire import defaults
 from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.topology.shares import GpuShares, count_shares
 from gpupair.reporter.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("gpupair.reporter.allocations")
@@ -76,6 +77,23 @@ def map_device_ids(ids: Iterable[str], layout: NodeLayout) -> tuple[set[int], li
         elif device_id not in unknown:
             unknown.append(device_id)
     return indices, unknown
+
+
+def share_counts(layout: NodeLayout, allocatable_ids: Iterable[str], allocated_ids: Iterable[str],
+                 replicated: bool = False) -> GpuShares | None:
+    """Each GPU's shares offered and held, one id a share (``<id>::<n>`` replicas, MIG slices);
+    None where no GPU is offered more than once."""
+    uuids = {uuid.lower(): index for uuid, index in layout.by_uuid().items()}
+
+    def indices(ids: Iterable[str]) -> list[int]:
+        found = (_index_of(device_id, layout, uuids) for device_id in dict.fromkeys(ids))
+        return [index for index in found if index is not None]
+
+    return count_shares(layout.size, indices(allocatable_ids), indices(allocated_ids), replicated)
+
+
+def is_replica(device_id: str) -> bool:
+    return _REPLICA_SEPARATOR in device_id
 
 
 @dataclass(frozen=True)

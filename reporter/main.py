@@ -54,6 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--node-name", "", "this node's name, from the downward API (also env NODE_NAME)",
              fallback_env=("NODE_NAME",))
     flags.add_resource_name(parser)
+    flags.add_shared_resources(parser, "the reporter counts each GPU's shares held under them too "
+                                       "(gpupair.io/shares)")
     add_flag(parser, "--scan-interval", 5.0, "seconds between scans", bounds=flags.DURATION)
     add_flag(parser, "--heartbeat", 30.0,
              "seconds between liveness signals: renewals of this node's Lease (with --lease-namespace '': "
@@ -115,7 +117,7 @@ def allocation_source(args: argparse.Namespace, client: PodResourcesClient) -> A
         log.warning("no kubelet pod-resources socket; the dry run shows every GPU free (--allocated says otherwise)",
                     extra={"socket": args.pod_resources_socket})
         return StaticAllocations(())
-    return PodResourcesAllocations(client, args.resource_name)
+    return PodResourcesAllocations(client, args.resource_name, sorted(args.shared_resources))
 
 
 def node_writer(api: Any, node_name: str) -> Write:

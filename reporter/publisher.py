@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any
 
 from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, TOPOLOGY_KEY, encode_topology
+from gpupair.topology.shares import SHARES_KEY
 from gpupair.reporter.scan import ScanResult
 
 log = logging.getLogger("gpupair.reporter.publisher")
@@ -104,13 +105,19 @@ class Publisher:
         re-encodes the topology just to find it unchanged."""
         if self.topology_only:
             return (scan.layout, scan.nics, scan.product, "topology-only")
-        return (scan.layout, scan.free, scan.unhealthy, scan.holders, scan.nics, scan.product)
+        return (scan.layout, scan.free, scan.unhealthy, scan.holders, scan.nics, scan.product, scan.shares)
 
     def annotations(self, scan: ScanResult, generation: int, at: datetime) -> dict[str, str | None]:
         if self.topology_only:
             topology = encode_topology(scan.layout)
-            return {TOPOLOGY_KEY: topology, FREE_KEY: None, ALLOCATIONS_KEY: None, **scan.hardware_annotations(topology)}
-        return scan.annotations(generation, at)
+            return {TOPOLOGY_KEY: topology, FREE_KEY: None, ALLOCATIONS_KEY: None, SHARES_KEY: None,
+                    **scan.hardware_annotations(topology)}
+        annotations = scan.annotations(generation, at)
+        if SHARES_KEY not in annotations and self.last is not None and self.last.annotations.get(SHARES_KEY):
+            # The node no longer shares GPUs. One left by an earlier reporter process is of an older
+            # generation, which readers ignore.
+            annotations[SHARES_KEY] = None
+        return annotations
 
     def due(self, scan: ScanResult) -> Outcome:
         """What ``publish`` would do now, without doing it."""

@@ -15,7 +15,10 @@ from typing import Protocol
 from gpupair.topology import report
 from gpupair.topology.nics import NICS_KEY, NicLayout, encode_nics
 from gpupair.topology.layout import NodeLayout, NodeState
-from gpupair.reporter.allocations import PodDevices, PodResourcesClient, flatten_device_ids, free_devices, map_device_ids
+from gpupair.topology.shares import SHARES_KEY, GpuShares, encode_shares
+from gpupair.reporter.allocations import (
+    PodDevices, PodResourcesClient, flatten_device_ids, free_devices, is_replica, map_device_ids, share_counts,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class Allocations:
     # Per pod, (namespace, name, device ids): the ledger's source. None: no kubelet to ask,
     # so no ledger is published (a fixed --allocated list names no pods).
     pods: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None
+    # Shares offered under the whole-GPU resource name (time-slicing without renameByDefault).
+    replicated: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class ScanResult:
     holders: tuple[report.PodHolding, ...] | None = None  # the allocation ledger
     nics: NicLayout | None = None  # the RDMA NICs and their GPU links; None: not known here
     product: str = ""  # the GPUs' product name (NVML's); "" when not known
+    shares: GpuShares | None = None  # each GPU's shares, where the node shares GPUs
 
     def state(self) -> NodeState:
         return NodeState(self.layout, self.free)
@@ -49,10 +55,14 @@ class ScanResult:
     def free_by_numa(self) -> dict[int, tuple[int, ...]]:
         return self.state().free_by_numa()
 
-    def annotations(self, generation: int, reported_at: datetime) -> dict[str, str]:
-        annotations = report.encode_annotations(self.layout, self.free, generation, reported_at, self.unhealthy,
-                                                holders=self.holders)
-        return {**annotations, **self.hardware_annotations(annotations[report.TOPOLOGY_KEY])}
+    def annotations(self, generation: int, reported_at: datetime) -> dict[str, str | None]:
+        annotations: dict[str, str | None] = {**report.encode_annotations(
+            self.layout, self.free, generation, reported_at, self.unhealthy, holders=self.holders)}
+        topology = annotations[report.TOPOLOGY_KEY]
+        assert topology is not None
+        if self.shares is not None:  # with every report where GPUs are shared (the publisher removes it)
+            annotations[SHARES_KEY] = encode_shares(self.shares, report.fingerprint(topology), generation)
+        return {**annotations, **self.hardware_annotations(topology)}
 
     def hardware_annotations(self, topology_json: str) -> dict[str, str]:
         """What the scan knows of the hardware beside the topology: ``gpupair.io/nics`` tied to
@@ -86,6 +96,7 @@ def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = 
         holders=holdings(layout, allocations.pods) if allocations.pods is not None else None,
         nics=nics,
         product=product,
+        shares=share_counts(layout, allocatable, allocations.allocated, allocations.replicated),
     )
 
 
@@ -130,18 +141,26 @@ class StaticAllocations:
 
 
 class PodResourcesAllocations:
-    """What the kubelet offers and what its containers hold, for one resource."""
+    """What the kubelet offers and what its containers hold, for the GPU resource and the
+    resources of GPU shares (``shared_names``: time-slicing's ``nvidia.com/gpu.shared``), whose
+    ids name the same GPUs."""
 
-    def __init__(self, client: PodResourcesClient, resource_name: str) -> None:
+    def __init__(self, client: PodResourcesClient, resource_name: str, shared_names: Iterable[str] = ()) -> None:
         self.client = client
         self.resource_name = resource_name
-        self.description = f"kubelet PodResources at {client.socket_path} ({resource_name})"
+        self.shared_names = tuple(name for name in shared_names if name != resource_name)
+        names = ", ".join((resource_name, *self.shared_names))
+        self.description = f"kubelet PodResources at {client.socket_path} ({names})"
 
     async def read(self) -> Allocations:
-        allocatable = await self.client.allocatable(self.resource_name)
-        held = await self.client.allocated(self.resource_name)
+        allocatable = list(await self.client.allocatable(self.resource_name))
+        replicated = any(map(is_replica, allocatable))
+        held = list(await self.client.allocated(self.resource_name))
+        for name in self.shared_names:
+            allocatable += await self.client.allocatable(name)
+            held += await self.client.allocated(name)
         return Allocations(allocated=tuple(flatten_device_ids(held)), allocatable=tuple(allocatable),
-                           pods=pods_of(held))
+                           pods=pods_of(held), replicated=replicated)
 
 
 def pods_of(held: Iterable[PodDevices]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

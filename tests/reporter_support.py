@@ -11,6 +11,7 @@ from tests.nvml_fake import FakeNvml, load_recording, write_sysfs
 from tests.podresources_server import FakeContainer, FakeDevice, FakePod
 
 GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"  # time-slicing's resource under renameByDefault
 NODE = "gpu-node-1"
 SEED = load_recording("seed-5090d")
 SEED_UUIDS = [device["uuid"] for device in SEED["devices"]]

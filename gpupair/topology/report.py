@@ -17,6 +17,9 @@ Two annotations, so the changing part stays small and the static part is written
   for the fragmentation score's GPU models. Its own annotation for the same reason; a report
   without it (an older reporter, a node of mixed products) or with one that is not a short line
   of printable text has no product, and the extender reads GFD's label instead.
+- ``gpupair.io/shares``: each GPU's shares (time-slicing or MPS replicas, MIG slices) and how
+  many pods hold, where the node shares GPUs (gpupair/topology/shares.py); tied to ``free`` by the
+  generation, as the ledger is.
 
 Device field names follow Kubernetes DRA's standard attributes (``pciBusID``, ``pcieRoot``) and
 the NUMA attribute drivers publish (``numaNode``). Decoding is strict and says why it rejects.
@@ -36,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpupair.topology import limits, links
 from gpupair.topology.layout import Device, NodeLayout, NodeState
 from gpupair.topology.nics import NICS_KEY, NicLayout, NicsError, decode_nics
+from gpupair.topology.shares import SHARES_KEY, GpuShares, SharesError, decode_shares
 from gpupair.kubewire.wire import explain
 
 PREFIX = "gpupair.io/"
@@ -153,6 +157,15 @@ class NodeReport:
     nics: NicLayout | None = None  # gpupair.io/nics; None: a reporter older than it, or unusable
     nics_problem: str = ""  # why a gpupair.io/nics that was there is not used
     product: str = ""  # the GPUs' product name (gpupair.io/product, or DRA's productName); "" if unknown
+    shares: GpuShares | None = None  # gpupair.io/shares; None: every GPU whole, or the annotation unusable
+    shares_problem: str = ""  # why a gpupair.io/shares that was there is not used
+
+    def milli_left(self, index: int) -> int:
+        """What is left of GPU ``index`` for pods, in thousandths of a GPU: a whole one where
+        free, a share count's part where partly taken, else none."""
+        if index in self.state.free:
+            return 1000
+        return self.shares.milli_left(index) if self.shares is not None else 0
 
     @property
     def layout(self) -> NodeLayout:
@@ -290,9 +303,11 @@ def decode_layout(topology_json: str) -> NodeLayout:
 
 
 def decode_ledger(
-    ledger_json: object, layout: NodeLayout, topology: str, generation: int, free: frozenset[int]
+    ledger_json: object, layout: NodeLayout, topology: str, generation: int, free: frozenset[int],
+    shared: frozenset[int] = frozenset(),
 ) -> Ledger:
-    """Decode ``gpupair.io/allocations`` against the free report it came with."""
+    """Decode ``gpupair.io/allocations`` against the free report it came with; ``shared``: the
+    GPUs the node shares, which several pods may hold."""
     if not isinstance(ledger_json, str):
         raise ReportError(f"{ALLOCATIONS_KEY} must be a string")
     report = _load(ALLOCATIONS_KEY, ledger_json, AllocationsReport)
@@ -313,7 +328,7 @@ def decode_ledger(
             raise ReportError(f"{ALLOCATIONS_KEY} {pod.namespace}/{pod.name} devices out of range: {bad}")
         if key in pods or len(devices) != len(pod.devices):
             raise ReportError(f"{ALLOCATIONS_KEY} lists {pod.namespace}/{pod.name} or one of its devices twice")
-        if devices & held:
+        if (devices & held) - shared:
             raise ReportError(f"{ALLOCATIONS_KEY} gives devices {sorted(devices & held)} to two pods")
         if devices & free:
             raise ReportError(f"{ALLOCATIONS_KEY} lists devices {sorted(devices & free)} as held that {FREE_KEY} shows free")
@@ -378,11 +393,19 @@ def decode_annotations(
     both = set(free.free) & set(free.unhealthy)
     if both:
         raise ReportError(f"{FREE_KEY} lists devices both free and unhealthy: {sorted(both)}")
+    shares, shares_problem = None, ""
+    if annotations.get(SHARES_KEY) is not None:
+        try:
+            shares = decode_shares(annotations[SHARES_KEY], layout.size, expected, free.generation,
+                                   frozenset(free.free))
+        except SharesError as exc:
+            shares_problem = str(exc)
+    shared = frozenset(i for i, of in enumerate(shares.of) if of > 1) if shares is not None else frozenset()
     ledger, ledger_problem = None, ""
     ledger_json = annotations.get(ALLOCATIONS_KEY)
     if ledger_json is not None:
         try:
-            ledger = decode_ledger(ledger_json, layout, expected, free.generation, frozenset(free.free))
+            ledger = decode_ledger(ledger_json, layout, expected, free.generation, frozenset(free.free), shared)
         except ReportError as exc:
             ledger_problem = exc.reason
     nics, nics_problem = decode_node_nics(annotations, expected, layout.size)
@@ -397,6 +420,8 @@ def decode_annotations(
         nics=nics,
         nics_problem=nics_problem,
         product=decode_product(annotations),
+        shares=shares,
+        shares_problem=shares_problem,
     )
     if stale_after is not None:
         age = report.age(now or datetime.now(timezone.utc))

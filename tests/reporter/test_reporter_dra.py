@@ -13,6 +13,7 @@ import pytest
 from gpupair.decide.judge import verdict
 
 from gpupair.topology import report
+from gpupair.topology.shares import SHARES_KEY
 from gpupair.decide.pod.intent import PLACEMENT_KEY, Intent
 from gpupair.webhook.claims import ClaimOptions, plan_claim
 from gpupair.decide.picture.dra_picture import claim_names
@@ -55,7 +56,7 @@ def test_claim_names_read_templates_direct_claims_and_the_extended_resource_clai
     assert claim_names(direct) == ["shared-pair"]
 
 
-def test_topology_only_publishes_the_layout_and_removes_free_and_ledger():
+def test_topology_only_publishes_the_layout_and_removes_free_ledger_and_shares():
     layout = seed_layout("GPU-n")
     scan = ScanResult(layout=layout, free=frozenset({0, 1}), unhealthy=frozenset(), allocated=frozenset(), holders=())
     publisher = Publisher(lambda annotations: None)
@@ -65,7 +66,7 @@ def test_topology_only_publishes_the_layout_and_removes_free_and_ledger():
     moved = ScanResult(layout=layout, free=frozenset({2}), unhealthy=frozenset(), allocated=frozenset(), holders=())
     assert report.FREE_KEY in full and full[report.FREE_KEY] is not None
     assert only == {report.TOPOLOGY_KEY: full[report.TOPOLOGY_KEY], report.FREE_KEY: None,
-                    report.ALLOCATIONS_KEY: None}
+                    report.ALLOCATIONS_KEY: None, SHARES_KEY: None}
     assert publisher.key(scan) == publisher.key(moved)  # PodResources churn writes nothing
 
 

@@ -24,8 +24,9 @@ from gpupair.reporter.scan import PodResourcesAllocations, StaticAllocations
 from gpupair.reporter.topology_source import FileLayoutSource
 from tests.kube_double import kube_client_for, make_node, running_kube_double
 from tests.nvml_fake import real
-from tests.podresources_server import running_kubelet
-from tests.reporter_support import GPU, NODE, FakeClock, devices, gpu_pod, seed_source
+from gpupair.topology.shares import SHARES_KEY
+from tests.podresources_server import FakeContainer, FakeDevice, FakePod, running_kubelet
+from tests.reporter_support import GPU, NODE, SEED_UUIDS, SHARED, FakeClock, devices, gpu_pod, seed_source
 
 PATH = f"/api/v1/nodes/{NODE}"
 
@@ -327,3 +328,45 @@ def test_free_gauge_drops_numa_nodes_the_layout_no_longer_has(metrics):
     assert sample(metrics, "free_devices", numa_node="-1") is None
     assert sample(metrics, "free_devices", numa_node="0") == 2
     assert sample(metrics, "free_devices", numa_node="1") == 1
+
+
+def replicas(indices, per_gpu: int, numa: bool = True) -> list[FakeDevice]:
+    """Time-slicing's ids: each GPU advertised ``per_gpu`` times as ``<uuid>::<n>``."""
+    return [FakeDevice(f"{SEED_UUIDS[i]}::{n}", ((0,) if i < 4 else (1,)) if numa else ())
+            for i in indices for n in range(per_gpu)]
+
+
+def share_pod(name: str, *ids: FakeDevice, resource: str = SHARED) -> FakePod:
+    return FakePod("ml", name, [FakeContainer("main", {resource: list(ids)})])
+
+
+@pytest.mark.parametrize("resource", [SHARED, GPU], ids=["renamed", "replicated"])
+async def test_time_sliced_replicas_are_published_as_each_gpus_shares(tmp_path, kubelet, pod_resources, api, double,
+                                                                      clock, metrics, resource):
+    """Four replicas a GPU, under nvidia.com/gpu.shared (renameByDefault) or under nvidia.com/gpu
+    itself: the report says, per GPU, the replicas offered and those pods hold, and a GPU with
+    one taken is not free."""
+    offered = replicas(range(8), 4)
+    kubelet.allocatable = {resource: offered}
+    on_gpu2 = [device for device in offered if device.id.startswith(SEED_UUIDS[2])]
+    kubelet.pods = [share_pod("a", on_gpu2[0], resource=resource), share_pod("b", on_gpu2[1], resource=resource),
+                    share_pod("c", offered[0], resource=resource)]
+    source, _ = seed_source(tmp_path)
+    publisher = Publisher(node_writer(api, NODE), heartbeat=30.0, clock=clock, wall=clock.wall)
+    loop = ReporterLoop(source, PodResourcesAllocations(pod_resources, GPU, [SHARED]), publisher, metrics, clock=clock)
+
+    await loop.scan_once()
+
+    report = node_report(double)
+    assert report.shares is not None and report.shares_problem == ""
+    assert report.shares.of == (4,) * 8 and report.shares.taken == (1, 0, 2, 0, 0, 0, 0, 0)
+    assert report.shares.replicated == (resource == GPU)
+    assert report.state.free == frozenset({1, 3, 4, 5, 6, 7})
+    assert [report.milli_left(i) for i in range(4)] == [750, 1000, 500, 1000]
+    assert report.ledger is not None and report.ledger.devices_of("ml", "b") == frozenset({2})  # two pods on GPU2
+
+    kubelet.allocatable, kubelet.pods = {GPU: devices(*range(8))}, []  # sharing turned off on the node
+    clock.advance(5.0)
+    await loop.scan_once()
+    annotations = double.store.node(NODE)["metadata"]["annotations"]
+    assert SHARES_KEY not in annotations and node_report(double).shares is None

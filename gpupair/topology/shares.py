@@ -1,0 +1,116 @@
+"""Each GPU's shares and how many pods hold: ``gpupair.io/shares``, a node annotation beside the
+free report.
+
+A device plugin that shares GPUs advertises each one several times: time-slicing and MPS as
+``<id>::<n>`` replicas (under ``nvidia.com/gpu``, or ``nvidia.com/gpu.shared`` with
+``renameByDefault``), MIG as slices of their parent GPU. The reporter counts, per GPU, the ids
+the kubelet offers (``of``) and those containers hold (``taken``); a GPU offered once is whole.
+A GPU with any share taken is not free in ``gpupair.io/free``; what is left of it is
+``(of - taken) / of`` of a GPU, which the fragmentation score, ``status`` and ``snapshot`` read.
+MIG slices are counted as slices, not by their size.
+
+``replicated``: the shares are offered under the resource whole-GPU pods ask (time-slicing
+without ``renameByDefault``), so a pod asking two "GPUs" there may be handed two replicas of one
+GPU. Written only where some GPU is shared, tied to the free report by its generation as the
+allocation ledger is; a missing or mismatched one leaves the report usable, every GPU whole.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpupair.topology import limits
+from gpupair.kubewire.wire import explain
+
+SHARES_KEY = "gpupair.io/shares"
+MILLI = 1000  # one GPU
+MAX_SHARES = 1024  # shares of one GPU: time-slicing replicas are a small count in practice
+MAX_SHARES_BYTES = 4 * 1024  # 16 GPUs of two numbers each: a few hundred bytes
+
+
+class SharesError(ValueError):
+    """``gpupair.io/shares`` is malformed or does not match its free report; the message says why."""
+
+
+class _SharesModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    v: Literal[1] = 1
+    topology: str = Field(min_length=1, max_length=64)
+    generation: int = Field(ge=0)
+    of: list[int] = Field(max_length=limits.MAX_GPUS)
+    taken: list[int] = Field(max_length=limits.MAX_GPUS)
+    replicated: bool = False
+
+
+@dataclass(frozen=True)
+class GpuShares:
+    """Per GPU (by layout index): the shares it is offered as (1: whole) and those held."""
+
+    of: tuple[int, ...]
+    taken: tuple[int, ...]
+    replicated: bool = False  # shares under the whole-GPU resource name
+
+    @property
+    def shared(self) -> bool:
+        return any(count > 1 for count in self.of)
+
+    def milli_left(self, index: int) -> int:
+        """What is left of GPU ``index``, in thousandths of a GPU."""
+        of = self.of[index]
+        return MILLI * max(of - self.taken[index], 0) // of if of else 0
+
+    def partly_taken(self, index: int) -> bool:
+        return 0 < self.taken[index] < self.of[index]
+
+    def share_milli(self, index: int) -> int:
+        """One share of GPU ``index``, in thousandths of a GPU."""
+        return MILLI // self.of[index] if self.of[index] else MILLI
+
+
+def count_shares(size: int, offered: list[int], held: list[int], replicated: bool = False) -> GpuShares | None:
+    """``offered`` and ``held``: the layout index of each id the kubelet offers and each id its
+    containers hold (an id per share). None where no GPU is offered more than once."""
+    of, taken = [0] * size, [0] * size
+    for index in offered:
+        of[index] += 1
+    for index in held:
+        taken[index] += 1
+    if not any(count > 1 for count in of):
+        return None
+    return GpuShares(tuple(of), tuple(taken), replicated)
+
+
+def encode_shares(shares: GpuShares, topology_fingerprint: str, generation: int) -> str:
+    model = _SharesModel(topology=topology_fingerprint, generation=generation, of=list(shares.of),
+                         taken=list(shares.taken), replicated=shares.replicated)
+    return json.dumps(model.model_dump(mode="json"), separators=(",", ":"))
+
+
+def decode_shares(text: object, size: int, topology_fingerprint: str, generation: int,
+                  free: frozenset[int]) -> GpuShares:
+    """The shares of a node of ``size`` GPUs whose free report is ``generation`` with ``free``."""
+    if not isinstance(text, str):
+        raise SharesError(f"{SHARES_KEY} must be a string")
+    if len(text) > MAX_SHARES_BYTES:
+        raise SharesError(f"{SHARES_KEY} is {len(text)} bytes, over the {MAX_SHARES_BYTES} limit")
+    try:
+        model = _SharesModel.model_validate_json(text)
+    except ValidationError as exc:
+        raise SharesError(f"{SHARES_KEY} rejected at {explain(exc)}") from None
+    if model.topology != topology_fingerprint:
+        raise SharesError(f"{SHARES_KEY} refers to topology {model.topology}, the node shows {topology_fingerprint}")
+    if model.generation != generation:
+        raise SharesError(f"{SHARES_KEY} is of generation {model.generation}, the free report of {generation}")
+    if len(model.of) != size or len(model.taken) != size:
+        raise SharesError(f"{SHARES_KEY} lists {len(model.of)} and {len(model.taken)} GPUs, the node has {size}")
+    for index, (of, taken) in enumerate(zip(model.of, model.taken)):
+        if not 0 <= taken <= of <= MAX_SHARES:
+            raise SharesError(f"{SHARES_KEY} GPU {index}: {taken} of {of} shares taken")
+        if taken and index in free:
+            raise SharesError(f"{SHARES_KEY} GPU {index} has {taken} shares taken but is listed free")
+    return GpuShares(tuple(model.of), tuple(model.taken), model.replicated)
