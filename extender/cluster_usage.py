@@ -2,9 +2,8 @@
 each node's CPU, allocatable and requested, its GFD product label, and the shapes of the pods in
 the cluster, each with the GPU products it accepts (gpupair/decide/score/gpu_products.py). A pod
 asking GPU shares (``shared``: time-slicing's ``nvidia.com/gpu.shared``) counts as a shape of that
-many GPUs: the reporters publish whole GPUs, and a share takes one from what they show free (the
-simulator's ``shipped`` counts it so; as a CPU-only shape, FGD's default workload allocated 0.2
-points less at 100% arrival, seed 42).
+many shares, each as large as a share of the GPUs scored (the reporters' ``gpupair.io/shares``:
+a GPU of four replicas, 250 milli); a share is known by what it asks, not by the node it lands on.
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
 CPU and labels, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpupair.extender.usage")
 
 TERMINAL = ("Succeeded", "Failed")
+SHARE = -1  # a learned shape's milli per GPU where it asks shares: resolved when measured
 
 
 def claims_accept(picture: Any) -> Callable[[Any], Accepted]:
@@ -88,12 +88,24 @@ class ClusterUsage:
         """The node's GPU product: its report's (``reported``), else its label's."""
         return node_product(reported, self.labels.get(name, ""))
 
-    def measure(self, models: Sequence[str]) -> Fragmentation:
-        """The workload's measure over nodes of ``models``, each shape's accepted products
-        resolved against them where its rule needs them (a NotIn without an In)."""
-        typical = self.workload.learned()
-        return Fragmentation([(shape if shape[3][:1] != (RULE,) else (*shape[:3], self._rules[shape[3]].among(models)),
-                               share) for shape, share in typical], models)
+    def measure(self, models: Sequence[str], share_milli: int = MILLI) -> Fragmentation:
+        """The workload's measure over nodes of ``models`` whose GPUs split into shares of
+        ``share_milli``, each shape's accepted products resolved against them where its rule
+        needs them (a NotIn without an In)."""
+        def resolved(shape: tuple) -> tuple:
+            cpu, milli, gpus, accepted = shape
+            if accepted[:1] == (RULE,):
+                accepted = self._rules[accepted].among(models)
+            return (cpu, share_milli if milli == SHARE else milli, gpus, accepted)
+
+        return Fragmentation([(resolved(shape), share) for shape, share in self.workload.learned()], models)
+
+    def shares_asked(self, pod: dict[str, Any]) -> int:
+        """The GPU shares ``pod`` asks (``--shared-resources``); 0 for one that cannot be read."""
+        try:
+            return sum(gpu_request(pod, name) for name in self._shared)
+        except PodRequestError:
+            return 0
 
     def cpu_left(self, name: str) -> int | None:
         """Allocatable less the requests of the pods bound there; None when unknown."""
@@ -118,7 +130,7 @@ class ClusterUsage:
             return
         try:
             cpu, gpus = cpu_request(pod), self._gpus_of(pod)
-            gpus = gpus or sum(gpu_request(pod, name) for name in self._shared)
+            shares = 0 if gpus else sum(gpu_request(pod, name) for name in self._shared)
         except PodRequestError:
             return  # the verbs say why when the pod reaches them
         node = str(spec.get("nodeName") or "")
@@ -126,8 +138,8 @@ class ClusterUsage:
         if known is not None and known[0] == node:
             return
         self.pod_gone(uid)
-        accepted = self._accepted(pod) if gpus else ANY
-        shape = (cpu, MILLI if gpus else 0, gpus, accepted.key())
+        accepted = self._accepted(pod) if gpus or shares else ANY
+        shape = (cpu, MILLI if gpus else SHARE if shares else 0, gpus or shares, accepted.key())
         if shape[3][:1] == (RULE,):
             self._rules.setdefault(shape[3], accepted)
         self._pods[uid] = (node, cpu, shape)

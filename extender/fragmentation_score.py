@@ -29,12 +29,14 @@ from gpupair.decide.devices import placement
 from gpupair.decide.judge.decisions import preferred_band
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.judge.reservations import NO_HOLD
 from gpupair.extender.cluster_usage import ClusterUsage
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.extender.score_rows import ScoreRows
+from gpupair.extender.score_rows import ScoreRows, share_columns
 from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.topology.limits import MAX_GPUS
 
 
 _FIT_TABLES: LRUCache = LRUCache(maxsize=256)  # (layout, k) -> per free mask: 1 fits, 0 not, -1 not asked yet
@@ -71,14 +73,27 @@ class Scored:
     preferred_met: np.ndarray
     layouts: list[NodeLayout]
     products: list[str]
+    partial: np.ndarray  # [n, MAX_GPUS]: milli left on each partly taken shared GPU
+    share_of: np.ndarray  # the shares a GPU of the node is split into; 0: it shares none
+    replicated: np.ndarray  # its shares are replicas of the whole-GPU resource
+
+    def take(self, keep: np.ndarray) -> Scored:
+        return Scored(*(getattr(self, name)[keep] for name in _COLUMNS), self.layouts, self.products,
+                      *(getattr(self, name)[keep] for name in _SHARE_COLUMNS))
+
+
+_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "product", "preferred_met")
+_SHARE_COLUMNS = ("partial", "share_of", "replicated")
 
 
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
-                         intent: Intent = Intent.REQUIRED) -> list[int] | None:
+                         intent: Intent = Intent.REQUIRED, shares: int = 0) -> list[int] | None:
     """0-10 per offered name, in order; None where it grades no node: no workload learned yet,
     or no offered node with a usable report and a known CPU (Nodes mode, whose nodes the node
     cache does not hold). The caller then scores by best fit, so a ``preferred`` pod keeps its
-    tiers."""
+    tiers. ``shares``: GPU shares the pod asks (``--shared-resources``); a pod asking whole
+    GPUs of a node whose GPUs are replicated (time-slicing without renameByDefault) takes shares
+    there too. A share is graded on the GPU it is foreseen to land on (share_pick.py)."""
     names = offer.names
     if not usage.workload or not names:
         return None
@@ -94,14 +109,25 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     models = sorted(scored.products[code] for code in present.tolist())
     rank = np.zeros(len(scored.products), dtype=np.int64)
     rank[present] = [models.index(scored.products[code]) for code in present.tolist()]
-    graded = fragmentation_grades(usage.measure(models), node_rows(
-        scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product]), cpu)
+    sharing = scored.share_of[scored.share_of > 0]
+    share_milli = MILLI // int(np.bincount(sharing).argmax()) if len(sharing) else MILLI
+    graded = fragmentation_grades(usage.measure(models, share_milli), node_rows(
+        scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product],
+        scored.partial, _share_asks(scored, gpus, shares)), cpu)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
         graded = np.array([preferred_band(grade, met) for grade, met
                            in zip(graded.tolist(), scored.preferred_met.tolist())], dtype=np.int64)
     scores[scored.index] = graded
     return scores.tolist()
+
+
+def _share_asks(scored: Scored, gpus: int, shares: int) -> ShareAsk | None:
+    """Where the pod takes shares, how many and of what size, per scored node."""
+    rows = np.full(len(scored.index), shares > 0) | ((gpus > 0) & scored.replicated)
+    if not rows.any():
+        return None
+    return ShareAsk(rows, MILLI // np.maximum(scored.share_of, 1), shares or gpus)
 
 
 def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, intent: Intent) -> Scored:
@@ -122,15 +148,13 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
         kept &= ~held
     index = np.flatnonzero(kept)
     at = slot[index]
-    layout, free_mask, cpu_left, product = rows.layout[at], rows.free_mask[at], rows.cpu_left[at], rows.product[at]
-    plan_mask = np.zeros(len(index), dtype=np.int64)
-    met = np.ones(len(index), dtype=bool)
+    scored = Scored(index, rows.layout[at], rows.free_mask[at], np.zeros(len(index), dtype=np.int64),
+                    rows.cpu_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.layouts, rows.products,
+                    rows.partial[at], rows.share_of[at], rows.replicated[at])
     if gpus > 0 and len(index):
-        passes, plan_mask, met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
-        keep = np.flatnonzero(passes)
-        index, layout, free_mask, cpu_left, product = index[keep], layout[keep], free_mask[keep], cpu_left[keep], product[keep]
-        plan_mask, met = plan_mask[keep], met[keep]
-    extra: list[tuple[int, int, int, int, int, int, bool]] = []
+        passes, scored.plan_mask, scored.preferred_met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
+        scored = scored.take(np.flatnonzero(passes))
+    extra: list[tuple] = []
     for position in np.flatnonzero(held).tolist():
         name, row = names[position], int(slot[position])
         entry, hold, alive = rows.entries[row], holds[name], evaluator.alive(name)
@@ -145,17 +169,25 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
         if state is None:
             continue
         extra.append((position, rows.layout_code(state.layout), state.free_mask, _mask(plan), int(rows.cpu_left[row]),
-                      int(rows.product[row]), preferred_met))
+                      int(rows.product[row]), preferred_met, rows.partial[row], int(rows.share_of[row]),
+                      bool(rows.replicated[row])))
     if extra:
-        added = list(zip(*extra))
-        index, layout, free_mask, plan_mask, cpu_left, product = (
-            np.concatenate([old, np.array(new, dtype=np.int64)])
-            for old, new in zip((index, layout, free_mask, plan_mask, cpu_left, product), added))
-        met = np.concatenate([met, np.array(added[6], dtype=bool)])
-        order = np.argsort(index, kind="stable")  # the offer's order, as the per-node path keeps it
-        index, layout, free_mask, plan_mask, cpu_left, product, met = (
-            column[order] for column in (index, layout, free_mask, plan_mask, cpu_left, product, met))
-    return Scored(index, layout, free_mask, plan_mask, cpu_left, product, met, rows.layouts, rows.products)
+        added = _columns(extra, rows.layouts, rows.products)
+        joined = Scored(*(np.concatenate([getattr(scored, name), getattr(added, name)]) for name in _COLUMNS),
+                        rows.layouts, rows.products,
+                        *(np.concatenate([getattr(scored, name), getattr(added, name)]) for name in _SHARE_COLUMNS))
+        scored = joined.take(np.argsort(joined.index, kind="stable"))  # the offer's order, as the per-node path keeps it
+    return scored
+
+
+def _columns(found: list[tuple], layouts: list[NodeLayout], products: list[str]) -> Scored:
+    """Scored from one tuple per node: (index, layout, free mask, plan mask, CPU left, product,
+    preferred met, partial, share count, replicated)."""
+    columns = list(zip(*found)) or [()] * 10
+    ints = (np.array(column, dtype=np.int64) for column in columns[:6])
+    partial = np.array(columns[7], dtype=np.int64).reshape(len(found), MAX_GPUS)
+    return Scored(*ints, np.array(columns[6], dtype=bool), layouts, products, partial,
+                  np.array(columns[8], dtype=np.int64), np.array(columns[9], dtype=bool))
 
 
 def _by_shape(evaluator: Evaluator, rows: ScoreRows, names: list[str], index: np.ndarray, at: np.ndarray, gpus: int,
@@ -220,24 +252,44 @@ def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int
         if product not in products:
             products.append(product)
         found.append((index, layouts.index(state.layout), state.free_mask, _mask(plan), cpu_left,
-                      products.index(product), preferred_met))
-    columns = list(zip(*found)) or [()] * 7
-    index, layout, free_mask, plan_mask, cpu_left, product = (np.array(column, dtype=np.int64) for column in columns[:6])
-    return Scored(index, layout, free_mask, plan_mask, cpu_left, product, np.array(columns[6], dtype=bool),
-                  layouts, products)
+                      products.index(product), preferred_met, *share_columns(entry.report)))
+    return _columns(found, layouts, products)
+
+
+@dataclass
+class ShareAsk:
+    """A pod taking shares: on which rows, each share's milli there, and how many it asks."""
+
+    rows: np.ndarray
+    milli: np.ndarray
+    count: int
 
 
 def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.ndarray, plan_mask: np.ndarray,
-              cpu_left: np.ndarray, model: np.ndarray) -> NodeRows:
+              cpu_left: np.ndarray, model: np.ndarray, partial: np.ndarray | None = None,
+              shares: ShareAsk | None = None) -> NodeRows:
     """The grading rows of what the extender knows per node: its layout (an index into
-    ``layouts``), its GPUs available (whole GPUs: the report's free less what bound pods hold)
-    and the pod's planned set as bit masks, its CPU left and its product's index."""
+    ``layouts``), its whole GPUs available (the report's free less what bound pods hold) and the
+    pod's planned set as bit masks, its CPU left, its product's index, and the milli left on
+    each partly taken shared GPU (``partial``). Where the pod takes shares (``shares``) it takes
+    them where share_pick foresees, not its planned set."""
     sizes = np.array([len(each.devices) for each in layouts], dtype=np.int64)[layout]
-    bits = np.int64(1) << np.arange(int(sizes.max()), dtype=np.int64)
+    width = int(sizes.max())
+    bits = np.int64(1) << np.arange(width, dtype=np.int64)
+    if shares is not None:
+        plan_mask = np.where(shares.rows, 0, plan_mask)
     planned = bool(plan_mask.any())  # a CPU-only pod takes no GPU: after is before
     masks_after = free_mask & ~plan_mask if planned else free_mask
     before = ((free_mask[:, None] & bits) != 0) * MILLI
     after = ((masks_after[:, None] & bits) != 0) * MILLI
+    if partial is not None and partial.any():
+        before = before + partial[:, :width]
+        after = after + partial[:, :width]
+    if shares is not None:
+        taking = shares.rows
+        after[taking] = packed_after(before[taking], shares.milli[taking], shares.count)
+        masks_after = np.where(taking, (after == MILLI).astype(np.int64) @ bits, masks_after)
+        planned = True
     groups = [(layouts[code], layout == code) for code in np.unique(layout).tolist()]
     known: dict[tuple[int, bool], np.ndarray] = {}
 

@@ -17,11 +17,10 @@ from typing import Any, Protocol
 from gpupair.decide.picture.node_entries import ReportEntry
 from gpupair.decide.picture.node_picture import NodePicture
 from gpupair.decide.judge.reservations import Reservations
-from gpupair.topology.nics import NICS_KEY
-from gpupair.topology.report import ALLOCATIONS_KEY, FREE_KEY, PRODUCT_KEY, TOPOLOGY_KEY
+from gpupair.topology.report import EXTRA_KEYS, FREE_KEY, TOPOLOGY_KEY
 
 log = logging.getLogger("gpupair.extender.nodes")
-REPORT_KEYS = (TOPOLOGY_KEY, FREE_KEY, ALLOCATIONS_KEY, NICS_KEY, PRODUCT_KEY)  # what a node's entry is read from
+REPORT_KEYS = (TOPOLOGY_KEY, FREE_KEY, *EXTRA_KEYS)  # what a node's entry is read from
 
 
 class NodeListener(Protocol):

@@ -34,7 +34,8 @@ def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
             cpu = 0
         from gpupair.extender.fragmentation_score import fragmentation_scores  # numpy, only for this score
 
-        scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent)
+        scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent,
+                                      evaluator.usage.shares_asked(args.Pod))
         if scores is not None:
             return host_priorities_json(offer.names, scores)
         # Nothing to grade yet (no workload, or no node's CPU known): best fit, as below.

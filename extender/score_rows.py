@@ -21,6 +21,8 @@ import numpy as np
 
 from gpupair.decide.picture.node_entries import ReportEntry
 from gpupair.topology.layout import NodeLayout
+from gpupair.topology.limits import MAX_GPUS
+from gpupair.topology.report import NodeReport
 
 NO_ROW = -1
 OUTCOMES_LIMIT = 65536
@@ -46,6 +48,12 @@ class ScoreRows:
         self.cpu_left = np.zeros(0, dtype=np.int64)
         self.product = np.zeros(0, dtype=np.int64)  # an index into ``products``
         self.shape = np.zeros(0, dtype=np.int64)  # ReportEntry.decision_shape
+        # Shared GPUs (gpupair.io/shares): the milli left on each partly taken GPU (0 on the rest),
+        # the shares a GPU of the node is split into (0: it shares none), and whether they are
+        # offered under the whole-GPU resource
+        self.partial = np.zeros((0, MAX_GPUS), dtype=np.int64)
+        self.share_of = np.zeros(0, dtype=np.int64)
+        self.replicated = np.zeros(0, dtype=bool)
         self.layouts: list[NodeLayout] = []
         self._layout_codes: dict[NodeLayout, int] = {}
         self.products: list[str] = []
@@ -116,18 +124,34 @@ class ScoreRows:
         self.cpu_left[slot] = cpu_left
         self.product[slot] = self.product_code(self._usage.product(name, report.product))
         self.shape[slot] = entry.decision_shape
+        self.partial[slot], self.share_of[slot], self.replicated[slot] = share_columns(report)
 
     def _grow(self) -> int:
         slot = len(self.entries)
         self.entries.append(None)
         if slot >= len(self.usable):
             size = max(1024, 2 * len(self.usable))
-            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "product", "shape"):
+            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "product", "shape", "partial",
+                          "share_of", "replicated"):
                 old = getattr(self, field)
-                new = np.zeros(size, dtype=old.dtype)
+                new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
                 new[:len(old)] = old
                 setattr(self, field, new)
         return slot
+
+
+def share_columns(report: NodeReport) -> tuple[np.ndarray, int, bool]:
+    """A report's shared GPUs as the rows keep them: the milli left on each partly taken GPU,
+    the shares a GPU is split into (0: none shared) and whether they are replicas of the
+    whole-GPU resource."""
+    partial = np.zeros(MAX_GPUS, dtype=np.int64)
+    shares = report.shares
+    if shares is None:
+        return partial, 0, False
+    for index in range(len(shares.of)):
+        if shares.partly_taken(index):
+            partial[index] = shares.milli_left(index)
+    return partial, max(shares.of), shares.replicated
 
 
 def _code(codes: dict, values: list, value: Any) -> int:

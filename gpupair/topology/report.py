@@ -47,6 +47,8 @@ TOPOLOGY_KEY = PREFIX + "topology"
 FREE_KEY = PREFIX + "free"
 ALLOCATIONS_KEY = PREFIX + "allocations"
 PRODUCT_KEY = PREFIX + "product"
+# The annotations a report may have beside topology and free, each optional.
+EXTRA_KEYS = (ALLOCATIONS_KEY, NICS_KEY, PRODUCT_KEY, SHARES_KEY)
 MAX_PRODUCT_CHARS = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
 FORMAT_VERSION = 1
 MAX_DEVICES = limits.MAX_GPUS  # a larger node's report is refused, with the reason

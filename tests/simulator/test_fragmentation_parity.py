@@ -8,10 +8,11 @@ request's Nodes node by node and a request's names against the rows it keeps
 The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
 A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled
 with the trace's own pods (bench/openb gpuspec33: GPU shares, pods pinned to GPU models, CPU-only
-pods). The simulator runs as ``fragmentation-whole``, the mode that sees what the extender sees:
-whole GPUs (a GPU with a share taken looks taken, a share pod counts as a one-GPU pod). What
-still differs, and is left out here: where a share pod being scored would land (the simulator
-does not foresee it, the extender plans it as one whole GPU).
+pods). Two kinds of state: whole GPUs, where the simulator runs seeing whole GPUs only (a GPU
+with a share taken looks taken), as the extender sees a node that publishes no shares; and
+time-sliced, every GPU split into four replicas, each share pod asking one, the reporters
+publishing each GPU's shares (gpupair.io/shares), where both see each GPU's share and foresee
+where a share pod lands (gpupair/decide/score/share_pick.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, pick
 from gpupair.simulator.trace.files import TracePod, read_nodes, read_pods
 from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
+from gpupair.topology import report
 from gpupair.topology.report import encode_annotations
+from gpupair.topology.shares import SHARES_KEY, GpuShares, encode_shares
 from tests.extender_support import NOW, args_body, host_scores, make_extender
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,14 +60,17 @@ class Fleet:
     """A fleet state held twice: as the simulator's arrays and as the Kubernetes objects the
     extender reads."""
 
-    def __init__(self, placed: int, pending: int, seed: int):
+    def __init__(self, placed: int, pending: int, seed: int, replicas: int = 0):
+        """``replicas``: every GPU time-sliced into that many, each share pod asking one (a
+        quarter GPU at 4), and the reporters publishing each GPU's shares; 0: whole GPUs only."""
         nodes = fleet_nodes()
+        self.replicas = replicas
         self.cluster = TraceCluster(nodes, NumaSplits.parse(DEFAULT_SPLITS), np.arange(len(nodes)))
         self.tables = Tables(self.cluster.layouts, picker(PATH, "aligned", True), gpupair_decider(PATH, "aligned"))
-        self.score = FragmentationScore(self.cluster, self.tables, whole_only=True)
+        self.score = FragmentationScore(self.cluster, self.tables, whole_only=not replicas)
         self.pod_objects: list[dict] = []
         rng = np.random.default_rng(seed)
-        pods = read_pods(PODS)
+        pods = [self.as_asked(pod) for pod in read_pods(PODS)]
         for number, pod in enumerate(pods[:placed]):
             self.score.seen(pod)
             fits = np.flatnonzero(self.cluster.fits(pod))
@@ -76,6 +82,12 @@ class Fleet:
         for number, pod in enumerate(pods[placed:placed + pending], start=placed):
             self.score.seen(pod)
             self.pod_objects.append(pod_object(pod, f"p{number}", "", ()))
+
+    def as_asked(self, pod: TracePod) -> TracePod:
+        """The pod as a time-sliced fleet serves it: a share is one replica."""
+        if not self.replicas or not pod.gpus or pod.milli_per_gpu == MILLI:
+            return pod
+        return TracePod(pod.name, pod.milli_cpu, pod.memory_mib, pod.gpus, MILLI // self.replicas, pod.models)
 
     def _devices(self, pod: TracePod, row: int) -> tuple[int, ...]:
         if not pod.gpus:
@@ -97,6 +109,11 @@ class Fleet:
                     holders[pod["metadata"]["name"]] = set(json.loads(pod["metadata"]["annotations"]["devices"]))
             layout = c.layouts[int(c.layout_id[row])]
             annotations = encode_annotations(layout, c.free_devices(row), 1, NOW)
+            if self.replicas:  # each GPU's replicas, those taken by what is left of it
+                of = [self.replicas] * layout.size
+                taken = [(MILLI - int(left)) * self.replicas // MILLI for left in c.left[row][:layout.size]]
+                fingerprint = report.fingerprint(annotations[report.TOPOLOGY_KEY])
+                annotations[SHARES_KEY] = encode_shares(GpuShares(tuple(of), tuple(taken)), fingerprint, 1)
             objects.append({"apiVersion": "v1", "kind": "Node",
                             "metadata": {"name": name, "labels": {PRODUCT_LABEL: c.models[int(c.model[row])]},
                                          "annotations": annotations},
@@ -122,7 +139,8 @@ class Fleet:
         offered = [nodes[row] for row in rows]
         body = args_body(scored, names=[node["metadata"]["name"] for node in offered]) if node_cache else \
             args_body(scored, nodes=offered)
-        answer = json.loads(prioritize_nodes(extender.evaluator, ExtenderArgs.model_validate(body), pod.gpus))
+        whole = pod.gpus if pod.milli_per_gpu == MILLI else 0
+        answer = json.loads(prioritize_nodes(extender.evaluator, ExtenderArgs.model_validate(body), whole))
         names = [node["metadata"]["name"] for node in offered]
         return list(host_scores(answer, names).values())
 
@@ -136,7 +154,7 @@ class Fleet:
     def rows_for(self, pod: TracePod) -> np.ndarray:
         """The nodes kube-scheduler would offer after its filters and gpupair's."""
         rows = np.flatnonzero(self.cluster.fits(pod))
-        if pod.gpus:
+        if pod.gpus and pod.milli_per_gpu == MILLI:
             rows = rows[self.tables.lookup("passes", self.cluster.layout_id[rows], self.cluster.free_mask[rows], pod.gpus)]
         return rows
 
@@ -175,17 +193,24 @@ PROBES = [
 
 
 STATES = {"filling": (50, 40, 1), "busy": (100, 60, 8)}  # pods placed, pods waiting, seed
+SHARED_STATES = {"time-sliced": (100, 60, 8, 4), "time-sliced-filling": (50, 40, 1, 4)}  # and replicas a GPU
+SHARE_PROBES = [TracePod("one-replica", 2000, 0, 1, MILLI // 4), TracePod("two-replicas", 4000, 0, 2, MILLI // 4),
+                TracePod("pinned-replica", 2000, 0, 1, MILLI // 4, ("T4",))]
 _built: dict[str, Fleet] = {}
 
 
 def state(name: str) -> Fleet:
     if name not in _built:
-        _built[name] = Fleet(*STATES[name])
+        _built[name] = Fleet(*{**STATES, **SHARED_STATES}[name])
     return _built[name]
 
 
 # A busy fleet has no two 8-GPU nodes free: the 8-GPU probe is graded on the filling one only.
-CASES = [(name, pod) for name in STATES for pod in PROBES if not (name == "busy" and pod.gpus == 8)]
+# The time-sliced states (every GPU four replicas, share pods on replicas) add the share probes:
+# there the extender reads each GPU's shares from gpupair.io/shares and foresees where a share
+# pod lands, as the simulator's share-aware score does.
+CASES = [(name, pod) for name in STATES for pod in PROBES if not (name == "busy" and pod.gpus == 8)] + \
+    [(name, pod) for name in SHARED_STATES for pod in PROBES + SHARE_PROBES if pod.gpus < 8]
 
 
 @pytest.mark.parametrize("name, pod", CASES, ids=[f"{name}-{pod.name}" for name, pod in CASES])
@@ -196,6 +221,23 @@ def test_the_extender_and_the_simulator_grade_every_node_alike(name, pod):
     simulator = fleet.simulator_grades(pod, rows)
     assert fleet.extender_grades(pod, rows, node_cache=True) == simulator
     assert fleet.extender_grades(pod, rows, node_cache=False) == simulator
+
+
+def test_the_shared_states_tell_apart_a_score_blind_to_shares():
+    """The shared states matter: on the same time-sliced fleet, grades that see whole GPUs only
+    (a GPU with a replica taken looks taken) differ from those told the shares for some probe,
+    so an extender that dropped gpupair.io/shares fails the test above."""
+    fleet = state("time-sliced")
+    blind = FragmentationScore(fleet.cluster, fleet.tables, whole_only=True)
+    blind.workload.shapes.update(fleet.score.workload.shapes)  # the same pods seen
+    differs = []
+    for pod in SHARE_PROBES + PROBES[:2]:
+        rows = fleet.rows_for(pod)
+        told = fleet.simulator_grades(pod, rows)
+        blind.seen(pod)
+        differs.append(blind.scores(pod, rows).tolist() != told)
+        blind.gone(pod)
+    assert any(differs)
 
 
 @pytest.mark.parametrize("name", STATES)

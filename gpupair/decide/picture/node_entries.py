@@ -30,7 +30,7 @@ from gpupair.decide.pod.intent import Intent
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NICS_KEY
 from gpupair.topology.report import (
-    ALLOCATIONS_KEY, FREE_KEY, PRODUCT_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
+    EXTRA_KEYS, FREE_KEY, TOPOLOGY_KEY, NodeReport, ReportError, decode_annotations, decode_layout,
 )
 
 MEMO_LIMIT = 64  # decisions kept per report; reservations make the key space open-ended
@@ -177,29 +177,24 @@ class ReportDecoder:
         free = annotations.get(FREE_KEY)
         if not isinstance(topology, (str, type(None))) or not isinstance(free, (str, type(None))):
             return ReportEntry(None, "gpupair report annotations must be strings", "invalid")
-        ledger, nics, product = (annotations.get(k) for k in (ALLOCATIONS_KEY, NICS_KEY, PRODUCT_KEY))
-        key = (topology, free, *(v if isinstance(v, str) else None for v in (ledger, nics, product)))
+        extras = tuple(value if isinstance(value, str) else None for value in map(annotations.get, EXTRA_KEYS))
+        key = (topology, free, *extras)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._decode(topology, free, *key[2:])
+            entry = self._decode(topology, free, extras)
             self._entries[key] = entry
         return entry
 
-    def _decode(self, topology: object, free: object, ledger: str | None = None,
-                nics: str | None = None, product: str | None = None) -> ReportEntry:
+    def _decode(self, topology: object, free: object, extras: tuple[str | None, ...]) -> ReportEntry:
+        """``extras``: the EXTRA_KEYS annotations, None where absent."""
         if topology is None or free is None:
             missing = TOPOLOGY_KEY if topology is None else FREE_KEY
             return ReportEntry(None, f"no gpupair report ({missing} missing)", "missing")
         try:
             layout = self._layout(topology)
             # Staleness is judged per request from reported_at, so decode without a clock.
-            raw = {TOPOLOGY_KEY: topology, FREE_KEY: free}
-            if ledger is not None:
-                raw[ALLOCATIONS_KEY] = ledger
-            if nics is not None:
-                raw[NICS_KEY] = nics
-            if product is not None:
-                raw[PRODUCT_KEY] = product
+            raw = {TOPOLOGY_KEY: topology, FREE_KEY: free,
+                   **{key: value for key, value in zip(EXTRA_KEYS, extras) if value is not None}}
             report = decode_annotations(raw, layout=layout)
         except ReportError as exc:
             return ReportEntry(None, f"unusable gpupair report: {exc.reason}", exc.kind, cause=exc.reason)

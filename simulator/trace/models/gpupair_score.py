@@ -5,7 +5,7 @@ What the extender is modelled to know: every pod (its CPU, GPUs and share) throu
 watch, so the workload it measures against is the shapes of the pods seen so far; each node's
 CPU left; each GPU's share left; and, for the pod scored, the GPUs its node's picker is expected
 to take (the device plugin's or the allocator's set; a share on the GPU the sharing layer packs
-it onto, the one with the least left that holds it).
+it onto, the one with the least left that holds it: gpupair/decide/score/share_pick.py).
 
 ``whole_only``: the extender as it runs, whose reporters publish whole GPUs. A GPU with
 any share taken looks taken, a share pod looks like a one-GPU pod, and where a share lands is
@@ -21,6 +21,7 @@ import numpy as np
 
 from gpupair.decide.score.fragmentation import MILLI, Workload
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.score.share_pick import packed_after
 from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.models.devices import Tables
 from gpupair.simulator.trace.files import TracePod
@@ -53,8 +54,7 @@ class FragmentationScore:
         if pod.gpus and pod.milli_per_gpu < MILLI and self.whole_only:
             pass
         elif pod.gpus and pod.milli_per_gpu < MILLI:
-            packed = np.argmin(np.where(left >= pod.milli_per_gpu, left, MILLI + 1), axis=1)
-            after[np.arange(len(rows)), packed] -= pod.milli_per_gpu
+            after = packed_after(left, pod.milli_per_gpu, pod.gpus)
         elif pod.gpus:
             taken = self.tables.lookup("pick_mask", ids, c.free_mask[rows], pod.gpus)
             after[(taken[:, None] & c.bits) != 0] = 0
