@@ -1,9 +1,5 @@
-"""The prioritize verb: a 0..10 score for every offered node, by the ``--score`` chosen.
-``fragmentation`` (the default) scores every pod, CPU-only ones too: where the cluster's
-workload loses the least GPU (extender/fragmentation_score.py). ``best-fit`` scores GPU pods
-alone: the NUMA node the set breaks least, then its link quality (this module); under
-``preferred`` placement a node without a close set scores 0, under ``none`` every node. The
-fragmentation score keeps the preferred tier too: such a node ranks below every node with one."""
+"""The prioritize verb: a 0..10 score for every offered node (best fit, then link quality;
+under ``preferred`` placement a node without a close set scores 0, under ``none`` every node)."""
 
 from __future__ import annotations
 
