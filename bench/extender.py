@@ -43,7 +43,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(ROOT))
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real-k8s"  # recorded from kube-scheduler v1.36.2
 POD_FIXTURE = "cache-true-filter-01-gpu2.json"
@@ -403,7 +405,7 @@ async def _run_burst(args) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-burst-"))
     _kubeconfig(scratch / "kubeconfig", f"http://127.0.0.1:{api_port}")
     gpupair = Path(sys.executable).parent / "gpupair"
-    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-m", "gpupair.command.cli"]
+    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-P", "-m", "gpupair.command.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_")}
     log_path = scratch / "extender.log"
     if args.profile:  # py-spy starts the extender as its child and samples it (CPU, not idle)

@@ -20,7 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(ROOT))
 
 from gpupair.decide.devices.policies import policy_named  # noqa: E402
 from gpupair.decide.judge.decisions import Decider  # noqa: E402

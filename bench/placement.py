@@ -20,7 +20,9 @@ import time
 from itertools import combinations
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from gpupair.decide.judge.decisions import Decider, NodeView  # noqa: E402
 from gpupair.decide.devices import policies  # noqa: E402

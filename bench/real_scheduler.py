@@ -64,7 +64,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(REPO))
 
 from gpupair.topology.report import encode_annotations  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
@@ -245,7 +247,8 @@ class Bench:
             ready = f"http://127.0.0.1:{port}/"
         else:
             sampler = [str(REPO / "bench/cpu_sampler.py"), self.args.cpu_profile] if self.args.cpu_profile else []
-            argv = [python, *sampler, "-m", "gpupair.command.cli", "extender", "--kubeconfig", kubeconfig,
+            # -P: this checkout's gpupair from its install, not its folder (the cwd) first on sys.path
+            argv = [python, *(sampler or (["-P"] if tree == REPO else [])), "-m", "gpupair.command.cli", "extender", "--kubeconfig", kubeconfig,
                     "--host", "127.0.0.1", "--port", str(port)]
             ready = f"http://127.0.0.1:{port}/readyz"
         process = Process(config, argv, self.plane.directory / f"{config}-{seed}.log", cwd=tree)

@@ -45,7 +45,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(ROOT))
 
 from bench.extender import FIXTURES, _free_port, _kubeconfig, cluster  # noqa: E402
 

@@ -47,7 +47,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(ROOT))
 
 from bench.extender import _free_port, _kubeconfig, _percentile, _stop, _wait_up, cluster  # noqa: E402
 
@@ -291,7 +293,7 @@ async def _measure_config(args, config: str) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="gpupair-scale-"))
     _kubeconfig(scratch / "kubeconfig", f"http://127.0.0.1:{api_port}")
     gpupair = Path(sys.executable).parent / "gpupair"
-    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-m", "gpupair.command.cli"]
+    command = [str(gpupair)] if gpupair.exists() else [sys.executable, "-P", "-m", "gpupair.command.cli"]
     leases, _ = CONFIGS[config]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPAIR_")}
     log_path = scratch / "extender.log"

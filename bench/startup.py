@@ -38,9 +38,10 @@ OTHER_HELPS = ("extender", "webhook", "reporter", "certs", "audit", "simulate")
 
 
 def gpupair_command() -> list[str]:
-    """The console script next to this interpreter (as installed in the image), else -m."""
+    """The console script next to this interpreter (as installed in the image), else -m (-P: not
+    the working directory, this checkout, first on sys.path)."""
     script = Path(sys.executable).parent / "gpupair"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gpupair.command.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-P", "-m", "gpupair.command.cli"]
 
 
 class _Reporter(BaseHTTPRequestHandler):

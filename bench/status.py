@@ -30,7 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(ROOT))
 
 
 def serve(nodes: int, ready, stop) -> None:
@@ -98,7 +100,8 @@ def command(url: str) -> float:
             f"clusters: [{{name: b, cluster: {{server: '{url}'}}}}]\n"
             "users: [{name: u, user: {}}]\ncontexts: [{name: b, context: {cluster: b, user: u}}]\n")
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpupair.command.cli", "status", "--kubeconfig", str(kubeconfig)],
+        # -P: not the working directory (this checkout) first on sys.path, so gpupair is the install's
+        subprocess.run([sys.executable, "-P", "-m", "gpupair.command.cli", "status", "--kubeconfig", str(kubeconfig)],
                        cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=600)
         return time.perf_counter() - started
 

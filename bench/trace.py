@@ -38,7 +38,9 @@ import time
 from pathlib import Path
 from statistics import mean, pstdev
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from gpupair.command.flags import UsageError  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402

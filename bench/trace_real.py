@@ -57,7 +57,9 @@ from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(REPO))
 
 import numpy as np  # noqa: E402
 

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from gpupair.kubewire import leases
-from gpupair.reporter.publisher import backoff_delay, describe_error
+from gpupair.reporter.publisher import backoff_delay, describe_write_error
 
 log = logging.getLogger("gpupair.reporter.heartbeat")
 
@@ -96,7 +96,7 @@ class LeaseKeeper:
             self.failures += 1
             delay = backoff_delay(self.failures, self.backoff_base, self.backoff_cap, self._rng)
             self.retry_at = self._clock() + delay
-            self.last_error = describe_error(error, "leases")
+            self.last_error = describe_write_error(error, "leases")
             log.warning("renewing the node's Lease failed; backing off",
                         extra={"error": self.last_error, "failures": self.failures, "retry_in_s": round(delay, 3)})
             return Renewal.ERROR
@@ -136,7 +136,7 @@ class LeaseKeeper:
         try:
             uid = await self._api.node_uid(self.node)
         except Exception as error:  # noqa: BLE001 - the owner reference is a nicety, not a need
-            log.info("no owner reference on the node Lease", extra={"error": describe_error(error)})
+            log.info("no owner reference on the node Lease", extra={"error": describe_write_error(error)})
             uid = ""
         body = leases.lease_body(self.node, self.namespace, self.duration, self._wall_ns(), node_uid=uid)
         try:

@@ -167,7 +167,7 @@ class Publisher:
         self.failures += 1
         delay = backoff_delay(self.failures, self.backoff_base, self.backoff_cap, self._rng)
         self.retry_at = self._clock() + delay
-        self.last_error = describe_error(error)
+        self.last_error = describe_write_error(error)
         log.warning(
             "writing the node report failed; backing off",
             extra={"error": self.last_error, "failures": self.failures, "retry_in_s": round(delay, 3)},
@@ -180,7 +180,7 @@ def backoff_delay(failures: int, base: float, cap: float, rng: Callable[[], floa
     return min(cap, base * 2 ** (failures - 1)) * (0.5 + 0.5 * rng())
 
 
-def describe_error(error: BaseException, resource: str = "nodes") -> str:
+def describe_write_error(error: BaseException, resource: str = "nodes") -> str:
     """``kube.describe_error``'s line, with what to check where the status points at the reporter."""
     from gpupair.kubeclient import kube
 

@@ -27,7 +27,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
+# the core alone), tests/ and bench/ from the checkout.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from gpupair.topology import report  # noqa: E402
 

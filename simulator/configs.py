@@ -137,6 +137,5 @@ def parse_paths(text: str) -> tuple[str, ...]:
 # The field report's comparison, plus gpupair: kube-scheduler with the old and the new plugin,
 # then gpupair's filter and score in front of the new plugin.
 DEFAULT_PAIRS = "kube+naive,kube+aligned,gpupair+aligned"
-DEFAULT_CONFIGS = tuple(Config.parse(pair) for pair in DEFAULT_PAIRS.split(","))
 # With pods that ask for the network (--nic-share): the same, and gpupair without the NIC ask.
 NIC_PAIRS = "kube+naive,kube+aligned,gpupair-nonic+aligned,gpupair+aligned"

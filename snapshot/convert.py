@@ -43,7 +43,7 @@ from gpupair.decide.score.gpu_products import label_product, node_product, pod_a
 from gpupair.decide.pod.pod_request import PodRequestError, gpu_request, parse_bytes, parse_count, parse_milli, pod_request
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, RESOURCE_NAME, SHARED_RESOURCE_NAMES
 from gpupair.simulator.trace.files import TraceNode, TracePod
-from gpupair.status.build import Listing, Options, node_picture
+from gpupair.status.build import Listing, Options, listed_picture
 from gpupair.status.objects import annotations, is_terminal, meta, parse_time
 from gpupair.topology import limits
 
@@ -136,7 +136,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
             options: SnapshotOptions = SnapshotOptions()) -> Snapshot:
     out = Snapshot()
-    picture = node_picture(
+    picture = listed_picture(
         Listing(nodes=nodes, pods=None, events=None, slices=slices, claims=claims, dra_driver=options.dra_driver),
         datetime.now(timezone.utc), Options(stale_after=0, resource=options.resource, gpu_classes=options.gpu_classes))
     live = [p for p in pods if isinstance(p, Mapping) and not is_terminal(p)]

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--output-dir {folder} is not a folder")
     cluster = asyncio.run(_list(args))
-    for why in cluster.unseen:
+    unseen = [seen.reason for seen in cluster.unseen]  # slices or claims forbidden: the annotations alone
+    for why in unseen:
         log.warning(why)
     snapshot = convert(cluster.nodes, cluster.pods, cluster.slices, cluster.claims,
                        SnapshotOptions(resource=args.resource_name, shared=tuple(sorted(args.shared_resources)),
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         raise Failure(f"{error.filename or folder}: {error.strerror or error}") from None
     lines = [f"snapshot: {line}" for line in summary(snapshot)]
-    lines += [f"snapshot: {why}" for why in cluster.unseen]
+    lines += [f"snapshot: {why}" for why in unseen]
     lines.append(f"wrote {nodes_file} and {pods_file}")
     lines.append(f"replay: gpupair simulate --scenario trace --trace-nodes {shlex.quote(str(nodes_file))} "
                  f"--trace-pods {shlex.quote(str(pods_file))}")
@@ -73,9 +74,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace):
+    """Nodes and live pods, and the DRA driver's slices and every claim where it has some, as
+    `gpupair status` lists them (status/fetch.py); without nodes or pods there is nothing to write."""
     from gpupair.kubeclient.kube import api_client
-    from gpupair.snapshot.cluster_objects import list_cluster
+    from gpupair.status.fetch import NodesNotVisible, list_cluster
 
     api = await api_client(args.kubeconfig or None, args.context or None)
     async with api:
-        return await list_cluster(api, args.dra_driver, args.request_timeout)
+        try:
+            listing = await list_cluster(api, timeout=args.request_timeout, lease_namespace="",
+                                         dra_driver=args.dra_driver, with_events=False)
+        except NodesNotVisible as error:
+            raise Failure(str(error)) from None
+    if listing.pods is None:
+        raise Failure(next(seen.reason for seen in listing.unseen if seen.resource == "pods"))
+    return listing

@@ -14,7 +14,7 @@ from gpupair.topology import report as codec
 from gpupair.decide.claims.claim_intent import ClaimIntent, asked_pod_intent
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER, VERIFIER_CONTAINER
 from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
-from gpupair.decide.picture.node_picture import NodePicture, NodeSource, node_picture as picture_from
+from gpupair.decide.picture.node_picture import NodePicture, NodeSource, node_picture
 from gpupair.decide.devices import placement
 from gpupair.decide.judge import decisions
 from gpupair.decide.devices.placement import numa_label
@@ -91,7 +91,7 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
     if layouts.decoder.stale_after != (options.stale_after or None):
         raise ValueError("the LayoutCache judges staleness after another time than the options say")
     bound = bound_gpu_pods(listing.pods or (), options.resource)
-    picture = node_picture(listing, now, options, layouts.decoder)
+    picture = listed_picture(listing, now, options, layouts.decoder)
     nodes, available = [], []
     for node in sorted(listing.nodes, key=lambda n: str(meta(n).get("name") or "")):
         name = str(meta(node).get("name") or "")
@@ -123,15 +123,15 @@ _SHOWN.addHandler(logging.NullHandler())
 _SHOWN.propagate = False
 
 
-def node_picture(listing: Listing, now: datetime, options: Options,
-                 decoder: ReportDecoder | None = None) -> NodePicture:
+def listed_picture(listing: Listing, now: datetime, options: Options,
+                   decoder: ReportDecoder | None = None) -> NodePicture:
     """The node picture as the extender reads it (gpupair/decide/picture/node_picture.py), from the same
     source objects fed by one list each rather than a watch: the listed ResourceSlices and claims
     (their pictures built at ``now``; none without a driver), then the Nodes' annotations with
     their Leases."""
     decoder = decoder or ReportDecoder(options.stale_after or None)
     leases = {name: at.timestamp() for name, at in listing.leases.items()}
-    picture, dra = picture_from(decoder, now.timestamp, dra_driver=listing.dra_driver, gpu_classes=options.gpu_classes,
+    picture, dra = node_picture(decoder, now.timestamp, dra_driver=listing.dra_driver, gpu_classes=options.gpu_classes,
                                 alive=leases.get, logger=_SHOWN)
     if dra is not None:
         dra.slices.replace(list(listing.slices))

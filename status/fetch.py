@@ -1,5 +1,5 @@
-"""The I/O of `gpupair status`: one list call per kind (nodes, pods, events, the reporters'
-node Leases), run together.
+"""The I/O of `gpupair status` and `gpupair snapshot`: one list call per kind (nodes, pods, events,
+the reporters' node Leases, a DRA driver's ResourceSlices and every ResourceClaim), run together.
 
 Lists are read as raw JSON (orjson), not as generated models: on 5,000 nodes building a
 V1Node per item costs more than the whole status. Nodes must be listable; pods and events may be
@@ -52,10 +52,11 @@ async def _none() -> list[dict[str, Any]]:
 
 async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: str = "",
                        timeout: float = 30.0, lease_namespace: str = DEFAULT_NAMESPACE,
-                       dra_driver: str = "") -> Listing:
+                       dra_driver: str = "", with_events: bool = True) -> Listing:
     """``lease_namespace``: where the reporters renew their node Leases ('' to judge freshness
     from the reports alone). ``dra_driver``: list its ResourceSlices and every claim too, for the
-    nodes whose GPUs it publishes ('' for none)."""
+    nodes whose GPUs it publishes ('' for none); a cluster without resource.k8s.io/v1 (404) has
+    none to show. ``with_events``: the Warning Events too (False: ``Listing.events`` is None)."""
     core = k8s.CoreV1Api(api)
     resource = k8s.ResourceV1Api(api)
     slices_call = (read_items(resource.list_resource_slice, field_selector=f"spec.driver={dra_driver}")
@@ -65,13 +66,13 @@ async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: s
                          label_selector=HEARTBEAT_SELECTOR) if lease_namespace else _none())
     if namespace:
         pods_call = read_items(core.list_namespaced_pod, namespace, field_selector=LIVE_PODS)
-        events_call = read_items(core.list_namespaced_event, namespace, field_selector=WARNINGS)
+        events_call = read_items(core.list_namespaced_event, namespace, field_selector=WARNINGS) if with_events else None
     else:
         pods_call = read_items(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)
-        events_call = read_items(core.list_event_for_all_namespaces, field_selector=WARNINGS)
+        events_call = read_items(core.list_event_for_all_namespaces, field_selector=WARNINGS) if with_events else None
     nodes, pods, events, leases, slices, claims = await asyncio.gather(
         asyncio.wait_for(read_items(core.list_node, label_selector=node_selector or None), timeout),
-        asyncio.wait_for(pods_call, timeout), asyncio.wait_for(events_call, timeout),
+        asyncio.wait_for(pods_call, timeout), asyncio.wait_for(events_call or _none(), timeout),
         asyncio.wait_for(leases_call, timeout), asyncio.wait_for(slices_call, timeout),
         asyncio.wait_for(claims_call, timeout), return_exceptions=True)
     if isinstance(nodes, BaseException):
@@ -91,7 +92,7 @@ async def list_cluster(api: k8s.ApiClient, node_selector: str = "", namespace: s
             unseen.append(Unseen(resource=kind, reason=f"cannot list {kind}{where}: {describe_error(result)}"))
     return Listing(nodes=nodes,
                    pods=None if isinstance(pods, BaseException) else pods,
-                   events=None if isinstance(events, BaseException) else events,
+                   events=None if isinstance(events, BaseException) or events_call is None else events,
                    unseen=unseen, leases={} if isinstance(leases, BaseException) else _renewals(leases),
                    slices=[] if isinstance(slices, BaseException) else slices,
                    claims=[] if isinstance(claims, BaseException) else claims, dra_driver=dra_driver)

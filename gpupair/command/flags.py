@@ -16,7 +16,8 @@
   by its flag (``--arrivals: must be positive, got 0``).
 - **One error format, three exit statuses.** A usage error (``UsageError``: a value or combination
   the command cannot work with) prints one line, ``gpupair CMD: error: ...``, and exits 2; so does
-  a bad input file (``InputError``). A runtime failure (``Failure``: the API server
+  a bad input file (``InputError``); both are declared in gpupair.kubewire.usage_errors, since the
+  layers below the command line raise them too. A runtime failure (``Failure``: the API server
   unreachable, a port in use) is one line and exit 1. Ctrl-C is one line and exit 130. gpupair.command.cli
   does the printing.
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupair.kubewire import defaults
+from gpupair.kubewire.usage_errors import InputError, UsageError  # raised below the command line too
 
 ENV_PREFIX = "GPUPAIR_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -65,15 +67,6 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
 log = logging.getLogger("gpupair.flags")
-
-
-class UsageError(ValueError):
-    """A flag value or combination the command cannot work with: exit 2, ``gpupair CMD: error: ...``."""
-
-
-class InputError(UsageError):
-    """An input file (kubeconfig, topology, state, TLS) that is missing, too large or not what it
-    should be: the same one line (naming the file and what is wrong) and exit 2."""
 
 
 class Failure(RuntimeError):

@@ -22,8 +22,8 @@ from kubernetes_asyncio.client.rest import RESTResponse
 from yarl import URL
 
 from gpupair.kubeclient.binding_client import binding, binding_path
-from gpupair.command.flags import InputError
 from gpupair.kubewire.leases import micro_time
+from gpupair.kubewire.usage_errors import InputError
 
 MERGE_PATCH = "application/merge-patch+json"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"

@@ -41,7 +41,7 @@ def micro_time(now_ns: int | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos // 1000:06d}Z"
 
 
-def parse_time(text: Any) -> float | None:
+def epoch_seconds(text: Any) -> float | None:
     """Epoch seconds of a Time or MicroTime string; None for anything else."""
     if not isinstance(text, str) or not text:
         return None
@@ -86,4 +86,4 @@ def renewed_at(lease: dict[str, Any]) -> float | None:
     if not isinstance(lease, dict) or not is_heartbeat(lease):
         return None
     spec = lease.get("spec") or {}
-    return parse_time(spec.get("renewTime")) if isinstance(spec, dict) else None
+    return epoch_seconds(spec.get("renewTime")) if isinstance(spec, dict) else None

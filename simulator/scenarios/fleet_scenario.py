@@ -93,8 +93,7 @@ class FleetResult:
     config: str
     granted: int = 0
     sys_grants: int = 0
-    avoidable_sys: int = 0
-    wider_than_needed: int = 0
+    avoidable_sys: int = 0  # SYS sets spread wider than needed while a tight set fit elsewhere
     fragmentation_pending: set[str] = field(default_factory=set)
     no_reason_pending: set[str] = field(default_factory=set)
     pinned: int = 0  # pods placed by others (spec.nodeName)
@@ -286,7 +285,6 @@ def run_fleet(
             verdict = classify(layout, granted)
             spans = len({layout.numa_of(i) for i in granted})
             wider = needed[pod.gpus] is not None and spans > needed[pod.gpus]
-            result.wider_than_needed += wider
             if verdict.link == "SYS":
                 result.sys_grants += 1
                 if wider and tight_elsewhere:

@@ -1,9 +1,11 @@
 """The core's folders, the services beside it, and what each may import, read from the source
 with ``ast``.
 
-gpupair/ holds five subpackages by concern; the pure ones (kubewire, topology, decide) import
-nothing that does I/O, so the extender, the simulator and the tests run the same decisions; and no
-file of the core imports another that imports it back, at module level or inside a function.
+gpupair/ holds five subpackages by concern, in layers: each imports only the layers below it
+(``LAYERS``), so no import runs back up (the Kubernetes client importing the command line did);
+the pure ones (kubewire, topology, decide) import nothing that does I/O, so the extender, the
+simulator and the tests run the same decisions; and no file of the core imports another that
+imports it back, at module level or inside a function.
 The services (the top-level folders pyproject maps to gpupair.extender, gpupair.reporter, ...)
 stand on the core and on the few services named in ``SERVICE_USES``; the core stands on none.
 """
@@ -18,17 +20,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "gpupair"
-SUBPACKAGES = {"kubewire", "topology", "decide", "kubeclient", "command"}
+# The core's layers, lowest first: each may import the ones before it, never one after it.
+LAYERS = ("kubewire", "topology", "decide", "kubeclient", "command")
+SUBPACKAGES = set(LAYERS)
 PURE = {"kubewire", "topology", "decide"}
 # Libraries that reach the network, the disk of another process or the event loop.
 IO_LIBRARIES = {"aiohttp", "kubernetes_asyncio", "pynvml", "grpc", "socket", "ssl", "urllib", "http",
                 "subprocess", "asyncio", "httptools", "uvloop", "prometheus_client"}
-# What each pure package may take from the rest of the core.
-ALLOWED_CORE = {
-    "kubewire": set(),
-    "topology": {"kubewire"},
-    "decide": {"kubewire", "topology"},
-}
+# What each subpackage may take from the rest of the core: the layers below it.
+ALLOWED_CORE = {package: set(LAYERS[:i]) for i, package in enumerate(LAYERS)}
 MAX_FOLDER = 8  # modules in one folder of decide/
 # gpupair.<service> -> its folder, as pyproject maps them.
 SERVICES = {name.split(".", 1)[1]: ROOT / folder for name, folder in tomllib.loads(
@@ -159,19 +159,44 @@ def test_decide_is_folders_a_reader_can_take_in():
         assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"decide/{folder.name} says what it holds"
 
 
-@pytest.mark.parametrize("package", sorted(PURE))
-def test_a_pure_package_imports_no_io_and_only_the_core_it_stands_on(package):
-    broken = []
-    for path in sorted((CORE / package).rglob("*.py")):
-        for imported in imports_of(path):
-            top = imported.split(".")[0]
-            if top in IO_LIBRARIES:
-                broken.append(f"{module_name(path)} imports {imported}")
-            parts = imported.split(".")
-            if top == "gpupair" and len(parts) > 1 and parts[1] != package:
-                if parts[1] not in ALLOWED_CORE[package]:
-                    broken.append(f"{module_name(path)} imports {imported}")
+def above(package: str, imported: set[str]) -> list[str]:
+    """The subpackages of the core among ``imported`` that ``package`` may not import: its own
+    layer and those above it, which stand on it."""
+    return sorted(name for name in imported
+                  if name.split(".")[:1] == ["gpupair"] and len(name.split(".")) > 1
+                  and name.split(".")[1] in SUBPACKAGES
+                  and name.split(".")[1] not in ALLOWED_CORE[package] | {package})
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_a_subpackage_imports_only_the_layers_below_it(package):
+    broken = [f"{module_name(path)} imports {name}" for path in sorted((CORE / package).rglob("*.py"))
+              for name in above(package, imports_of(path))]
     assert broken == []
+
+
+@pytest.mark.parametrize("package", sorted(PURE))
+def test_a_pure_package_imports_no_io(package):
+    broken = [f"{module_name(path)} imports {imported}" for path in sorted((CORE / package).rglob("*.py"))
+              for imported in imports_of(path) if imported.split(".")[0] in IO_LIBRARIES]
+    assert broken == []
+
+
+@pytest.mark.parametrize("package, source", [
+    ("kubeclient", "from gpupair.command.flags import InputError\n"),
+    ("kubeclient", "def later():\n    from ..command import flags\n"),
+    ("decide", "import gpupair.kubeclient.kube\n"),
+    ("kubewire", "from gpupair.topology.links import Link\n"),
+])
+def test_an_import_that_runs_back_up_is_named(package, source):
+    assert above(package, imports_in(source, f"gpupair.{package}")) != []
+
+
+def test_an_import_down_the_layers_is_not_named():
+    assert above("command", imports_in("from gpupair.kubeclient import kube\nfrom . import flags\n",
+                                       "gpupair.command")) == []
+    assert above("kubeclient", imports_in("from gpupair.kubewire.usage_errors import InputError\n",
+                                          "gpupair.kubeclient")) == []
 
 
 def test_no_import_cycle_between_the_cores_files():

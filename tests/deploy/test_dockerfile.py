@@ -16,6 +16,7 @@ import sys
 import tempfile
 import tomllib
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,14 +149,22 @@ def test_dependencies_are_a_layer_that_survives_source_changes(stages, tmp_path)
     assert copied_before == ["pyproject.toml constraints.txt ./"], copied_before
     assert any(op == "COPY" and "gpupair/" in arg for op, arg in ops[first_install:])
     run = ops[first_install][1]
+    listed, requirements = builder_requirements(builder, tmp_path)
+    wanted = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert listed == wanted and f"--requirement {requirements}" in run
+    assert "--constraint constraints.txt" in run
+
+
+def builder_requirements(builder: Stage, folder: Path) -> tuple[list[str], str]:
+    """The dependency list the builder's first install reads, made by its own command from
+    pyproject.toml (copied into ``folder``), and the file the builder writes it to."""
+    run = next(arg for op, arg in builder.instructions if op == "RUN" and "--requirement" in arg)
     extract = re.search(r'(python -c "[^"]*")\s*>\s*(\S+)', run)
     assert extract, run
-    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    listed = subprocess.run(extract.group(1).replace("python ", f"{sys.executable} ", 1), shell=True, cwd=tmp_path,
+    shutil.copy(REPO / "pyproject.toml", folder / "pyproject.toml")
+    listed = subprocess.run(extract.group(1).replace("python ", f"{sys.executable} ", 1), shell=True, cwd=folder,
                             capture_output=True, text=True, timeout=60, check=True).stdout.split()
-    wanted = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert listed == wanted and f"--requirement {extract.group(2)}" in run
-    assert "--constraint constraints.txt" in run
+    return listed, extract.group(2)
 
 
 def test_the_constraints_pin_every_runtime_dependency_and_what_it_needs():
@@ -389,12 +398,66 @@ def final_stage_env(final: Stage) -> dict[str, str]:
     return env
 
 
-def test_simulate_runs_from_the_wheel_as_the_images_user(stages, built):
-    """As near the image as a machine without a container engine gets: a venv made the builder's
-    way (no pip of its own, the wheel installed by an outside pip), the source tree read-only,
-    the working directory made as the final stage makes it, the final stage's environment, and
-    `gpupair simulate` run as its USER. The dependencies come from this test venv (a .pth line),
-    so nothing is fetched. CI runs as root; elsewhere the uid cannot be switched."""
+@dataclass
+class ImageVenv:
+    root: Path  # the image's / in miniature, mode 755
+    venv: Path  # its /opt/gpupair
+    python: Path
+    site_dir: Path
+
+
+@pytest.fixture(scope="module")
+def image_venv(stages, built) -> Iterator[ImageVenv]:
+    """A venv made the builder's way (no pip of its own; the dependencies, then the wheel,
+    installed by an outside pip with the builder's requirement list and constraints), under a
+    folder any user can read, wherever this checkout lies: one reaching into this test venv failed
+    from a clone under a mode-700 home (/root)."""
+    root = Path(tempfile.mkdtemp(prefix="gpupair-image-"))  # not pytest's tmp_path: that is 0700 root's
+    try:
+        root.chmod(0o755)
+        venv = root / "opt" / "gpupair"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        python = venv / "bin" / "python"
+        listed, _ = builder_requirements(stages[0], root)
+        (root / "requirements.txt").write_text("\n".join(listed) + "\n")
+        for install in (["--requirement", str(root / "requirements.txt"), "--constraint", str(REPO / "constraints.txt")],
+                        ["--no-deps", str(built.wheel)]):
+            installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                                        "--disable-pip-version-check", *install],
+                                       capture_output=True, text=True, timeout=600)
+            assert installed.returncode == 0, installed.stderr
+        site_dir = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                       capture_output=True, text=True, check=True).stdout.strip())
+        yield ImageVenv(root, venv, python, site_dir)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_image_venv_holds_gpupair_and_its_pinned_dependencies_alone(image_venv):
+    site_dir = image_venv.site_dir
+    assert (site_dir / "gpupair").is_dir() and not (image_venv.venv / "bin" / "pip").exists()
+    pinned = {line.partition("==")[0].lower().replace("_", "-") for line in
+              (REPO / "constraints.txt").read_text().splitlines() if line and not line.startswith("#")}
+    shipped = {p.name.split("-")[0].lower().replace("_", "-") for p in site_dir.glob("*.dist-info")}
+    assert shipped - pinned == {"gpupair"}, shipped - pinned
+    assert not {"pip", "setuptools", "wheel", "pkg_resources"} & {p.name for p in site_dir.iterdir()}
+
+
+def test_a_bench_runs_from_a_regular_install(image_venv):
+    """The benches put this checkout after the installed packages: with gpupair installed from its
+    wheel (not editable), the checkout's gpupair/ (the core alone) shadowed the install and a
+    bench failed with No module named 'gpupair.simulator'."""
+    run = subprocess.run([str(image_venv.python), str(REPO / "bench" / "trace.py"), "--help"], cwd=REPO,
+                         env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("usage: trace.py")
+
+
+def test_simulate_runs_from_the_wheel_as_the_images_user(stages, built, image_venv):
+    """As near the image as a machine without a container engine gets: the image's venv
+    (``image_venv``), the source tree read-only, the working directory made as the final stage
+    makes it, the final stage's environment, and `gpupair simulate` run as its USER. CI runs as
+    root; elsewhere the uid cannot be switched."""
     if os.geteuid() != 0:
         pytest.skip("switching to the image's uid 65532 needs root (CI runs as root)")
     setpriv = shutil.which("setpriv")
@@ -404,23 +467,8 @@ def test_simulate_runs_from_the_wheel_as_the_images_user(stages, built):
     uid, _, gid = final.all("USER")[0].partition(":")
     (workdir,) = final.all("WORKDIR")
     env = final_stage_env(final)
-    root = Path(tempfile.mkdtemp(prefix="gpupair-image-"))  # not pytest's tmp_path: that is 0700 root's
+    root, venv, python, site_dir = image_venv.root, image_venv.venv, image_venv.python, image_venv.site_dir
     try:
-        root.chmod(0o755)
-        venv = root / "opt" / "gpupair"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-        python = venv / "bin" / "python"
-        installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                                    "--quiet", str(built.wheel)], capture_output=True, text=True, timeout=300)
-        assert installed.returncode == 0, installed.stderr
-        site_dir = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                       capture_output=True, text=True, check=True).stdout.strip())
-        shipped = {p.name.split("-")[0].lower() for p in site_dir.glob("*.dist-info")}
-        assert shipped == {"gpupair"} and not (venv / "bin" / "pip").exists()
-        assert not {"pip", "setuptools", "wheel", "pkg_resources"} & {p.name for p in site_dir.iterdir()}
-        import site
-
-        (site_dir / "zz-test-dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
         for path in sorted(built.src.rglob("*"), reverse=True) + [built.src]:  # read-only source tree
             path.chmod(path.stat().st_mode & ~0o222)
         home = root / workdir.lstrip("/")
@@ -452,4 +500,4 @@ def test_simulate_runs_from_the_wheel_as_the_images_user(stages, built):
         assert refused.returncode == 2 and refused.stderr.startswith("gpupair simulate: error: --output: cannot write in")
         assert "Traceback" not in refused.stderr
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root / workdir.lstrip("/"), ignore_errors=True)  # the venv is image_venv's

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.judge.decisions import Decider, NodeView, Unreported
+from gpupair.decide.judge.decisions import Decider, FilterOutcome, NodeView, Unreported
 from gpupair.extender.evaluation import Offer
 from gpupair.extender.filter import filter_verdicts
 from gpupair.extender.prioritize import scores_json
@@ -249,7 +249,9 @@ def test_nodes_mode_filter_is_the_cores_decision(frees, gpus, fail):
             views.append(NodeView(node["metadata"]["name"], decode_annotations(node["metadata"]["annotations"]).state))
         except ReportError as exc:
             views.append(NodeView(node["metadata"]["name"], None, exc.reason))
-    expected = Decider(unreported=unreported).filter(gpus, views)
+    expected = FilterOutcome()
+    for view in views:
+        expected.add(view.name, Decider(unreported=unreported).decide(gpus, view))
     assert status == 200
     assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == expected.passed
     assert answer["FailedAndUnresolvableNodes"] == expected.unresolvable

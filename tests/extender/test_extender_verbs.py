@@ -114,7 +114,7 @@ async def test_prioritize_keeps_whole_numa_nodes_free():
     names = [n["metadata"]["name"] for n in (whole, broken)]
     views = [NodeView(name, extender.picture.entry_of(name, n["metadata"]["annotations"]).report.state)
              for name, n in zip(names, (whole, broken))]
-    assert scores == extender.evaluator.decider.prioritize(2, views)
+    assert scores == {view.name: extender.evaluator.decider.decide(2, view).score for view in views}
 
 
 async def test_one_gpu_pod_passes_everywhere_and_goes_where_it_breaks_no_pair():

@@ -92,7 +92,7 @@ async def test_an_idle_node_is_one_lease_renewal_per_interval_and_no_node_write(
     assert lease["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid}]
     assert lease["spec"]["holderIdentity"] == NODE and lease["spec"]["leaseDurationSeconds"] == 120
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", lease["spec"]["renewTime"])
-    assert leases.parse_time(lease["spec"]["renewTime"]) == (NOW + timedelta(seconds=3570)).timestamp()
+    assert leases.epoch_seconds(lease["spec"]["renewTime"]) == (NOW + timedelta(seconds=3570)).timestamp()
     # every renewal is a PUT against the version it last saw: no blind overwrite
     assert all(r.json()["metadata"]["resourceVersion"] for r in renewals)
     assert max(len(r.body) for r in renewals) < 600, "a small object"
@@ -123,7 +123,7 @@ async def test_a_concurrent_writer_costs_one_reread_and_a_deleted_lease_is_creat
     double.store.delete("leases", NODE, NS)
     clock.advance(30.0)
     assert await lease.keep_alive() is Renewal.CREATED
-    assert leases.parse_time(lease_of(double)["spec"]["renewTime"]) == clock.wall().timestamp()
+    assert leases.epoch_seconds(lease_of(double)["spec"]["renewTime"]) == clock.wall().timestamp()
 
 
 async def test_renewal_failures_back_off_like_the_publisher(double, api, clock):

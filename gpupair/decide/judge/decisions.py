@@ -251,12 +251,3 @@ class Decider:
         if intent is Intent.PREFERRED:
             score = max(score, 1)  # above every node without a close set (those score 0)
         return NodeDecision(node.name, True, plan=plan, score=score)
-
-    def filter(self, gpus: int, nodes: list[NodeView], intent: Intent = Intent.REQUIRED) -> FilterOutcome:
-        outcome = FilterOutcome()
-        for node in nodes:
-            outcome.add(node.name, self.decide(gpus, node, intent))
-        return outcome
-
-    def prioritize(self, gpus: int, nodes: list[NodeView], intent: Intent = Intent.REQUIRED) -> dict[str, int]:
-        return {node.name: self.decide(gpus, node, intent).score for node in nodes}

@@ -114,11 +114,6 @@ def cpu_request(pod: Mapping[str, Any]) -> int:
     return _effective(pod, "cpu", parse_milli)
 
 
-def memory_request(pod: Mapping[str, Any]) -> int:
-    """The pod's effective memory request in bytes (a limit alone counts as the request)."""
-    return _effective(pod, "memory", parse_bytes)
-
-
 def pod_request(pod: Mapping[str, Any], resource: str) -> int:
     """``cpu`` (millicores) or ``memory`` (bytes) as kube-scheduler counts the pod: its pod-level
     request (a pod-level limit alone defaults it) where set, else the containers' effective

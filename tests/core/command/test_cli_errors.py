@@ -388,11 +388,31 @@ def test_an_unreachable_api_server_is_one_line_and_exit_1(command, tmp_path):
 # --- Ctrl-C: exit 130, one line, no partial file -------------------------------------------------
 
 
+@contextlib.contextmanager
+def sigint_at_default_in_children() -> Iterator[None]:
+    """Children started inside get SIGINT at its default disposition, however this run was started.
+
+    A shell that runs a job in the background without job control (a CI runner, ``cmd &`` in a
+    script) starts it with SIGINT ignored, and an ignored signal stays ignored through exec: the
+    child's Python then installs no KeyboardInterrupt handler and Ctrl-C does nothing. A handled
+    signal is reset to its default at exec, so the runner's SIGINT is handled here meanwhile (not
+    preexec_fn: the black hole's thread runs beside the fork)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def interrupted(args: list[str], ready: threading.Event | None = None, marker: str = "") -> tuple[int, str, str]:
     """Start ``gpupair ARGS``, wait until it is at work (``ready`` set, or ``marker`` on stderr), Ctrl-C it."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(flags.ENV_PREFIX) and k != "KUBECONFIG"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpupair.command.cli", *args], cwd=REPO, env=clean, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with sigint_at_default_in_children():
+        proc = subprocess.Popen([sys.executable, "-m", "gpupair.command.cli", *args], cwd=REPO, env=clean, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: list[str] = []
     try:
         if ready is not None:

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupair.decide.judge.decisions import Decider, NodeView, Unreported
+from gpupair.decide.judge.decisions import Decider, FilterOutcome, NodeView, Unreported
 from gpupair.decide.devices import placement
 from gpupair.topology.layout import Device, NodeLayout, NodeState
 from gpupair.simulator.shapes import seed_layout
@@ -13,6 +13,18 @@ SEED = seed_layout()
 
 def state(free):
     return NodeState(SEED, frozenset(free))
+
+
+def filtered(decider, gpus, nodes):
+    """What the extender's filter answers for these nodes: each node's decision, gathered."""
+    outcome = FilterOutcome()
+    for node in nodes:
+        outcome.add(node.name, decider.decide(gpus, node))
+    return outcome
+
+
+def scores(decider, gpus, nodes):
+    return {node.name: decider.decide(gpus, node).score for node in nodes}
 
 
 def test_pair_fails_when_each_numa_node_has_one_free_and_says_so():
@@ -40,8 +52,8 @@ def test_best_fit_prefers_a_broken_numa_node():
 
 def test_decider_fails_cross_only_nodes_and_passes_same_numa_ones():
     decider = Decider()
-    outcome = decider.filter(2, [NodeView("a", state({3, 4})), NodeView("b", state({1, 2, 4})),
-                                 NodeView("c", None, problem="no gpupair report")])
+    outcome = filtered(decider, 2, [NodeView("a", state({3, 4})), NodeView("b", state({1, 2, 4})),
+                                    NodeView("c", None, problem="no gpupair report")])
     assert outcome.passed == ["b"]
     assert outcome.failed == {"a": "need 2 GPUs on one NUMA node; free: NUMA0=1 NUMA1=1",
                               "c": "no gpupair report"}
@@ -61,15 +73,15 @@ def test_unreported_nodes_pass_unscored_when_told_to():
 def test_pods_without_gpus_and_single_gpu_pods_pass_everywhere():
     decider = Decider()
     nodes = [NodeView("a", state(set())), NodeView("b", None, problem="missing")]
-    assert decider.filter(0, nodes).passed == ["a", "b"]
-    assert decider.filter(1, nodes).passed == ["a", "b"]
-    assert set(decider.prioritize(0, nodes).values()) == {0}
+    assert filtered(decider, 0, nodes).passed == ["a", "b"]
+    assert filtered(decider, 1, nodes).passed == ["a", "b"]
+    assert set(scores(decider, 0, nodes).values()) == {0}
 
 
 def test_single_gpu_pod_is_steered_to_a_broken_numa_node():
     decider = Decider()
-    scores = decider.prioritize(1, [NodeView("whole", state(range(8))), NodeView("broken", state({3}))])
-    assert scores["broken"] > scores["whole"]
+    given = scores(decider, 1, [NodeView("whole", state(range(8))), NodeView("broken", state({3}))])
+    assert given["broken"] > given["whole"]
 
 
 @st.composite
@@ -82,7 +94,7 @@ def fleets(draw):
 def test_never_across_numa_while_some_node_has_k_free_in_one_numa_node(free_sets, k):
     nodes = [NodeView(f"n{i}", state(free)) for i, free in enumerate(free_sets)]
     decider = Decider()
-    outcome = decider.filter(k, nodes)
+    outcome = filtered(decider, k, nodes)
     somewhere = any(max(len(m) for m in state(f).free_by_numa().values()) >= k for f in free_sets)
     assert bool(outcome.passed) == somewhere
     for name in outcome.passed:
@@ -98,7 +110,7 @@ def test_scores_stay_within_0_to_10(free, k):
         tuple(tuple("X" if i == j else ("PIX" if i // 2 == j // 2 else "NODE" if i // 4 == j // 4 else "SYS")
                     for j in range(16)) for i in range(16)),
     )
-    for score in Decider().prioritize(k, [NodeView("n", NodeState(layout, frozenset(free)))]).values():
+    for score in scores(Decider(), k, [NodeView("n", NodeState(layout, frozenset(free)))]).values():
         assert 0 <= score <= 10
 
 
