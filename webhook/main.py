@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--scheduler-name", "",
              "if set, multi-GPU pods that use the default scheduler are given this schedulerName")
-    add_flag(parser, "--verifier-image", "ghcr.io/gpupair/gpupair:0.1.0",
+    add_flag(parser, "--verifier-image", "ghcr.io/gpupair/gpupair:0.2.0",
              "image of the injected verifier sidecar (runs `gpupair verify`)")
     add_flag(parser, "--verifier-image-pull-secrets", "",
              "pull secrets for that image (comma-separated Secret names): added to the spec.imagePullSecrets of "

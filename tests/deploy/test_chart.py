@@ -680,6 +680,27 @@ def test_the_chart_packs_and_renders_on_its_own(tmp_path):
             assert [d for d in yaml.safe_load_all(result.stdout) if d] == helm_template(values), chart
 
 
+def test_one_version_names_the_image_everywhere():
+    """The package's version is the image tag the chart (appVersion), deploy/ (newTag), the
+    webhook's default verifier image and the Dockerfile's build line name, and CHANGELOG.md's
+    newest entry; the chart's own version is the same number, so one release is one version."""
+    import tomllib
+
+    from gpupair.command.cli_reference import command_parsers
+
+    root = DEPLOY.parent
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == version
+    images = yaml.safe_load((DEPLOY / "base/kustomization.yaml").read_text())["images"]
+    assert [i["newTag"] for i in images] == [version]
+    verifier = next(a for a in command_parsers()["webhook"]._actions if "--verifier-image" in a.option_strings)
+    assert verifier.default == f"ghcr.io/gpupair/gpupair:{version}"
+    assert f"docker build -t ghcr.io/gpupair/gpupair:{version} ." in (root / "Dockerfile").read_text()
+    entries = re.findall(r"^## (\S+)", (root / "CHANGELOG.md").read_text(), re.M)
+    assert entries and entries[0] == version, entries
+
+
 def test_an_older_kubernetes_is_refused():
     """Chart.yaml's kubeVersion is deploy/README.md's floor (ValidatingAdmissionPolicy v1, webhook
     matchConditions, node-bound tokens: 1.30)."""
