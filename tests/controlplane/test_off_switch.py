@@ -10,6 +10,9 @@ bypass is for.
 The emergency bypass: the GPU entry with ``ignorable: true`` (the chart's
 ``scheduler.gpuEntry.ignorable``, rendered by the chart itself), with the extender down: the GPU
 pod that waited on the dead extender is placed and bound by kube-scheduler, as is every new one.
+
+Second-scheduler mode's removal waits until no Pending pod names gpupair-scheduler: the field
+selector it documents finds exactly those.
 """
 
 from __future__ import annotations
@@ -73,6 +76,18 @@ def test_the_documented_removal_leaves_gpu_pods_to_kube_scheduler(api, namespace
     for name, pod in before.items():  # the pods gpupair placed keep their nodes
         assert api.get("v1", "Pod", name, namespace)["spec"]["nodeName"] == pod["spec"]["nodeName"]
     assert not sim.errors, sim.errors
+
+
+def test_the_second_schedulers_pending_pods_are_found_as_documented(api, namespace):
+    """The removal's wait, as deploy/README.md and the notes print it: the field selector lists a
+    pod that names gpupair-scheduler and waits (no such scheduler runs here), and no other."""
+    named = gpu_pod(namespace, "names-gpupair-scheduler", 2)
+    named["spec"]["schedulerName"] = "gpupair-scheduler"
+    api.create(named)
+    api.create(gpu_pod(namespace, "names-none", 2))
+    found = api.list("v1", "Pod", "", field_selector="spec.schedulerName=gpupair-scheduler,status.phase=Pending")
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in found] == [
+        (namespace, "names-gpupair-scheduler")]
 
 
 def test_the_bypass_places_gpu_pods_with_the_extender_down(api, namespace, kubelets, scheduler, gpupair):

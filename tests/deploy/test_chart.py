@@ -486,6 +486,8 @@ def test_notes_say_what_to_do_next():
     second = notes({"scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"}})
     assert "gpupair-webhook-ca" in second and "kubectl delete namespace gpupair-system" in second
     assert "extenders:" not in second and "deployment/gpupair-scheduler" in second
+    assert "kubectl delete mutatingwebhookconfiguration gpupair-webhook" in second  # before uninstall
+    assert "spec.schedulerName=gpupair-scheduler,status.phase=Pending" in second
     assert "job/gpupair-certs" not in second and "certificate/gpupair-webhook" in second
     assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in second
 
