@@ -11,8 +11,10 @@ The emergency bypass: the GPU entry with ``ignorable: true`` (the chart's
 ``scheduler.gpuEntry.ignorable``, rendered by the chart itself), with the extender down: the GPU
 pod that waited on the dead extender is placed and bound by kube-scheduler, as is every new one.
 
-Second-scheduler mode's removal waits until no Pending pod names gpupair-scheduler: the field
-selector it documents finds exactly those.
+Second-scheduler mode's removal: the webhook configuration deleted first, so new multi-GPU pods
+stay with the cluster's scheduler; gpupair-scheduler gone, a pod that still names it waits for
+good, and the way out (deleted, made again without the name) is placed by kube-scheduler. The
+field selector the removal waits with finds exactly the pods Pending on gpupair-scheduler.
 """
 
 from __future__ import annotations
@@ -116,3 +118,55 @@ def test_the_bypass_places_gpu_pods_with_the_extender_down(api, namespace, kubel
     pods = placed(api, sim, namespace, ["during-outage", "bypassed"])
     assert not any(planned_by_gpupair(pod) for pod in pods.values()), "bound by kube-scheduler, not gpupair"
     assert not sim.errors, sim.errors
+
+
+def chart_second_scheduler_config(url: str) -> dict:
+    """gpupair-scheduler's configuration as the chart renders it, its entries pointed at ``url``."""
+    objs = helm_template({"scheduler": {"mode": "second-scheduler"}})
+    config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(
+        "gpupair-scheduler-config"))
+    rendered = yaml.safe_load(config["data"]["config.yaml"])
+    return {"profiles": rendered["profiles"], "extenders": [{**e, "urlPrefix": url} for e in rendered["extenders"]]}
+
+
+def test_the_second_schedulers_removal_and_its_way_out(api, namespace, kubelets, scheduler, gpupair):
+    api.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"gpupair.io/inject": "enabled"}}})
+    install, sim, extender, url = gpu_nodes_with_gpupair(api, kubelets, gpupair)
+    install.webhook({"GPUPAIR_WEBHOOK_SCHEDULER_NAME": "gpupair-scheduler"})  # as second-scheduler mode sets it
+    scheduler(DEFAULT_PROFILE)  # the cluster's own
+    second = scheduler(chart_second_scheduler_config(url))
+    api.create(gpu_pod(namespace, "routed", 2))
+    routed = placed(api, sim, namespace, ["routed"])["routed"]
+    assert routed["spec"]["schedulerName"] == "gpupair-scheduler" and planned_by_gpupair(routed)
+
+    # 1. no more routing: new multi-GPU pods stay with the cluster's scheduler
+    install.remove_webhook_configuration()
+    made = api.wait_for(lambda: _unrouted(api, namespace), 30, "a pod the webhook no longer routes")
+    placed(api, sim, namespace, [made["metadata"]["name"]])
+    # 2. gpupair-scheduler gone: a pod that still names it waits, and is found by the documented wait
+    second.stop()
+    for process in list(install.processes):
+        process.stop()
+    stuck = gpu_pod(namespace, "stuck", 2)
+    stuck["spec"]["schedulerName"] = "gpupair-scheduler"
+    api.create(stuck)
+    assert pending_for(api, namespace, ["stuck"], 3) == ["stuck"]
+    waiting = api.list("v1", "Pod", "", field_selector="spec.schedulerName=gpupair-scheduler,status.phase=Pending")
+    assert [p["metadata"]["name"] for p in waiting] == ["stuck"]
+    # the way out: delete it, make it again without the name (a controller would)
+    api.delete(api.get("v1", "Pod", "stuck", namespace))
+    api.wait_for(lambda: api.find("v1", "Pod", "stuck", namespace) is None or None, 30, "stuck deleted")
+    api.create(gpu_pod(namespace, "stuck", 2))
+    again = placed(api, sim, namespace, ["stuck"])["stuck"]
+    assert again["spec"]["schedulerName"] == "default-scheduler" and not planned_by_gpupair(again)
+    assert not sim.errors, sim.errors
+
+
+def _unrouted(api, namespace: str):
+    """A 2-GPU pod created now, once the apiserver has dropped the deleted webhook configuration:
+    the pod if it kept the default scheduler, else None (and it is deleted)."""
+    made = api.create({**gpu_pod(namespace, "", 2), "metadata": {"generateName": "unrouted-", "namespace": namespace}})
+    if made["spec"].get("schedulerName") == "default-scheduler":
+        return made
+    api.delete(made)
+    return None
