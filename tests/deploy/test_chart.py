@@ -652,6 +652,34 @@ def test_the_install_docs_lead_with_helm_and_keep_kustomize():
             assert re.search(rf"^{key}:", values_text, re.M), f"values.yaml does not document {key}"
 
 
+def test_the_staged_rollouts_values_are_the_charts():
+    """deploy/README.md's staged rollout: each stage's values, as written, render under the schema,
+    and together they walk from no scheduler entry to both entries as shipped."""
+    guide = (DEPLOY / "README.md").read_text()
+    for heading in ("## The image: build it, push it", "## Supported versions", "## What it touches: the blast radius",
+                    "## A staged rollout", "## What it costs", "## Turning it off", "### The emergency bypass",
+                    "## Neighbours"):
+        assert heading in guide, heading
+    table = guide[guide.index("## A staged rollout"):guide.index("## What it costs")]
+    stages = re.findall(r"^\| (\d)\. [^|]+\| ([^|]+) \|", table, re.M)
+    assert [n for n, _ in stages] == ["1", "2", "3", "4"], stages
+    args: list[str] = []
+    shapes = []
+    for number, values in stages:
+        for setting in re.findall(r"`([\w.]+=[\w-]+)`", values):
+            args += ["--set", setting]
+        # stages 2-4 as the second scheduler runs them, to read the entries the chart writes
+        mode = [] if number == "1" else ["--set", "scheduler.mode=second-scheduler"]
+        out = helm("template", "gpupair", str(CHART), "--kube-version", KUBE_VERSION, *args, *mode).stdout
+        objs = [d for d in yaml.safe_load_all(out) if d]
+        configs = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("gpupair-scheduler-config")]
+        extenders = yaml.safe_load(configs[0]["data"]["config.yaml"])["extenders"] if configs else []
+        placement = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))["GPUPAIR_DEFAULT_PLACEMENT"]
+        shapes.append((len(extenders), extenders[0]["ignorable"] if extenders else None, placement))
+    # verdicts only; the GPU entry alone, ignorable, preferred; then not ignorable, required; then both entries
+    assert shapes == [(0, None, "required"), (1, True, "preferred"), (1, False, "required"), (2, False, "required")]
+
+
 def test_the_chart_packs_and_renders_on_its_own(tmp_path):
     """`helm package` (what a chart repository serves) packs the chart with no note about links,
     the archive holds every file of the chart, and the archive, and a copy of the chart directory
