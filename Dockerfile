@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every gpupair subcommand (deploy/ runs it as `gpupair extender`, `gpupair reporter`,
 # `gpupair webhook`, `gpupair certs`; the webhook injects it as `gpupair verify`).
-#   docker build -t ghcr.io/gpupair/gpupair:0.1.0 .
+#   docker build -t ghcr.io/gpupair/gpupair:0.2.0 .
 # Both stages use the same base, so the venv's python symlink resolves in the final image.
 ARG PYTHON_IMAGE=python:3.11-slim
 

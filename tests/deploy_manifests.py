@@ -101,6 +101,9 @@ def container(objs: list[dict], kind: str, name: str, container_name: str) -> di
 # --------------------------------------------------------------------------- the Helm chart
 
 CHART = REPO / "charts" / "gpupair"
+# The cluster version `helm template` renders for: the control plane tests/controlplane runs, whose
+# kube-scheduler image deploy/ pins (the chart's default follows the cluster's version).
+KUBE_VERSION = "v1.36.2"
 # Labels only Helm adds; everything else must be what deploy/ renders.
 HELM_LABELS = frozenset({"app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version",
                          "helm.sh/chart"})
@@ -123,7 +126,8 @@ def _helm_template_cached(values_json: str, release: str, namespace: str) -> tup
     with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
         values.write(values_json)
         values.flush()
-        out = helm("template", release, str(CHART), "--namespace", namespace, "--values", values.name).stdout
+        out = helm("template", release, str(CHART), "--namespace", namespace, "--values", values.name,
+                   "--kube-version", KUBE_VERSION).stdout
     return tuple(yaml.safe_dump(d) for d in yaml.safe_load_all(out) if d)
 
 

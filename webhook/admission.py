@@ -195,6 +195,17 @@ def _names(spec: Mapping[str, Any], key: str) -> set[str]:
     return {item["name"] for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str)}
 
 
+def _pull_secret_ops(spec: Mapping[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The sidecar's pull secrets the pod does not name yet, after the pod's own."""
+    present = spec.get("imagePullSecrets")
+    if not isinstance(present, list):
+        missing = [{"name": name} for name in names]
+        return [{"op": "add", "path": "/spec/imagePullSecrets", "value": missing}] if missing else []
+    have = {s.get("name") for s in present if isinstance(s, Mapping)}
+    return [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": {"name": name}}
+            for name in names if name not in have]
+
+
 def _annotation_ops(meta: Mapping[str, Any] | None, add: dict[str, str], strip: bool) -> list[dict[str, Any]]:
     """Add ``add`` to the pod's annotations; with ``strip``, drop the reporter's keys first."""
     if meta is None:
@@ -261,6 +272,7 @@ def plan(pod: Any, options: InjectOptions, namespace_intent: Intent | None = Non
         outcome = "injected"
         ops.append(_append(spec, "/spec", "initContainers", sidecar.container(options.sidecar)))
         ops.append(_append(spec, "/spec", "volumes", sidecar.token_volume(options.sidecar)))
+        ops.extend(_pull_secret_ops(spec, options.sidecar.image_pull_secrets))
         if unasked:
             placement = {PLACEMENT_KEY: (namespace_intent or options.default_intent).value}
     injected = outcome == "injected"

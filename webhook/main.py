@@ -9,7 +9,7 @@ from gpupair.topology import limits
 from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_gpu_device_classes,
                                    add_kube_flags, add_reporter_port, add_resource_name, add_tls_flags,
                                    add_token_audience,
-                                   extended_resource, index_pairs, listen_address)
+                                   extended_resource, index_pairs, listen_address, name_list)
 from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
@@ -21,8 +21,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--min-gpus", 2, "inject the verifier into pods whose effective GPU request is at least this", bounds=Range(1, limits.MAX_GPUS))
     add_flag(parser, "--scheduler-name", "",
              "if set, multi-GPU pods that use the default scheduler are given this schedulerName")
-    add_flag(parser, "--verifier-image", "ghcr.io/gpupair/gpupair:0.1.0",
+    add_flag(parser, "--verifier-image", "ghcr.io/gpupair/gpupair:0.2.0",
              "image of the injected verifier sidecar (runs `gpupair verify`)")
+    add_flag(parser, "--verifier-image-pull-secrets", "",
+             "pull secrets for that image (comma-separated Secret names): added to the spec.imagePullSecrets of "
+             "each pod given the verifier that does not name them (a Secret of that name must exist in the "
+             "pod's namespace; empty: none)", type=name_list)
     add_reporter_port(parser)
     add_token_audience(parser, "audience of the verifier's projected token (the reporter's --token-audience)")
     add_resource_name(parser)
@@ -77,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the webhook serves HTTPS only: --tls-cert-file and --tls-private-key-file are required")
     options = InjectOptions(
         sidecar=SidecarOptions(image=args.verifier_image, reporter_port=args.reporter_port,
-                               token_audience=args.token_audience),
+                               token_audience=args.token_audience,
+                               image_pull_secrets=args.verifier_image_pull_secrets),
         min_gpus=args.min_gpus,
         resource_name=args.resource_name,
         scheduler_name=args.scheduler_name or None,

@@ -44,6 +44,10 @@ class SidecarOptions:
     # so it must equal the reporter's --token-audience (both default to the same constant).
     token_audience: str = defaults.TOKEN_AUDIENCE
     image_pull_policy: str = "IfNotPresent"
+    # Pull secrets the pod must name for the sidecar's image (a private registry): added to the
+    # pod's spec.imagePullSecrets where it lacks them. Secrets live in the pod's namespace; the
+    # kubelet pulls with those that exist there and records a warning for the others.
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 def security_context() -> dict[str, Any]:

@@ -384,6 +384,12 @@ def add_topology_file(parser: argparse.ArgumentParser, help: str) -> None:
     add_flag(parser, "--topology-file", "", help)
 
 
+def name_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (``a,b``) in its order, each once; blanks and empty items
+    dropped."""
+    return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+
+
 def name_set(text: str) -> frozenset[str]:
     """A comma-separated list of names (``a,b``) as a set; blanks and empty items dropped."""
     return frozenset(name.strip() for name in text.split(",") if name.strip())

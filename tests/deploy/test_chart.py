@@ -22,6 +22,7 @@ from tests.deploy_manifests import (
     CHART,
     DEPLOY,
     HELM_LABELS,
+    KUBE_VERSION,
     container,
     env_of,
     find,
@@ -210,14 +211,28 @@ def test_every_overlay_and_component_has_a_case():
     assert {c for _, _, used, _, _ in CASES for c in used} == components
 
 
-def test_linked_files_are_deploys_own():
-    """The chart reads deploy/'s policies, rules, dashboard and scheduler configurations through
-    links in files/, so there is one copy of each."""
-    links = sorted((CHART / "files").iterdir())
-    assert links
-    for link in links:
-        assert link.is_symlink(), f"{link} is a copy: link it to deploy/ instead"
-        assert link.resolve().is_relative_to(DEPLOY.resolve()) and link.resolve().is_file(), link
+# charts/gpupair/files/NAME: the deploy/ file it is a copy of. The chart holds real files, not
+# links, so a copy of charts/gpupair (or `helm pull`'s) renders on its own; this test keeps them equal.
+CHART_FILES = {
+    "dashboard.json": "components/monitoring/dashboard.json",
+    "prometheusrule.yaml": "components/monitoring/prometheusrule.yaml",
+    "reporter-admission-policy.yaml": "base/reporter/admission-policy.yaml",
+    "second-scheduler-config.yaml": "components/second-scheduler/scheduler-config.yaml",
+    "self-managed-scheduler-config.yaml": "overlays/self-managed/scheduler-config.yaml",
+    "verdict-policy.yaml": "base/verdict-policy.yaml",
+}
+
+
+def test_the_charts_files_are_deploys_own():
+    """The chart reads deploy/'s policies, rules, dashboard and scheduler configurations from
+    copies in files/: each is a plain file, byte for byte deploy/'s (a change to one side fails
+    here, naming the command that copies it)."""
+    assert sorted(p.name for p in (CHART / "files").iterdir()) == sorted(CHART_FILES)
+    for name, source in CHART_FILES.items():
+        copy_ = CHART / "files" / name
+        assert not copy_.is_symlink(), f"{copy_} is a link: a chart copied or packaged alone loses it"
+        assert copy_.read_bytes() == (DEPLOY / source).read_bytes(), \
+            f"charts/gpupair/files/{name} differs from deploy/{source}: cp deploy/{source} charts/gpupair/files/{name}"
 
 
 # --------------------------------------------------------------------------- helm itself
@@ -255,7 +270,13 @@ MONITORING_SETTINGS = {"monitoring": {"enabled": True, "labels": {"release": "ku
 DOCUMENTED = [values for _, _, _, _, values in CASES] + [
     GLOBAL_SETTINGS, REPORTER_SETTINGS, DEPLOYMENT_SETTINGS, DRA_SETTINGS, MONITORING_SETTINGS,
     {"image": {"repository": "registry.example.com/gpupair", "tag": "0.2.0", "pullPolicy": "Always"},
-     "certificates": {"days": 90, "schedule": "0 4 * * *"}},
+     "certificates": {"days": 90, "schedule": "0 4 * * *"}, "imagePullSecrets": [{"name": "regcred"}]},
+    # the staged rollout's stages (deploy/README.md), and the emergency bypass
+    {"scheduler": {"mode": "none"}},
+    {"scheduler": {"mode": "second-scheduler", "gpuEntry": {"ignorable": True}, "everyPodEntry": {"enabled": False}},
+     "defaultPlacement": "preferred"},
+    {"extender": {"clusterIP": "10.96.0.50", "replicas": 1}, "webhook": {"replicas": 1},
+     "scheduler": {"mode": "second-scheduler", "replicas": 1}},
 ]
 
 
@@ -389,6 +410,10 @@ def test_every_gpupair_container_is_locked_down_whatever_the_values():
 # --------------------------------------------------------------------------- the schema refuses
 
 BAD_VALUES = [
+    ('imagePullSecrets=["regcred"]', "/imagePullSecrets/0"),
+    ('imagePullSecrets=[{"name": "Reg_Cred"}]', "/imagePullSecrets/0/name"),
+    ('extender={"clusterIP": "gpupair-extender"}', "/extender/clusterIP"),
+    ('scheduler={"mode": "none", "gpuEntry": {"ignorable": "yes"}}', "/scheduler/gpuEntry/ignorable"),
     # (--set-json value, what helm's message must name)
     ('scheduler={"mode": "kube-scheduler"}', "/scheduler/mode"),
     ('certificates={"source": "vault"}', "/certificates/source"),
@@ -461,6 +486,8 @@ def test_notes_say_what_to_do_next():
     second = notes({"scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"}})
     assert "gpupair-webhook-ca" in second and "kubectl delete namespace gpupair-system" in second
     assert "extenders:" not in second and "deployment/gpupair-scheduler" in second
+    assert "kubectl delete mutatingwebhookconfiguration gpupair-webhook" in second  # before uninstall
+    assert "spec.schedulerName=gpupair-scheduler,status.phase=Pending" in second
     assert "job/gpupair-certs" not in second and "certificate/gpupair-webhook" in second
     assert "kubectl label namespace NAMESPACE gpupair.io/inject=enabled" in second
 
@@ -494,6 +521,92 @@ def test_global_settings_and_the_image_reach_every_container():
     assert seen == {"reporter", "extender", "webhook", "certs"}
     webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
     assert webhook["GPUPAIR_WEBHOOK_VERIFIER_IMAGE"] == "registry.example.com/gpupair:0.2.0"
+
+
+def test_pull_secrets_reach_every_pod_and_the_verifier():
+    """imagePullSecrets: every gpupair pod (the second scheduler's too) names them, and the webhook
+    is told to name them on the pods it gives the verifier; none set, none rendered."""
+    secrets = [{"name": "regcred"}, {"name": "mirror-creds"}]
+    objs = helm_template({"imagePullSecrets": secrets, "scheduler": {"mode": "second-scheduler"}})
+    named = {w["metadata"]["name"]: pod_spec(w).get("imagePullSecrets") for w in workloads(objs)}
+    assert named and all(v == secrets for v in named.values()), named
+    assert {"gpupair-reporter", "gpupair-extender", "gpupair-webhook", "gpupair-scheduler"} <= set(named)
+    webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
+    assert webhook["GPUPAIR_WEBHOOK_VERIFIER_IMAGE_PULL_SECRETS"] == "regcred,mirror-creds"
+    plain = helm_template({"scheduler": {"mode": "second-scheduler"}})
+    assert not any("imagePullSecrets" in pod_spec(w) for w in workloads(plain))
+    assert "GPUPAIR_WEBHOOK_VERIFIER_IMAGE_PULL_SECRETS" not in env_of(
+        container(plain, "Deployment", "gpupair-webhook", "webhook"))
+
+
+def test_one_replica_gets_no_disruption_budget():
+    """minAvailable 1 of 1 replica blocks every node drain: a PodDisruptionBudget only from 2 on."""
+    def budgets(values):
+        return {o["metadata"]["name"] for o in of_kind(helm_template(values), "PodDisruptionBudget")}
+
+    second = {"mode": "second-scheduler"}
+    assert budgets({"scheduler": second}) == {"gpupair-extender", "gpupair-webhook", "gpupair-scheduler"}
+    assert budgets({"scheduler": {**second, "replicas": 1}, "extender": {"replicas": 1}}) == {"gpupair-webhook"}
+    assert budgets({"scheduler": second, "webhook": {"replicas": 1}}) == {"gpupair-extender", "gpupair-scheduler"}
+
+
+def test_the_extenders_cluster_ip_can_be_pinned_and_the_notes_name_it():
+    service = find(helm_template({"extender": {"clusterIP": "10.96.0.50"}}), "Service", "gpupair-extender")
+    assert service["spec"]["clusterIP"] == "10.96.0.50"
+    assert "clusterIP" not in find(helm_template(), "Service", "gpupair-extender")["spec"]
+    printed = notes({"extender": {"clusterIP": "10.96.0.50"}})
+    assert "urlPrefix: http://10.96.0.50:8888" in printed and "EXTENDER_IP" not in printed
+
+
+def test_the_second_scheduler_follows_the_clusters_version():
+    """scheduler.image "" is upstream kube-scheduler at the cluster's major.minor.patch (a
+    provider's suffix dropped), never newer than its apiserver; a set image wins."""
+    def image(*args):
+        out = helm("template", "gpupair", str(CHART), "--set", "scheduler.mode=second-scheduler", *args).stdout
+        deployment = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"
+                          and d["metadata"]["name"] == "gpupair-scheduler")
+        return pod_spec(deployment)["containers"][0]["image"]
+
+    assert image("--kube-version", "v1.30.4-eks-a737599") == "registry.k8s.io/kube-scheduler:v1.30.4"
+    assert image("--kube-version", "1.33.1") == "registry.k8s.io/kube-scheduler:v1.33.1"
+    assert image("--kube-version", "1.33.1", "--set", "scheduler.image=mirror.example/kube-scheduler:v1.33.0") == \
+        "mirror.example/kube-scheduler:v1.33.0"
+
+
+def second_scheduler_entries(values: dict) -> list[dict]:
+    objs = helm_template({"scheduler": {"mode": "second-scheduler", **values}})
+    config = next(o for o in of_kind(objs, "ConfigMap") if o["metadata"]["name"].startswith("gpupair-scheduler-config"))
+    return yaml.safe_load(config["data"]["config.yaml"])["extenders"]
+
+
+def test_the_bypass_and_the_every_pod_entry_shape_both_schedulers_entries():
+    """scheduler.gpuEntry.ignorable makes the GPU entry ignorable, and nothing else changes;
+    everyPodEntry.enabled false drops the every-pod entry and the GPU entry scores GPU pods
+    itself; the second scheduler's configuration and the entries NOTES.txt prints agree."""
+    shipped = second_scheduler_entries({})
+    bypass = second_scheduler_entries({"gpuEntry": {"ignorable": True}})
+    assert bypass == [{**shipped[0], "ignorable": True}, shipped[1]]
+    gpu_only = second_scheduler_entries({"everyPodEntry": {"enabled": False}})
+    assert gpu_only == [{**shipped[0], "prioritizeVerb": "prioritize", "weight": shipped[1]["weight"]}]
+    for values, expected in (({"gpuEntry": {"ignorable": True}}, bypass), ({"everyPodEntry": {"enabled": False}}, gpu_only)):
+        text = notes({"scheduler": values})
+        block = text[text.index("extenders:"):]
+        printed = yaml.safe_load(block[:block.index("\n\n")])["extenders"]
+        assert [{k: v for k, v in e.items() if k != "urlPrefix"} for e in printed] == \
+            [{k: v for k, v in e.items() if k != "urlPrefix"} for e in expected]
+
+
+def test_mode_none_registers_no_scheduler_and_routes_no_pod():
+    """The verdicts-only stage: no gpupair-scheduler, no entry printed, the webhook routes nothing
+    and still injects the verifier in opted-in namespaces."""
+    objs = helm_template({"scheduler": {"mode": "none"}})
+    assert not [o for o in objs if "gpupair-scheduler" in o["metadata"]["name"]]
+    webhook = env_of(container(objs, "Deployment", "gpupair-webhook", "webhook"))
+    assert webhook["GPUPAIR_WEBHOOK_SCHEDULER_NAME"] == ""
+    hook = find(objs, "MutatingWebhookConfiguration", "gpupair-webhook")
+    assert hook["webhooks"] == find(helm_template(), "MutatingWebhookConfiguration", "gpupair-webhook")["webhooks"]
+    text = notes({"scheduler": {"mode": "none"}})
+    assert "extenders:" not in text and "No scheduler entry" in text
 
 
 def test_the_schemas_bounds_are_the_commands():
@@ -539,25 +652,83 @@ def test_the_install_docs_lead_with_helm_and_keep_kustomize():
             assert re.search(rf"^{key}:", values_text, re.M), f"values.yaml does not document {key}"
 
 
-def test_the_packaged_chart_carries_the_linked_files(tmp_path):
-    """`helm package` (what a chart repository serves) puts the linked deploy/ files' contents in
-    the archive, and the archive renders what the chart directory renders."""
+def test_the_staged_rollouts_values_are_the_charts():
+    """deploy/README.md's staged rollout: each stage's values, as written, render under the schema,
+    and together they walk from no scheduler entry to both entries as shipped."""
+    guide = (DEPLOY / "README.md").read_text()
+    for heading in ("## The image: build it, push it", "## Supported versions", "## What it touches: the blast radius",
+                    "## A staged rollout", "## What it costs", "## Turning it off", "### The emergency bypass",
+                    "## Neighbours"):
+        assert heading in guide, heading
+    table = guide[guide.index("## A staged rollout"):guide.index("## What it costs")]
+    stages = re.findall(r"^\| (\d)\. [^|]+\| ([^|]+) \|", table, re.M)
+    assert [n for n, _ in stages] == ["1", "2", "3", "4"], stages
+    args: list[str] = []
+    shapes = []
+    for number, values in stages:
+        for setting in re.findall(r"`([\w.]+=[\w-]+)`", values):
+            args += ["--set", setting]
+        # stages 2-4 as the second scheduler runs them, to read the entries the chart writes
+        mode = [] if number == "1" else ["--set", "scheduler.mode=second-scheduler"]
+        out = helm("template", "gpupair", str(CHART), "--kube-version", KUBE_VERSION, *args, *mode).stdout
+        objs = [d for d in yaml.safe_load_all(out) if d]
+        configs = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("gpupair-scheduler-config")]
+        extenders = yaml.safe_load(configs[0]["data"]["config.yaml"])["extenders"] if configs else []
+        placement = env_of(container(objs, "Deployment", "gpupair-extender", "extender"))["GPUPAIR_DEFAULT_PLACEMENT"]
+        shapes.append((len(extenders), extenders[0]["ignorable"] if extenders else None, placement))
+    # verdicts only; the GPU entry alone, ignorable, preferred; then not ignorable, required; then both entries
+    assert shapes == [(0, None, "required"), (1, True, "preferred"), (1, False, "required"), (2, False, "required")]
+
+
+def test_the_chart_packs_and_renders_on_its_own(tmp_path):
+    """`helm package` (what a chart repository serves) packs the chart with no note about links,
+    the archive holds every file of the chart, and the archive, and a copy of the chart directory
+    alone, render what the chart in this repository renders."""
+    import shutil
     import tarfile
 
-    helm("package", str(CHART), "--destination", str(tmp_path))
-    (archive,) = tmp_path.glob("gpupair-*.tgz")
+    packed = helm("package", str(CHART), "--destination", str(tmp_path / "repo"))
+    assert "symbolic link" not in packed.stderr + packed.stdout, packed.stderr
+    (archive,) = (tmp_path / "repo").glob("gpupair-*.tgz")
     with tarfile.open(archive) as tar:
         members = {m.name: m for m in tar.getmembers()}
-        for link in (CHART / "files").iterdir():
-            member = members[f"gpupair/files/{link.name}"]
-            assert member.isfile(), f"{link.name} is packaged as a link"
-            assert tar.extractfile(member).read() == link.resolve().read_bytes()
-    for values in ({}, ALL_OPTIONS):
-        args = ["template", "gpupair", str(archive), "--namespace", "gpupair-system"]
-        for k, v in values.items():
-            args += ["--set-json", f"{k}={json.dumps(v)}"]
-        packaged = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
-        assert packaged == helm_template(values)
+        for path in CHART.rglob("*"):
+            if path.is_file():
+                member = members[f"gpupair/{path.relative_to(CHART)}"]
+                assert member.isfile(), path
+                if path.name != "Chart.yaml":  # helm writes Chart.yaml anew, the same fields
+                    assert tar.extractfile(member).read() == path.read_bytes(), path
+    alone = tmp_path / "elsewhere" / "gpupair"
+    shutil.copytree(CHART, alone, symlinks=True)
+    for values in ({}, ALL_OPTIONS, {"imagePullSecrets": [{"name": "registry-creds"}]}):
+        for chart in (archive, alone):
+            args = ["template", "gpupair", str(chart), "--namespace", "gpupair-system", "--kube-version", KUBE_VERSION]
+            for k, v in values.items():
+                args += ["--set-json", f"{k}={json.dumps(v)}"]
+            result = helm(*args)
+            assert "symbolic link" not in result.stderr, result.stderr
+            assert [d for d in yaml.safe_load_all(result.stdout) if d] == helm_template(values), chart
+
+
+def test_one_version_names_the_image_everywhere():
+    """The package's version is the image tag the chart (appVersion), deploy/ (newTag), the
+    webhook's default verifier image and the Dockerfile's build line name, and CHANGELOG.md's
+    newest entry; the chart's own version is the same number, so one release is one version."""
+    import tomllib
+
+    from gpupair.command.cli_reference import command_parsers
+
+    root = DEPLOY.parent
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == version
+    images = yaml.safe_load((DEPLOY / "base/kustomization.yaml").read_text())["images"]
+    assert [i["newTag"] for i in images] == [version]
+    verifier = next(a for a in command_parsers()["webhook"]._actions if "--verifier-image" in a.option_strings)
+    assert verifier.default == f"ghcr.io/gpupair/gpupair:{version}"
+    assert f"docker build -t ghcr.io/gpupair/gpupair:{version} ." in (root / "Dockerfile").read_text()
+    entries = re.findall(r"^## (\S+)", (root / "CHANGELOG.md").read_text(), re.M)
+    assert entries and entries[0] == version, entries
 
 
 def test_an_older_kubernetes_is_refused():

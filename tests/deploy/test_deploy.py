@@ -40,7 +40,7 @@ K8S_VERSION = WANTED_VERSION if WANTED_VERSION in kv_utils.all_versions() else k
 
 # Custom resources: no schema in kubernetes-validate; checked field by field below.
 CRD_GROUPS = {"cert-manager.io"}
-GPUPAIR_IMAGE = "ghcr.io/gpupair/gpupair:0.1.0"
+GPUPAIR_IMAGE = "ghcr.io/gpupair/gpupair:0.2.0"
 SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:v1.36.2"
 # The only container allowed to run as uid 0 (documented in its manifest).
 ROOT_EXCEPTION = ("DaemonSet", "gpupair-reporter", "reporter")

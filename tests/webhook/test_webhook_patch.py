@@ -189,6 +189,28 @@ def test_a_taken_volume_name_skips_injection_with_a_warning():
     assert sidecar.TOKEN_VOLUME in result.notes[0]
 
 
+@pytest.mark.parametrize("own,expected", [
+    (None, ["regcred", "mirror"]),
+    ([], ["regcred", "mirror"]),
+    ([{"name": "team-creds"}], ["team-creds", "regcred", "mirror"]),
+    ([{"name": "mirror"}, {"name": "team-creds"}], ["mirror", "team-creds", "regcred"]),
+])
+def test_the_verifiers_pull_secrets_are_added_after_the_pods_own(own, expected):
+    """A private registry: the injected pod names the sidecar image's pull secrets, each once,
+    after those it named itself; a pod without the sidecar is not given them."""
+    options = InjectOptions(sidecar=SidecarOptions(image=IMAGE, image_pull_secrets=("regcred", "mirror")))
+    pod = pod_with(2)
+    if own is not None:
+        pod["spec"]["imagePullSecrets"] = own
+    result, _ = patched(pod, options)
+    assert [s["name"] for s in result["spec"]["imagePullSecrets"]] == expected
+    one_gpu, _ = patched(pod_with(1), options)
+    assert "imagePullSecrets" not in one_gpu["spec"]
+    opted_out, _ = patched(pod_with(2, annotations={VERIFY_KEY: "false"}), options)
+    assert "imagePullSecrets" not in opted_out["spec"]
+    assert "imagePullSecrets" not in patched(pod_with(2))[0]["spec"], "none configured: none added"
+
+
 def test_missing_volumes_array_is_created():
     pod = job_pod()
     del pod["spec"]["volumes"]

@@ -67,6 +67,14 @@ tolerations:
 {{- end }}
 {{- end }}
 
+{{/* The pull secrets of every gpupair pod (imagePullSecrets), in the release's namespace. */}}
+{{- define "gpupair.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "gpupair.imagePullPolicy" -}}
 {{- with .Values.image.pullPolicy }}
 imagePullPolicy: {{ . }}
@@ -119,9 +127,9 @@ matchExpressions:
     {{- end }}
 {{- end }}
 
-{{/* The objects of a deploy/ file linked under files/, each with the chart's labels added and the
+{{/* The objects of a deploy/ file copied under files/, each with the chart's labels added and the
 reporter's username in its namespace: (dict "ctx" $ "file" "files/x.yaml"). */}}
-{{- define "gpupair.linkedObjects" -}}
+{{- define "gpupair.copiedObjects" -}}
 {{- $ctx := .ctx }}
 {{- $text := $ctx.Files.Get .file | replace "system:serviceaccount:gpupair-system:gpupair-reporter" (include "gpupair.reporterUser" $ctx) }}
 {{- range $doc := regexSplit "(?m)^---$" $text -1 }}
@@ -135,11 +143,50 @@ reporter's username in its namespace: (dict "ctx" $ "file" "files/x.yaml"). */}}
 {{- end }}
 {{- end }}
 
+{{/* gpupair-scheduler's image: scheduler.image, or upstream kube-scheduler at the cluster's
+version (major.minor.patch of .Capabilities.KubeVersion, without a provider's suffix such as
+-eks-...), so the second scheduler follows its control plane through upgrades. */}}
+{{- define "gpupair.schedulerImage" -}}
+{{- if .Values.scheduler.image }}
+{{- .Values.scheduler.image }}
+{{- else }}
+{{- $v := semver .Capabilities.KubeVersion.Version }}
+{{- printf "registry.k8s.io/kube-scheduler:v%d.%d.%d" $v.Major $v.Minor $v.Patch }}
+{{- end }}
+{{- end }}
+
+{{/* The scheduler entries as the values shape them, from a configuration's extenders list:
+(dict "extenders" LIST "values" .Values). scheduler.gpuEntry.ignorable: the GPU entry is
+ignorable (the emergency bypass). scheduler.everyPodEntry.enabled false: the every-pod entry goes,
+and the GPU entry scores GPU pods itself, with the every-pod entry's weight. */}}
+{{- define "gpupair.shapedEntries" -}}
+{{- $gpu := deepCopy (first .extenders) }}
+{{- $every := deepCopy (last .extenders) }}
+{{- if .values.scheduler.gpuEntry.ignorable }}
+{{- $_ := set $gpu "ignorable" true }}
+{{- end }}
+{{- if .values.scheduler.everyPodEntry.enabled }}
+{{- toYaml (list $gpu $every) }}
+{{- else }}
+{{- $_ := set $gpu "prioritizeVerb" "prioritize" }}
+{{- $_ := set $gpu "weight" $every.weight }}
+{{- toYaml (list $gpu) }}
+{{- end }}
+{{- end }}
+
 {{/* gpupair-scheduler's KubeSchedulerConfiguration: deploy/'s file, in this namespace, for this
-resource name. */}}
+resource name; with the entries reshaped where scheduler.gpuEntry or scheduler.everyPodEntry
+differ from deploy/'s (then without the file's comments). */}}
 {{- define "gpupair.secondSchedulerConfig" -}}
-{{- .Files.Get "files/second-scheduler-config.yaml"
+{{- $text := .Files.Get "files/second-scheduler-config.yaml"
     | replace "gpupair-extender.gpupair-system.svc" (printf "gpupair-extender.%s.svc" (include "gpupair.namespace" .))
     | replace "resourceNamespace: gpupair-system" (printf "resourceNamespace: %s" (include "gpupair.namespace" .))
     | replace "- name: nvidia.com/gpu" (printf "- name: %s" .Values.resourceName) }}
+{{- if or .Values.scheduler.gpuEntry.ignorable (not .Values.scheduler.everyPodEntry.enabled) }}
+{{- $config := fromYaml $text }}
+{{- $_ := set $config "extenders" (fromYamlArray (include "gpupair.shapedEntries" (dict "extenders" $config.extenders "values" .Values))) }}
+{{- toYaml $config }}
+{{- else }}
+{{- $text }}
+{{- end }}
 {{- end }}

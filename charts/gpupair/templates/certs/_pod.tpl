@@ -5,6 +5,7 @@ metadata:
     {{- include "gpupair.podLabels" (dict "ctx" . "name" "gpupair-certs" "component" "certs") | nindent 4 }}
 spec:
   serviceAccountName: gpupair-certs
+  {{- include "gpupair.imagePullSecrets" . | nindent 2 }}
   restartPolicy: OnFailure
   securityContext:
     {{- include "gpupair.podSecurityContext" . | nindent 4 }}
