@@ -204,10 +204,19 @@ def _numa_views(decoded: codec.NodeReport, held: ReservedGpus) -> list[NumaView]
             return "unhealthy"
         if index in held.devices:
             return "reserved"
-        return "free" if index in decoded.state.free else "taken"
+        if index in decoded.state.free:
+            return "free"
+        return "shared" if shares is not None and shares.partly_taken(index) else "taken"
 
+    def shared(index: int) -> str | None:
+        if shares is None or shares.of[index] <= 1:
+            return None
+        return f"{shares.taken[index]}/{shares.of[index]}"
+
+    shares = decoded.shares
     nics = nics_by_numa(decoded)
-    return [NumaView(numa=numa_label(numa), devices=[DeviceView(index=i, state=state(i)) for i in members],
+    return [NumaView(numa=numa_label(numa),
+                     devices=[DeviceView(index=i, state=state(i), shares=shared(i)) for i in members],
                      nics=None if nics is None else nics.get(numa, []))
             for numa, members in decoded.layout.numa_nodes.items()]
 

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from gpupair.status.view import NodeStatus, StatusView
 
-GLYPHS = {"free": "□", "taken": "■", "reserved": "◩", "unhealthy": "✕"}
-LEGEND = "legend: □ free  ■ taken  ◩ reserved (bound, not yet in the report)  ✕ unhealthy"
+GLYPHS = {"free": "□", "shared": "◧", "taken": "■", "reserved": "◩", "unhealthy": "✕"}
+LEGEND = "legend: □ free  ◧ shared, shares left  ■ taken  ◩ reserved (bound, not yet in the report)  ✕ unhealthy"
 
 
 def age(seconds: float | None) -> str:

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
-DeviceState = Literal["free", "taken", "reserved", "unhealthy"]
+DeviceState = Literal["free", "shared", "taken", "reserved", "unhealthy"]
 NodeState = Literal["fresh", "stale", "missing", "invalid"]
 
 
@@ -21,8 +21,12 @@ class _View(BaseModel):
 
 class DeviceView(_View):
     index: int = Field(description="GPU index on the node (nvidia-smi's)")
-    state: DeviceState = Field(description="free, taken (in use per the report), reserved (bound pods the "
-                                           "report cannot show yet), unhealthy")
+    state: DeviceState = Field(description="free, shared (some of its shares taken, some left), taken (in use "
+                                           "per the report), reserved (bound pods the report cannot show yet), "
+                                           "unhealthy")
+    shares: str | None = Field(default=None, description=(
+        "shares taken of the shares the GPU is split into (time-slicing or MPS replicas, MIG slices), as "
+        "'1/4', from gpupair.io/shares; null for a GPU not shared"))
 
 
 class NumaView(_View):

@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 from gpupair.topology import report as codec
+from gpupair.topology.shares import SHARES_KEY, GpuShares, encode_shares
 from gpupair.decide.picture.node_entries import ReportDecoder
 from gpupair.status.build import Listing, Options, build
 from gpupair.status.objects import annotations
@@ -472,3 +473,18 @@ def test_a_multi_gpu_pod_created_without_the_verifier_is_not_verified():
     assert [(p.name, p.node, p.gpus, p.verdict) for p in view.summary.notVerified] == [
         ("webhook-down", "n", 2, "not verified")]
     assert "not verified: 1 multi-GPU pods" in render_text(view)
+
+
+def test_a_time_sliced_node_shows_each_gpus_shares():
+    """gpupair.io/shares: a GPU with some replicas taken is shared, with its count; one with all
+    taken is taken; the text map marks the shared ones."""
+    annotations_ = report("n", {2, 3, 4, 5, 6, 7}, age=10)
+    fingerprint = codec.fingerprint(annotations_[codec.TOPOLOGY_KEY])
+    shares = GpuShares((4,) * 8, (1, 4, 0, 0, 0, 0, 0, 0))
+    annotations_[SHARES_KEY] = encode_shares(shares, fingerprint, 7)
+    node = make_node("n", annotations=annotations_)
+    view = build(Listing(nodes=[node], pods=[], events=[]), NOW, Options(stale_after=300))
+    [numa0, _] = view.nodes[0].numa
+    assert [(d.state, d.shares) for d in numa0.devices] == [("shared", "1/4"), ("taken", "4/4"), ("free", "0/4"),
+                                                             ("free", "0/4")]
+    assert "NUMA0 ◧■□□" in render_text(view)
