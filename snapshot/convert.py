@@ -22,7 +22,8 @@ Failed, bound or pending, in creation order, named ``namespace/name``, except Da
 - GPUs: the whole GPUs it asks (``--resource-name``, plus what its DRA claims ask), at 1000 milli.
 - Shares (``--shared-resources``, time-slicing's ``nvidia.com/gpu.shared``): one GPU at
   1000 / R milli a share, R the replicas a GPU of its node has (GFD's ``nvidia.com/gpu.replicas``,
-  else shares / GPUs), for a pending pod the cluster's most common R; at most 1000. FGD's
+  else the shares its reporter counted per GPU (``gpupair.io/shares``), else shares / GPUs), for a
+  pending pod the cluster's most common R; at most 1000. FGD's
   convention is that ``gpu_milli`` is the part of one GPU a pod takes, so that the GPUs' capacity
   holds what the sharing layer lets onto it: R shares of 1000 / R fill a GPU, as R replicas do.
   Time-slicing isolates nothing, so this is capacity, not speed.
@@ -178,8 +179,10 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
         report = entry.report if entry is not None else None
         whole = _count(table, options.resource)
         shares = sum(_count(table, s) for s in options.shared)
-        label_r = _replicas_label(node)
-        if whole and label_r > 1 and not shares:
+        # Shares a GPU has there: GFD's label, else the reporter's count (gpupair.io/shares).
+        counted = report.shares if report is not None else None
+        label_r = _replicas_label(node) or (max(counted.of) if counted is not None else 0)
+        if whole and label_r > 1 and not shares and (counted is None or counted.replicated):
             gpus = whole // label_r
             replicated.add(name)
             replicas[name] = label_r

@@ -9,7 +9,9 @@ from typing import Any
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, write_nodes, write_pods
 from gpupair.snapshot.convert import REPLICAS_LABEL, SnapshotOptions, convert, summary
+from gpupair.topology import report as report_codec
 from gpupair.topology.report import PRODUCT_KEY, encode_annotations
+from gpupair.topology.shares import SHARES_KEY, GpuShares, encode_shares
 from tests.layouts import seed_layout
 
 A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4"
@@ -126,6 +128,23 @@ def test_replicas_under_the_gpu_resource_are_divided_back_to_gpus():
     snap = convert([node("r", gpus=32, labels={REPLICAS_LABEL: "4"}, report="")], [])
     assert snap.nodes[0].gpus == 8
     assert [f.kind for f in snap.findings] == ["node-replicated", "node-no-product"]
+
+
+def test_without_gfds_label_the_replicas_are_those_the_reporter_counted():
+    """gpupair.io/shares says four replicas a GPU: under nvidia.com/gpu (no renameByDefault) the
+    allocatable count is divided back to GPUs; renamed, a share pod takes a quarter GPU."""
+    def counted(name: str, replicated: bool, **kwargs) -> dict[str, Any]:
+        made = node(name, report="", **kwargs)
+        notes = made["metadata"]["annotations"]
+        fingerprint = report_codec.fingerprint(notes[report_codec.TOPOLOGY_KEY])
+        notes[SHARES_KEY] = encode_shares(GpuShares((4,) * 8, (0,) * 8, replicated), fingerprint, 1)
+        return made
+
+    snap = convert([counted("plain", True, gpus=32), counted("renamed", False, extra={"nvidia.com/gpu.shared": "32"})],
+                   [pod("s", created=1, node_name="renamed", limits={"nvidia.com/gpu.shared": "1"})])
+    assert [n.gpus for n in snap.nodes] == [8, 8]
+    assert [(p.gpus, p.milli_per_gpu) for p in snap.pods] == [(1, 250)]
+    assert [f.kind for f in snap.findings if f.subject == "plain"] == ["node-replicated", "node-no-product"]
 
 
 def test_daemonset_and_static_pods_are_capacity_not_workload():
