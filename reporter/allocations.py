@@ -61,33 +61,34 @@ def _index_of(device_id: str, layout: NodeLayout, uuids: dict[str, int]) -> int 
     return None
 
 
-def map_device_ids(ids: Iterable[str], layout: NodeLayout) -> tuple[set[int], list[str]]:
-    """Map device-plugin ids to layout indices; returns (indices, ids that match no device).
-
-    Replicas of one GPU collapse to its index. Unknown ids keep their spelling and order,
-    each reported once.
-    """
+def device_indices(ids: Iterable[str], layout: NodeLayout) -> tuple[list[int], list[str]]:
+    """Each device-plugin id's layout index, in order (two replicas of one GPU give its index
+    twice), and the ids that match no device, each once in their spelling."""
     uuids = {uuid.lower(): index for uuid, index in layout.by_uuid().items()}
-    indices: set[int] = set()
+    indices: list[int] = []
     unknown: list[str] = []
     for device_id in ids:
         index = _index_of(device_id, layout, uuids)
         if index is not None:
-            indices.add(index)
+            indices.append(index)
         elif device_id not in unknown:
             unknown.append(device_id)
     return indices, unknown
+
+
+def map_device_ids(ids: Iterable[str], layout: NodeLayout) -> tuple[set[int], list[str]]:
+    """Map device-plugin ids to layout indices; returns (indices, ids that match no device).
+    Replicas of one GPU collapse to its index."""
+    indices, unknown = device_indices(ids, layout)
+    return set(indices), unknown
 
 
 def share_counts(layout: NodeLayout, allocatable_ids: Iterable[str], allocated_ids: Iterable[str],
                  replicated: bool = False) -> GpuShares | None:
     """Each GPU's shares offered and held, one id a share (``<id>::<n>`` replicas, MIG slices);
     None where no GPU is offered more than once."""
-    uuids = {uuid.lower(): index for uuid, index in layout.by_uuid().items()}
-
     def indices(ids: Iterable[str]) -> list[int]:
-        found = (_index_of(device_id, layout, uuids) for device_id in dict.fromkeys(ids))
-        return [index for index in found if index is not None]
+        return device_indices(dict.fromkeys(ids), layout)[0]
 
     return count_shares(layout.size, indices(allocatable_ids), indices(allocated_ids), replicated)
 

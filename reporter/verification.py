@@ -46,7 +46,7 @@ from gpupair.decide.pod.scope import pod_scope
 from gpupair.kubeclient.kube import create_event, patch_annotations
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.nics import NicLayout
-from gpupair.reporter.allocations import PodNotFoundError, PodResourcesError, map_device_ids
+from gpupair.reporter.allocations import PodNotFoundError, PodResourcesError, device_indices
 from gpupair.reporter.identity import PodIdentity, Refused, bearer_token, pod_identity, review_token
 
 log = logging.getLogger("gpupair.reporter.verify")
@@ -240,7 +240,7 @@ class VerifyService:
             raise Refused(503, f"cannot ask the kubelet: {exc}", retry_after=5) from None
         if not ids:
             raise Refused(503, f"the kubelet shows no {self.resource_name} devices for pod {where}", retry_after=30)
-        indices, unknown = map_device_ids(ids, layout)
+        indices, unknown = device_indices(dict.fromkeys(ids), layout)  # two replicas of one GPU: it, twice
         if unknown:
             raise Refused(503, f"devices {unknown} of pod {where} are not in this node's layout (stale layout?)",
                           retry_after=30)

@@ -183,6 +183,24 @@ async def test_a_sys_grant_is_judged_against_the_pods_placement(world, asked, pl
     assert len(world.events()) == events
 
 
+@pytest.mark.parametrize("placement", ["required", "preferred", "none"])
+async def test_two_replicas_of_one_gpu_fail_under_every_placement(world, placement):
+    """Time-slicing without renameByDefault: a pod asking two nvidia.com/gpu got two replicas of
+    GPU3. It did not get two GPUs, whatever it would settle for."""
+    _, token = world.add_pod("two-replicas", (3, 3), annotations={"gpupair.io/placement": placement},
+                             on_kubelet=False)
+    uuid_ = SEED.devices[3].uuid
+    world.kubelet.pods.append(FakePod(NS, "two-replicas", [FakeContainer("main", {GPU: [
+        FakeDevice(f"{uuid_}::0", (0,)), FakeDevice(f"{uuid_}::1", (0,))]})]))
+    status, body, _ = await call(world, token)
+    assert status == 200, body
+    annotations = verdict_annotations(world.pod("two-replicas"))
+    assert (annotations[verdict.GRANTED_KEY], annotations[verdict.VERDICT_KEY]) == ("GPU3+GPU3", "FAIL")
+    assert body["deviceIds"] == [f"{uuid_}::0", f"{uuid_}::1"]
+    [event] = world.events()
+    assert "GPU3+GPU3" in event["note"]
+
+
 @pytest.mark.parametrize("gpus, numa, link, result", [
     ((4, 5, 6, 7), "NUMA1+NUMA1+NUMA1+NUMA1", "NODE", "PASS"),
     ((2, 3, 4, 5), "NUMA0+NUMA0+NUMA1+NUMA1", "SYS", "FAIL"),

@@ -43,7 +43,8 @@ def test_the_sidecar_path_imports_only_the_standard_library():
     # the flag and log helpers every command shares, themselves on the standard library
     assert sorted(ours) == ["gpupair", "gpupair.command", "gpupair.command.cli", "gpupair.command.flags",
                             "gpupair.command.service", "gpupair.command.version", "gpupair.kubewire",
-                            "gpupair.kubewire.defaults", "gpupair.verifier", "gpupair.verifier.main"]
+                            "gpupair.kubewire.defaults", "gpupair.kubewire.usage_errors", "gpupair.verifier",
+                                "gpupair.verifier.main"]
 
 
 def test_main_dispatch_loads_only_the_chosen_command():

@@ -12,6 +12,10 @@ A pod that asks a scope narrower than NUMA (``gpupair.io/scope``: ``pcie-switch`
 is judged the same way against it, and ``gpupair.io/verdict-scope`` names it beside the link
 granted (``gpupair.io/link``): under ``required`` a pair that is close but not joined by NVLink
 is FAIL for a pod that asked ``nvlink``.
+
+A grant that names one GPU twice (time-slicing's replicas under ``nvidia.com/gpu``: a pod asking
+two "GPUs" handed two replicas of one) is FAIL under every intent: the pod got fewer GPUs than it
+asked. ``gpupair.io/granted`` shows the GPU twice (``GPU3+GPU3``).
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ def classify(
     members = tuple(sorted(set(granted)))
     if not members:
         raise ValueError("no GPUs granted")
+    named_twice = len(members) < len(granted)
     for i in members:
         if not 0 <= i < layout.size:
             raise ValueError(f"GPU{i} is not on this node (it has {layout.size})")
@@ -114,9 +119,9 @@ def classify(
     p2p = layout.p2p_of(members)
     same_numa = len(set(numas)) == 1
     close = same_numa and (worst is None or not links.crosses_sockets(worst)) and within(layout, members, scope)
-    result = PASS if close or intent is not Intent.REQUIRED else FAIL
+    result = PASS if (close or intent is not Intent.REQUIRED) and not named_twice else FAIL
     return Verdict(
-        granted=format_set(members),
+        granted=format_set(list(granted)),
         pci="+".join(layout.devices[i].pci_bus_id or "unknown" for i in members),
         numa="+".join(numa_label(n) for n in numas),
         link=worst or NO_LINK,
