@@ -55,6 +55,9 @@ class NodeView:
     held: int = 0  # GPUs of pods bound here, not yet in the report, devices unknown
     picker: Picker = DEVICE_PLUGIN  # who picks the pod's devices here (gpupair/decide/devices/pickers.py)
     nics: NicLayout | None = None  # the node's RDMA NICs and GPU links; None: its reporter names none
+    # Its GPU resource is time-slicing replicas (gpupair.io/shares): a pod asking several may get
+    # one GPU more than once.
+    replicated: bool = False
 
     def available(self) -> NodeState | None:
         """Free devices less those planned for pods bound here but not yet in the report, and
@@ -218,6 +221,11 @@ class Decider:
     def _decide(self, gpus: int, node: NodeView, intent: Intent) -> NodeDecision:
         if gpus <= 0:
             return NodeDecision(node.name, True)
+        if gpus > 1 and node.replicated:
+            return NodeDecision(node.name, False, unresolvable=True, reason=(
+                f"need {gpus} GPUs; this node's GPUs are time-slicing replicas under the same resource "
+                "name: two may be one GPU (the device plugin's renameByDefault or failRequestsGreaterThanOne "
+                "prevents it)"))
         state = node.available()
         if state is None:
             if gpus == 1 or intent is not Intent.REQUIRED or self.unreported is Unreported.PASS:

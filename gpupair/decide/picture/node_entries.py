@@ -52,7 +52,7 @@ class SharedDecisions:
     def shape(self, report: NodeReport, picker: Picker) -> int:
         layout = report.state.layout
         key = (tuple((d.numa_node, d.pcie_root) for d in layout.devices), layout.links, layout.p2p, layout.walk,
-               picker, report.nics, report.state.free)
+               picker, report.nics, report.state.free, report.shares is not None and report.shares.replicated)
         number = self._shapes.get(key)
         if number is None:
             number = self._shapes[key] = next(self._numbers)
@@ -117,7 +117,9 @@ class ReportEntry:
             return NodeView(name, None, self.problem, hold.devices, hold.count)
         if stale:
             return NodeView(name, None, self.problem_when_stale(alive), hold.devices, hold.count)
-        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.picker, self.report.nics)
+        shares = self.report.shares
+        return NodeView(name, self.report.state, "", hold.devices, hold.count, self.picker, self.report.nics,
+                        shares is not None and shares.replicated)
 
     def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
                alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:
