@@ -17,6 +17,11 @@ delete). Every grant is kept in ``grants``, in order, for the test to judge. Of 
 containers only gpupair's own run, as processes here: the verifier sidecar the webhook injects
 (so the node's reporter is asked for the pod's verdict exactly as in a cluster).
 
+A node may be time-sliced (``add_node(replicas=R)``): its device plugin offers each GPU R times as
+``<index>::<n>`` under ``nvidia.com/gpu`` (or, renamed, under ``nvidia.com/gpu.shared`` alone),
+and hands replicas out as NVIDIA's device plugin does (``distributedAlloc``: one at a time from
+the GPU with the fewest taken).
+
 One test-only knob: a pod annotated ``harness.gpupair.test/devices: "0,5"`` is given exactly
 those devices. Tests use it for other tenants' pods that hold known GPUs; nothing of gpupair's
 reads it.
@@ -30,6 +35,7 @@ import datetime
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +50,7 @@ from tests.controlplane.processes import Process
 from tests.podresources_server import FakeContainer, FakeDevice, FakeKubelet, FakePod
 
 GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"  # time-slicing's resource under renameByDefault
 DEVICES_HINT = "harness.gpupair.test/devices"
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -86,7 +93,21 @@ class SimNode:
     directory: Path
     gpus: int | None  # nvidia.com/gpu in allocatable; None: the device plugin is absent (DRA nodes)
     kubelet: FakeKubelet | None = None
+    # Per pod, each container's devices: GPU indices, one per replica on a time-sliced node.
     held: dict[tuple[str, str], list[tuple[str, tuple[int, ...]]]] = field(default_factory=dict)
+    replicas: int = 0  # time-sliced: replicas a GPU; 0: whole GPUs
+    resource: str = GPU  # what pods ask here
+
+    def device_ids(self, devices: tuple[int, ...], numbering: dict[int, int]) -> list[FakeDevice]:
+        """The ids of ``devices``: indices, or on a time-sliced node the next replicas of each."""
+        ids = []
+        for i in devices:
+            if self.replicas:
+                n = numbering[i] = numbering.get(i, -1) + 1
+                ids.append(FakeDevice(f"{i}::{n}", (self.layout.numa_of(i),)))
+            else:
+                ids.append(FakeDevice(str(i), (self.layout.numa_of(i),)))
+        return ids
 
     @property
     def socket(self) -> str:
@@ -129,20 +150,24 @@ class Kubelets:
     # --- nodes
 
     def add_node(self, name: str, topology_file: Path, *, gpus: int | None = 8, cpu: str = "32",
-                 memory: str = "256Gi", labels: dict[str, str] | None = None) -> SimNode:
+                 memory: str = "256Gi", labels: dict[str, str] | None = None, replicas: int = 0,
+                 renamed: bool = False) -> SimNode:
         """A Ready node with the layout of ``topology_file`` (``nvidia-smi topo -m`` output) and a
-        PodResources socket; ``gpus=None``: no device plugin (the GPUs come from DRA)."""
+        PodResources socket; ``gpus=None``: no device plugin (the GPUs come from DRA);
+        ``replicas``: time-sliced, each GPU offered that many times (``renamed``: as
+        nvidia.com/gpu.shared)."""
         index = len(self.nodes) + 1
         directory = self.directory / name
         directory.mkdir()
-        node = SimNode(name, f"127.0.1.{index}", load_layout(topology_file), topology_file, directory, gpus)
+        node = SimNode(name, f"127.0.1.{index}", load_layout(topology_file), topology_file, directory, gpus,
+                       replicas=replicas, resource=SHARED if replicas and renamed else self.resource)
         obj = {"apiVersion": "v1", "kind": "Node",
                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                                      GPU_NODE_LABEL: "true", **(labels or {})}}}
         self.api.create(obj)
         capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
         if gpus is not None:
-            capacity[self.resource] = str(gpus)
+            capacity[node.resource] = str(gpus * max(replicas, 1))
         now = _now()
         status = {"status": {
             "capacity": capacity, "allocatable": capacity,
@@ -159,8 +184,8 @@ class Kubelets:
         taints = [t for t in (current["spec"].get("taints") or []) if t["key"] != NOT_READY_TAINT]
         self.api.patch(obj, {"spec": {"taints": taints or None}})
         node.kubelet = FakeKubelet(node.socket)
-        node.kubelet.allocatable = {self.resource: [FakeDevice(str(i), (node.layout.numa_of(i),))
-                                                    for i in range(node.layout.size)]} if gpus is not None else {}
+        every = tuple(i for i in range(node.layout.size) for _ in range(max(replicas, 1)))
+        node.kubelet.allocatable = {node.resource: node.device_ids(every, {})} if gpus is not None else {}
         self._run(node.kubelet.start())
         node.checkpoint.write_text("{}")
         with self._lock:
@@ -219,11 +244,13 @@ class Kubelets:
         hint = (meta.get("annotations") or {}).get(DEVICES_HINT)
         containers: list[tuple[str, tuple[int, ...]]] = []
         for container in pod["spec"]["containers"]:
-            ask = gpu_ask(container, self.resource) if node.gpus is not None else 0
+            ask = gpu_ask(container, node.resource) if node.gpus is not None else 0
             if not ask:
                 continue
             free = node.free() - {i for _, d in containers for i in d}
-            if hint is not None:
+            if node.replicas:
+                devices = self._replicas(node, [d for _, d in containers], ask)
+            elif hint is not None:
                 devices: tuple[int, ...] | None = tuple(int(i) for i in hint.split(","))
                 if not set(devices) <= free or len(devices) != ask:
                     devices = None
@@ -238,12 +265,28 @@ class Kubelets:
             containers.append((container["name"], tuple(sorted(devices))))
         node.held[key] = containers
         for _, devices in containers:
-            link = node.layout.worst_link(devices) if len(devices) > 1 else None
+            link = node.layout.worst_link(sorted(set(devices))) if len(set(devices)) > 1 else None
             self.grants.append(Grant(key[0], key[1], node.name, devices, link))
         if containers:
             self._publish(node)
         self._set_phase(pod, node, "Running")
         self._start_gpupair_containers(node, pod)
+
+    @staticmethod
+    def _replicas(node: SimNode, admitting: list[tuple[int, ...]], ask: int) -> tuple[int, ...] | None:
+        """``ask`` replicas as NVIDIA's device plugin hands them out (distributedAlloc): each
+        from the GPU with the fewest replicas taken, the lowest index on ties."""
+        taken = Counter(i for containers in node.held.values() for _, devices in containers for i in devices)
+        taken.update(i for devices in admitting for i in devices)
+        picked = []
+        for _ in range(ask):
+            left = [i for i in range(node.layout.size) if taken[i] < node.replicas]
+            if not left:
+                return None
+            chosen = min(left, key=lambda i: (taken[i], i))
+            taken[chosen] += 1
+            picked.append(chosen)
+        return tuple(picked)
 
     def _start_gpupair_containers(self, node: SimNode, pod: dict[str, Any]) -> None:
         """Run the pod's gpupair containers (the injected verifier sidecar: args ``verify``) as a
@@ -285,10 +328,10 @@ class Kubelets:
     def _publish(self, node: SimNode) -> None:
         """What the kubelet would answer now, and a rewritten checkpoint (the reporter's cue)."""
         assert node.kubelet is not None
-        pods = []
+        pods, numbering = [], {}
         for (namespace, name), containers in node.held.items():
             pods.append(FakePod(namespace, name, [
-                FakeContainer(cname, {self.resource: [FakeDevice(str(i), (node.layout.numa_of(i),)) for i in devices]})
+                FakeContainer(cname, {node.resource: node.device_ids(devices, numbering)})
                 for cname, devices in containers]))
         node.kubelet.pods = pods  # one reference swap; the gRPC handlers read it whole
         node.checkpoint.write_text(f'{{"harness": {time.monotonic_ns()}}}')
