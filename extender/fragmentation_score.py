@@ -71,19 +71,22 @@ class Scored:
     cpu_left: np.ndarray
     product: np.ndarray
     preferred_met: np.ndarray
-    layouts: list[NodeLayout]
-    products: list[str]
     partial: np.ndarray  # [n, MAX_GPUS]: milli left on each partly taken shared GPU
     share_of: np.ndarray  # the shares a GPU of the node is split into; 0: it shares none
     replicated: np.ndarray  # its shares are replicas of the whole-GPU resource
+    layouts: list[NodeLayout]
+    products: list[str]
 
     def take(self, keep: np.ndarray) -> Scored:
-        return Scored(*(getattr(self, name)[keep] for name in _COLUMNS), self.layouts, self.products,
-                      *(getattr(self, name)[keep] for name in _SHARE_COLUMNS))
+        return Scored(*(getattr(self, name)[keep] for name in _COLUMNS), self.layouts, self.products)
+
+    def joined(self, other: Scored) -> Scored:
+        return Scored(*(np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS),
+                      self.layouts, self.products)
 
 
-_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "product", "preferred_met")
-_SHARE_COLUMNS = ("partial", "share_of", "replicated")
+_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "product", "preferred_met", "partial", "share_of",
+            "replicated")
 
 
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
@@ -149,8 +152,8 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
     index = np.flatnonzero(kept)
     at = slot[index]
     scored = Scored(index, rows.layout[at], rows.free_mask[at], np.zeros(len(index), dtype=np.int64),
-                    rows.cpu_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.layouts, rows.products,
-                    rows.partial[at], rows.share_of[at], rows.replicated[at])
+                    rows.cpu_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.partial[at],
+                    rows.share_of[at], rows.replicated[at], rows.layouts, rows.products)
     if gpus > 0 and len(index):
         passes, scored.plan_mask, scored.preferred_met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
         scored = scored.take(np.flatnonzero(passes))
@@ -172,10 +175,7 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
                       int(rows.product[row]), preferred_met, rows.partial[row], int(rows.share_of[row]),
                       bool(rows.replicated[row])))
     if extra:
-        added = _columns(extra, rows.layouts, rows.products)
-        joined = Scored(*(np.concatenate([getattr(scored, name), getattr(added, name)]) for name in _COLUMNS),
-                        rows.layouts, rows.products,
-                        *(np.concatenate([getattr(scored, name), getattr(added, name)]) for name in _SHARE_COLUMNS))
+        joined = scored.joined(_columns(extra, rows.layouts, rows.products))
         scored = joined.take(np.argsort(joined.index, kind="stable"))  # the offer's order, as the per-node path keeps it
     return scored
 
@@ -186,8 +186,8 @@ def _columns(found: list[tuple], layouts: list[NodeLayout], products: list[str])
     columns = list(zip(*found)) or [()] * 10
     ints = (np.array(column, dtype=np.int64) for column in columns[:6])
     partial = np.array(columns[7], dtype=np.int64).reshape(len(found), MAX_GPUS)
-    return Scored(*ints, np.array(columns[6], dtype=bool), layouts, products, partial,
-                  np.array(columns[8], dtype=np.int64), np.array(columns[9], dtype=bool))
+    return Scored(*ints, np.array(columns[6], dtype=bool), partial, np.array(columns[8], dtype=np.int64),
+                  np.array(columns[9], dtype=bool), layouts, products)
 
 
 def _by_shape(evaluator: Evaluator, rows: ScoreRows, names: list[str], index: np.ndarray, at: np.ndarray, gpus: int,
