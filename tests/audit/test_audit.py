@@ -295,8 +295,10 @@ async def test_refused_pod_stops_the_run_and_cleans_up(cluster):
                 await Auditor(api, plan()).run()
     finally:
         kube_task.cancel()
-    # One of the round's two creates got through; it is gone again.
-    assert len(cluster.requests_to(f"/api/v1/namespaces/{NS}/pods", "POST")) == 2
+    # The round's two creates go out together: the refused one, and the other, which got through
+    # unless the refusal stopped the round before it was sent (seen on a loaded machine). Either
+    # way nothing is left behind.
+    assert len(cluster.requests_to(f"/api/v1/namespaces/{NS}/pods", "POST")) in (1, 2)
     assert audit_pods(cluster) == []
 
 
