@@ -3,7 +3,7 @@ assembled with a node cache (reports written by the reporter's own encoding, CPU
 as the trace says), the first pods of a trace seen by its workload (most of them bound to random
 nodes), and prioritize asked about random windows of names, as kube-scheduler's search offers
 them. It prints ms a call for a CPU-only pod and a one-GPU pod, read from the kept rows
-(extender/score_rows.py) and node by node, and checks that both give the same grades.
+(extender/cache/score_rows.py) and node by node, and checks that both give the same grades.
 
     .venv/bin/python bench/fragmentation_score.py
     .venv/bin/python bench/fragmentation_score.py --pods 10000 --names 582 --calls 300

@@ -130,7 +130,7 @@ def _stub_decisions(extender) -> None:
     """Every node passes, every score is 0, every bind plans GPUs 0 and 1: what is left of a
     request is the stack, the wire checks, the metrics, the logs and the Binding."""
     import gpupair.extender.app as app
-    from gpupair.extender.decision_tables import host_priority_json
+    from gpupair.extender.cache.decision_tables import host_priority_json
     from gpupair.extender.filter import FilterAnswer
     from gpupair.extender.protocol import ExtenderFilterResult
     from gpupair.decide.judge.decisions import NodeDecision

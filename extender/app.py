@@ -31,7 +31,7 @@ import orjson
 from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
-from gpupair.extender.decision_tables import DecisionTables
+from gpupair.extender.cache.decision_tables import DecisionTables
 from gpupair.decide.picture.dra_source import ClaimNotSeen, DraFeed
 from gpupair.decide.picture.node_picture import NodePicture, node_picture
 from gpupair.decide.judge.decisions import Decider
@@ -40,13 +40,13 @@ from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.every_pod import EVERY_POD_VERB
 from gpupair.extender.filter import filter_nodes
-from gpupair.extender.node_leases import Heartbeats
+from gpupair.extender.cache.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
-from gpupair.extender.node_cache import HoldsByReport, NodeCache
+from gpupair.extender.cache.node_cache import HoldsByReport, NodeCache
 from gpupair.decide.picture.node_entries import ReportDecoder
-from gpupair.extender.pod_request_cache import PodRequests
-from gpupair.extender.pod_watch import PodWatch
+from gpupair.extender.cache.pod_request_cache import PodRequests
+from gpupair.extender.cache.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
 from gpupair.extender.prioritize import NO_OPINION, prioritize_nodes
 from gpupair.extender.protocol import (
@@ -172,12 +172,12 @@ def assemble(
                           default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
     requests = PodRequests(resource, claims=picture.pod_demand)
     if fragmentation:
-        from gpupair.extender.cluster_usage import ClusterUsage, claims_accept  # numpy, only for this score
+        from gpupair.extender.cache.cluster_usage import ClusterUsage, claims_accept  # numpy, only for this score
 
         evaluator.usage = ClusterUsage(requests.of, claims_accept(picture) if dra is not None else None,
                                        shared_resources)
         if cache is not None:
-            from gpupair.extender.score_rows import ScoreRows
+            from gpupair.extender.cache.score_rows import ScoreRows
 
             cache.usage = evaluator.usage
             evaluator.usage.rows = rows = ScoreRows(cache.get, alive, evaluator.usage)

@@ -18,7 +18,7 @@ from typing import Any
 
 from cachetools import LRUCache, TTLCache
 
-from gpupair.extender.decision_tables import DecisionTables
+from gpupair.extender.cache.decision_tables import DecisionTables
 from gpupair.decide.judge.decisions import Decider, NodeDecision
 from gpupair.decide.picture.dra_picture import claim_names
 from gpupair.decide.picture.node_entries import ReportEntry

@@ -9,7 +9,7 @@ usable report or a known CPU, gets 0: no opinion, and no part in the grading. Th
 ``fragmentation_grades``'s, the simulator's trace score's too.
 
 A request naming nodes of the node cache is read from the rows ``ScoreRows`` keeps
-(extender/score_rows.py), one decision per shape of node; any other (a request's Nodes, a pod with
+(extender/cache/score_rows.py), one decision per shape of node; any other (a request's Nodes, a pod with
 a Decider or devices of its own) node by node. Both give the same grades
 (tests/extender/test_score_rows.py).
 
@@ -32,9 +32,9 @@ from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_gr
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.judge.reservations import NO_HOLD
-from gpupair.extender.cluster_usage import ClusterUsage
+from gpupair.extender.cache.cluster_usage import ClusterUsage
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.extender.score_rows import ScoreRows, share_columns
+from gpupair.extender.cache.score_rows import ScoreRows, share_columns
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.limits import MAX_GPUS
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from itertools import filterfalse
 
-from gpupair.extender.decision_tables import host_priorities_json, host_priority_json, host_priority_list
+from gpupair.extender.cache.decision_tables import host_priorities_json, host_priority_json, host_priority_list
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.extender.protocol import ExtenderArgs

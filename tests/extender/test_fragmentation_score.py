@@ -136,7 +136,7 @@ def test_the_flag_reads_its_variable(monkeypatch):
 
 
 def test_the_workload_keeps_each_pods_accepted_products_and_resolves_notin_against_the_nodes():
-    from gpupair.extender.cluster_usage import ClusterUsage
+    from gpupair.extender.cache.cluster_usage import ClusterUsage
     from gpupair.decide.pod.pod_request import gpu_request
 
     usage = ClusterUsage(gpu_request)

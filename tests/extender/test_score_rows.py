@@ -1,4 +1,4 @@
-"""The fragmentation score read from kept rows (extender/score_rows.py) gives, after every kind of
+"""The fragmentation score read from kept rows (extender/cache/score_rows.py) gives, after every kind of
 change the extender's watches deliver, the grades of the node-by-node reading: a pod bound (CPU
 left), a report rewritten, a product label changed, a node deleted and one added, a hold from a
 bind, time passing a report's staleness, a Lease renewal bringing it back, and a DRA claim

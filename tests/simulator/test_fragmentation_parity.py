@@ -3,7 +3,7 @@ from the trace's arrays) and the extender's prioritize under ``--score fragmenta
 (extender/fragmentation_score.py, from node reports, Node objects and pod objects) give the same
 grades, node for node, on recorded fleet states; the extender both ways it reads them, a
 request's Nodes node by node and a request's names against the rows it keeps
-(extender/score_rows.py).
+(extender/cache/score_rows.py).
 
 The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
 A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled

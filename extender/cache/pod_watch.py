@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gpupair.extender.pod_request_cache import PodRequests
+from gpupair.extender.cache.pod_request_cache import PodRequests
 from gpupair.kubeclient.watch_progress import WatchProgress
 from gpupair.decide.judge.reservations import Reservations
 from gpupair.decide.pod.pod_request import PodRequestError
 
 if TYPE_CHECKING:
-    from gpupair.extender.cluster_usage import ClusterUsage
+    from gpupair.extender.cache.cluster_usage import ClusterUsage
     from gpupair.extender.unallocatable import UnallocatableClaims
 
 log = logging.getLogger("gpupair.extender.pods")

@@ -24,7 +24,7 @@ from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_req
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 
 if TYPE_CHECKING:
-    from gpupair.extender.score_rows import ScoreRows
+    from gpupair.extender.cache.score_rows import ScoreRows
 
 log = logging.getLogger("gpupair.extender.usage")
 
