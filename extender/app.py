@@ -1,7 +1,8 @@
 """The extender's HTTP app: POST {prefix}/filter, /bind, /preempt (the GPU entry's verbs),
 /prioritize-every-pod (the every-pod entry's, extender/every_pod.py), /prioritize (the same
 score, for a GPU entry that lists it), plus /healthz,
-/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on
+/readyz and /metrics. ``assemble`` builds the parts and picks the score once (who tells whom
+among the caches: extender/cache/wiring.py); ``build_app`` only serves them, on
 extender/http_server.py (not aiohttp: kube-scheduler's path pays for every object per request).
 
 Every handler answers; none lets an exception become a 500. A body that cannot be decoded
