@@ -3,7 +3,7 @@ assembled with a node cache (reports written by the reporter's own encoding, CPU
 as the trace says), the first pods of a trace seen by its workload (most of them bound to random
 nodes), and prioritize asked about random windows of names, as kube-scheduler's search offers
 them. It prints ms a call for a CPU-only pod and a one-GPU pod, read from the kept rows
-(extender/score_rows.py) and node by node, and checks that both give the same grades.
+(extender/cache/score_rows.py) and node by node, and checks that both give the same grades.
 
     .venv/bin/python bench/fragmentation_score.py
     .venv/bin/python bench/fragmentation_score.py --pods 10000 --names 582 --calls 300
@@ -29,7 +29,6 @@ from gpupair.decide.judge.decisions import Decider  # noqa: E402
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL  # noqa: E402
 from gpupair.extender.app import assemble  # noqa: E402
 from gpupair.extender.fragmentation_score import fragmentation_scores  # noqa: E402
-from gpupair.extender.prioritize import prioritize_nodes  # noqa: E402
 from gpupair.extender.protocol import parse_args  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods  # noqa: E402
 from gpupair.simulator.trace.numa import NumaSplits  # noqa: E402
@@ -62,7 +61,7 @@ def fleet(args):
         manifest["metadata"]["uid"] = f"uid-{number}"
         if rng.random() < 0.8:
             manifest["spec"]["nodeName"] = rng.choice(names)
-        extender.evaluator.usage.pod_seen(manifest)
+        extender.score.usage.pod_seen(manifest)
     return extender, names, pods, rng
 
 
@@ -83,7 +82,7 @@ def main() -> int:
     extender, names, pods, rng = fleet(args)
     if args.names > len(names):
         parser.error(f"--names {args.names}: the fleet has {len(names)} nodes")
-    evaluator, usage = extender.evaluator, extender.evaluator.usage
+    evaluator, score, usage = extender.evaluator, extender.score, extender.score.usage
     print(f"{len(names)} nodes, {args.pods} pods seen, {len(usage.workload.shapes)} shapes, {args.names} names a call")
     for kind, gpus in (("CPU pod", 0), ("1-GPU pod", 1)):
         trace_pod = next(p for p in pods if p.gpus == gpus and (gpus == 0 or p.milli_per_gpu == 1000))
@@ -93,22 +92,20 @@ def main() -> int:
                   for _ in range(args.calls)]
         timed = {}
         for reading in ("rows", "node by node"):
-            rows = usage.rows
+            rows = score.rows
             if reading != "rows":
-                usage.rows = None
+                score.rows = None
             requests = [parse_args(body) for body in bodies]  # fresh strings, as each request's are
             started = time.perf_counter()
             for request in requests:
-                prioritize_nodes(evaluator, request, gpus)
+                score.answer(request, gpus)
             timed[reading] = (time.perf_counter() - started) / len(requests) * 1000
-            usage.rows = rows
+            score.rows = rows
         differ = 0
         for body in bodies[:20]:
             offer = evaluator.offer(parse_args(body))
-            kept = fragmentation_scores(evaluator, usage, offer, gpus, 1000)
-            rows, usage.rows = usage.rows, None
+            kept = fragmentation_scores(evaluator, usage, offer, gpus, 1000, rows=score.rows)
             read = fragmentation_scores(evaluator, usage, offer, gpus, 1000)
-            usage.rows = rows
             differ += kept != read
         print(f"{kind}: {timed['rows']:.3f} ms a call from the rows, {timed['node by node']:.3f} node by node; "
               f"grades differ on {differ} of 20 calls")

@@ -130,7 +130,7 @@ def _stub_decisions(extender) -> None:
     """Every node passes, every score is 0, every bind plans GPUs 0 and 1: what is left of a
     request is the stack, the wire checks, the metrics, the logs and the Binding."""
     import gpupair.extender.app as app
-    from gpupair.extender.decision_tables import host_priority_json
+    from gpupair.extender.cache.decision_tables import host_priority_json
     from gpupair.extender.filter import FilterAnswer
     from gpupair.extender.protocol import ExtenderFilterResult
     from gpupair.decide.judge.decisions import NodeDecision
@@ -143,13 +143,16 @@ def _stub_decisions(extender) -> None:
 
     answers: dict[tuple[str, ...], str] = {}  # the answer's JSON costs what the real tables save
 
-    def score_all(evaluator, args, gpus, intent):
-        names = tuple(args.node_names())
-        if names not in answers:
-            answers[names] = "[" + ",".join(host_priority_json(name, 0) for name in names) + "]"
-        return answers[names]
+    class ScoreAll:
+        def answer(self, args, gpus, intent):
+            names = tuple(args.node_names())
+            if names not in answers:
+                answers[names] = "[" + ",".join(host_priority_json(name, 0) for name in names) + "]"
+            return answers[names]
 
-    app.filter_nodes, app.prioritize_nodes = filter_all, score_all
+    app.filter_nodes, extender.score = filter_all, ScoreAll()
+    # A tree from before the score was chosen at assembly (--before) scores in prioritize_nodes.
+    app.prioritize_nodes = lambda evaluator, args, gpus, intent: extender.score.answer(args, gpus, intent)
     extender.evaluator.decide_one = lambda gpus, node, exclude_uid=None, intent=None, own=frozenset(): NodeDecision(
         node, True, plan=(0, 1))
 

@@ -1,7 +1,8 @@
 """The extender's HTTP app: POST {prefix}/filter, /bind, /preempt (the GPU entry's verbs),
 /prioritize-every-pod (the every-pod entry's, extender/every_pod.py), /prioritize (the same
 score, for a GPU entry that lists it), plus /healthz,
-/readyz and /metrics. ``assemble`` wires the parts; ``build_app`` only serves them, on
+/readyz and /metrics. ``assemble`` builds the parts and picks the score once (who tells whom
+among the caches: extender/cache/wiring.py); ``build_app`` only serves them, on
 extender/http_server.py (not aiohttp: kube-scheduler's path pays for every object per request).
 
 Every handler answers; none lets an exception become a 500. A body that cannot be decoded
@@ -31,7 +32,6 @@ import orjson
 from kubernetes_asyncio import client as k8s
 
 from gpupair.extender.bind import Binder
-from gpupair.extender.decision_tables import DecisionTables
 from gpupair.decide.picture.dra_source import ClaimNotSeen, DraFeed
 from gpupair.decide.picture.node_picture import NodePicture, node_picture
 from gpupair.decide.judge.decisions import Decider
@@ -40,15 +40,16 @@ from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.every_pod import EVERY_POD_VERB
 from gpupair.extender.filter import filter_nodes
-from gpupair.extender.node_leases import Heartbeats
+from gpupair.extender.cache.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
-from gpupair.extender.node_cache import HoldsByReport, NodeCache
+from gpupair.extender.cache.node_cache import NodeCache
+from gpupair.extender.cache.wiring import wire_caches, wire_usage
 from gpupair.decide.picture.node_entries import ReportDecoder
-from gpupair.extender.pod_request_cache import PodRequests
-from gpupair.extender.pod_watch import PodWatch
+from gpupair.extender.cache.pod_request_cache import PodRequests
+from gpupair.extender.cache.pod_watch import PodWatch
 from gpupair.extender.preempt import Preempter, unchanged
-from gpupair.extender.prioritize import NO_OPINION, prioritize_nodes
+from gpupair.extender.prioritize import NO_OPINION, BestFit, Score
 from gpupair.extender.protocol import (
     ExtenderArgs,
     ExtenderBindingResult,
@@ -84,6 +85,7 @@ class Extender:
     """Everything the extender holds, wired together."""
 
     evaluator: Evaluator
+    score: Score  # prioritize's, chosen once here: BestFit or LeastFragmentation (--score)
     picture: NodePicture
     reservations: Reservations
     requests: PodRequests
@@ -145,53 +147,37 @@ def assemble(
     shares, whose pods count in its workload."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
-    decoder = ReportDecoder(stale_after)
-    cache: NodeCache | None = None
-    tables: DecisionTables | None = None
-    beats: Heartbeats | None = None
-    alive: Callable[[str], float | None] = lambda name: None
-    if heartbeats:
-        beats = Heartbeats()
-        alive = beats.get
+    beats = Heartbeats() if heartbeats else None
+    if beats is not None:
         metrics.watch_heartbeats(lambda: len(beats))
-    picture, dra = node_picture(decoder, clock, dra_driver=dra_driver, gpu_classes=gpu_device_classes,
-                                nic_drivers=dra_nic_drivers, alive=alive)
-    alive = picture.alive
-    if node_cache:
-        # A report flows one way: the cache decodes it, then tells its listeners in order.
-        cache = NodeCache(picture, clock)
-        tables = DecisionTables(decider, cache.items, cache.get, alive, reservations.by_node)
-        reservations.subscribe(tables.hold_changed)
-        cache.subscribe(HoldsByReport(reservations))
-        cache.subscribe(tables)
-        if beats is not None:
-            beats.subscribe(lambda name: tables.node_alive(name, clock()))
-        metrics.watch_node_cache(cache.items, clock, alive)
-    metrics.watch_reservations(lambda: len(reservations))
-    evaluator = Evaluator(decider, reservations, picture, cache, tables, clock,
-                          default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
-    requests = PodRequests(resource, claims=picture.pod_demand)
-    if fragmentation:
-        from gpupair.extender.cluster_usage import ClusterUsage, claims_accept  # numpy, only for this score
-
-        evaluator.usage = ClusterUsage(requests.of, claims_accept(picture) if dra is not None else None,
-                                       shared_resources)
-        if cache is not None:
-            from gpupair.extender.score_rows import ScoreRows
-
-            cache.usage = evaluator.usage
-            evaluator.usage.rows = rows = ScoreRows(cache.get, alive, evaluator.usage)
-            cache.subscribe(rows)
-            if beats is not None:
-                beats.subscribe(rows.changed)
-    pods = PodWatch(reservations, requests, evaluator.usage) if api is not None else None
-    if pods is not None and dra is not None:
+    picture, dra = node_picture(ReportDecoder(stale_after), clock, dra_driver=dra_driver, gpu_classes=gpu_device_classes,
+                                nic_drivers=dra_nic_drivers, alive=beats.get if beats is not None else _no_lease)
+    unallocatable = None
+    if api is not None and dra is not None:
         from gpupair.extender.unallocatable import UnallocatableClaims
 
-        pods.unallocatable = UnallocatableClaims(api, picture.why_unallocatable, api_timeout)
-    binder = Binder(api, evaluator, reservations, requests, annotate_plan=annotate_plan, timeout=api_timeout)
-    return Extender(evaluator, picture, reservations, requests, binder, metrics, resource, cache, pods, beats, dra,
-                    pod_watch_wait=pod_watch_wait)
+        unallocatable = UnallocatableClaims(api, picture.why_unallocatable, api_timeout)
+    # Who tells whom is read in extender/cache/wiring.py, not here.
+    caches = wire_caches(decider, picture, reservations, resource, clock, node_cache=node_cache, heartbeats=beats,
+                         pod_watch=api is not None, unallocatable=unallocatable)
+    if caches.nodes is not None:
+        metrics.watch_node_cache(caches.nodes.items, clock, picture.alive)
+    metrics.watch_reservations(lambda: len(reservations))
+    evaluator = Evaluator(decider, reservations, picture, caches.nodes, caches.tables, clock,
+                          default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
+    score: Score = BestFit(evaluator)
+    if fragmentation:
+        from gpupair.extender.fragmentation_score import LeastFragmentation  # numpy, only for this score
+
+        usage, rows = wire_usage(caches, picture, claims=dra is not None, shared_resources=shared_resources)
+        score = LeastFragmentation(evaluator, usage, rows)
+    binder = Binder(api, evaluator, reservations, caches.requests, annotate_plan=annotate_plan, timeout=api_timeout)
+    return Extender(evaluator, score, picture, reservations, caches.requests, binder, metrics, resource, caches.nodes,
+                    caches.pods, beats, dra, pod_watch_wait=pod_watch_wait)
+
+
+def _no_lease(name: str) -> float | None:
+    return None
 
 
 def build_app(extender: Extender, *, max_body: int = DEFAULT_MAX_BODY) -> HttpServer:
@@ -367,7 +353,7 @@ class _Handlers:
         started = time.perf_counter()
         try:
             args, gpus, intent = await self._args(self._body(request))
-            body = prioritize_nodes(self.x.evaluator, args, gpus, intent)
+            body = self.x.score.answer(args, gpus, intent)
         except ProtocolError as exc:
             return self._no_error_field(verb, exc, started)
         except Exception:  # noqa: BLE001

@@ -24,7 +24,7 @@ from kubernetes_asyncio import client as k8s
 
 from gpupair.kubeclient.binding_client import BindingClient
 from gpupair.extender.evaluation import Evaluator
-from gpupair.extender.pod_request_cache import PodRequests
+from gpupair.extender.cache.pod_request_cache import PodRequests
 from gpupair.extender.protocol import ExtenderBindingArgs
 from gpupair.decide.judge.reservations import Reservation, Reservations
 from gpupair.kubeclient import kube

@@ -18,7 +18,7 @@ from typing import Any
 
 from cachetools import LRUCache, TTLCache
 
-from gpupair.extender.decision_tables import DecisionTables
+from gpupair.extender.cache.decision_tables import DecisionTables
 from gpupair.decide.judge.decisions import Decider, NodeDecision
 from gpupair.decide.picture.dra_picture import claim_names
 from gpupair.decide.picture.node_entries import ReportEntry
@@ -71,7 +71,6 @@ class Evaluator:
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
     nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
-    usage: Any = None  # ClusterUsage under --score fragmentation; None: best fit
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.

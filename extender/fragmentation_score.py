@@ -1,5 +1,6 @@
-"""The prioritize verb under ``--score fragmentation``: gpupair's fragmentation score
-(gpupair/decide/score/fragmentation.py) for every offered node, CPU-only pods included.
+"""The prioritize verb under ``--score fragmentation`` (``LeastFragmentation``, a ``Score`` of
+extender/prioritize.py): gpupair's fragmentation score (gpupair/decide/score/fragmentation.py) for
+every offered node, CPU-only pods included.
 
 Per node it takes what the extender already knows (the report's free GPUs less what bound pods
 hold, the set the device plugin or allocator is expected to take) plus what ``ClusterUsage``
@@ -9,7 +10,7 @@ usable report or a known CPU, gets 0: no opinion, and no part in the grading. Th
 ``fragmentation_grades``'s, the simulator's trace score's too.
 
 A request naming nodes of the node cache is read from the rows ``ScoreRows`` keeps
-(extender/score_rows.py), one decision per shape of node; any other (a request's Nodes, a pod with
+(extender/cache/score_rows.py), one decision per shape of node; any other (a request's Nodes, a pod with
 a Decider or devices of its own) node by node. Both give the same grades
 (tests/extender/test_score_rows.py).
 
@@ -31,10 +32,14 @@ from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.decide.judge.reservations import NO_HOLD
-from gpupair.extender.cluster_usage import ClusterUsage
+from gpupair.extender.cache.cluster_usage import ClusterUsage
+from gpupair.extender.cache.decision_tables import host_priorities_json
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.extender.score_rows import ScoreRows, share_columns
+from gpupair.extender.cache.score_rows import ScoreRows, share_columns
+from gpupair.extender.prioritize import NO_OPINION, scores_json
+from gpupair.extender.protocol import ExtenderArgs
 from gpupair.topology.layout import NodeLayout, NodeState
 from gpupair.topology.limits import MAX_GPUS
 
@@ -89,18 +94,44 @@ _COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "product", 
             "replicated")
 
 
+class LeastFragmentation:
+    """``usage``: what the node cache and the pod watch tell of the cluster (ClusterUsage);
+    ``rows``: the score's inputs kept per cached node (ScoreRows); None without a node cache."""
+
+    def __init__(self, evaluator: Evaluator, usage: ClusterUsage, rows: ScoreRows | None):
+        self.evaluator = evaluator
+        self.usage = usage
+        self.rows = rows
+
+    def answer(self, args: ExtenderArgs, gpus: int, intent: Intent = Intent.REQUIRED) -> str:
+        offer = self.evaluator.offer(args)
+        try:
+            cpu = cpu_request(args.Pod)
+        except PodRequestError:
+            cpu = 0
+        scores = fragmentation_scores(self.evaluator, self.usage, offer, max(gpus, 0), cpu, intent,
+                                      self.usage.shares_asked(args.Pod), rows=self.rows)
+        if scores is not None:
+            return host_priorities_json(offer.names, scores)
+        # Nothing to grade yet (no workload, or no node's CPU known): best fit, as --score best-fit.
+        if gpus <= 0:
+            return NO_OPINION
+        return scores_json(self.evaluator, gpus, offer, intent)
+
+
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
-                         intent: Intent = Intent.REQUIRED, shares: int = 0) -> list[int] | None:
+                         intent: Intent = Intent.REQUIRED, shares: int = 0,
+                         rows: ScoreRows | None = None) -> list[int] | None:
     """0-10 per offered name, in order; None where it grades no node: no workload learned yet,
     or no offered node with a usable report and a known CPU (Nodes mode, whose nodes the node
     cache does not hold). The caller then scores by best fit, so a ``preferred`` pod keeps its
     tiers. ``shares``: GPU shares the pod asks (``--shared-resources``); a pod asking whole
     GPUs of a node whose GPUs are replicated (time-slicing without renameByDefault) takes shares
-    there too. A share is graded on the GPU it is foreseen to land on (share_pick.py)."""
+    there too. A share is graded on the GPU it is foreseen to land on (share_pick.py). ``rows``:
+    read a cached offer from them; None, node by node (both give the same grades)."""
     names = offer.names
     if not usage.workload or not names:
         return None
-    rows = usage.rows
     if rows is not None and offer.cached and not evaluator.own_cases(offer):
         scored = _from_rows(evaluator, rows, offer, gpus, intent)
     else:

@@ -183,7 +183,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         watches.append(ListWatch("nodes", core.list_node, Handlers(*node_handlers),
                                  on_restart=lambda why: restarts.labels("nodes", why).inc()))
     if extender.heartbeats is not None:
-        from gpupair.extender.node_leases import list_leases
+        from gpupair.extender.cache.node_leases import list_leases
 
         watches.append(ListWatch("leases", list_leases(api, args.lease_namespace), extender.heartbeats,
                                  on_restart=lambda why: restarts.labels("leases", why).inc()))

@@ -1,47 +1,45 @@
-"""The prioritize verb: a 0..10 score for every offered node.
+"""The prioritize verb: a 0..10 score for every offered node, by the score chosen once at
+assembly (``--score``), each a ``Score``:
 
-Under ``--score fragmentation`` (deploy/'s default) every pod, CPU-only ones too, is scored by
-how little its placement fragments what the cluster's workload needs
-(extender/fragmentation_score.py). Until the pod watch has seen a pod to learn that workload from
-(an extender just started, or Nodes mode without an API server), and under ``--score best-fit``,
-a GPU pod is scored by best fit, then link quality: under ``preferred`` placement a node without
-a close set scores 0, under ``none`` every node; a CPU-only pod gets no opinion."""
+- ``LeastFragmentation`` (extender/fragmentation_score.py, deploy/'s default): every pod, CPU-only
+  ones too, scored by how little its placement fragments what the cluster's workload needs.
+  Until the pod watch has seen a pod to learn that workload from (an extender just started, or
+  Nodes mode without an API server), it scores as best fit does.
+- ``BestFit`` (here, ``--score best-fit``): a GPU pod is scored by best fit, then link quality:
+  under ``preferred`` placement a node without a close set scores 0, under ``none`` every node;
+  a CPU-only pod gets no opinion."""
 
 from __future__ import annotations
 
 from itertools import filterfalse
+from typing import Protocol
 
-from gpupair.extender.decision_tables import host_priorities_json, host_priority_json, host_priority_list
+from gpupair.extender.cache.decision_tables import host_priority_json, host_priority_list
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.decide.pod.intent import Intent
 
 
-def prioritize_nodes(evaluator: Evaluator, args: ExtenderArgs, gpus: int,
-                     intent: Intent = Intent.REQUIRED) -> str:
-    """The HostPriorityList (a bare JSON array of {"Host", "Score"}) for the offered nodes, in
-    the order offered, the nodes scored 0 left out (``host_priority_json``). A pod asking no
-    GPU, and a node the core cannot score (no usable report, or not passing), gets 0: no
-    opinion. Built as JSON text directly: thousands of entries through model objects would cost
-    more than the decisions themselves."""
-    offer = None
-    if evaluator.usage is not None:  # --score fragmentation: every pod, CPU-only ones too
-        offer = evaluator.offer(args)
-        try:
-            cpu = cpu_request(args.Pod)
-        except PodRequestError:
-            cpu = 0
-        from gpupair.extender.fragmentation_score import fragmentation_scores  # numpy, only for this score
+class Score(Protocol):
+    def answer(self, args: ExtenderArgs, gpus: int, intent: Intent = Intent.REQUIRED) -> str:
+        """The HostPriorityList (a bare JSON array of {"Host", "Score"}) for the offered nodes, in
+        the order offered, the nodes scored 0 left out (``host_priority_json``). Built as JSON
+        text directly: thousands of entries through model objects would cost more than the
+        decisions themselves."""
+        ...
 
-        scores = fragmentation_scores(evaluator, evaluator.usage, offer, max(gpus, 0), cpu, intent,
-                                      evaluator.usage.shares_asked(args.Pod))
-        if scores is not None:
-            return host_priorities_json(offer.names, scores)
-        # Nothing to grade yet (no workload, or no node's CPU known): best fit, as below.
-    if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
-        return NO_OPINION
-    return scores_json(evaluator, gpus, offer or evaluator.offer(args), intent)
+
+class BestFit:
+    """A pod asking no GPU, and a node the core cannot score (no usable report, or not
+    passing), gets 0: no opinion."""
+
+    def __init__(self, evaluator: Evaluator):
+        self.evaluator = evaluator
+
+    def answer(self, args: ExtenderArgs, gpus: int, intent: Intent = Intent.REQUIRED) -> str:
+        if gpus <= 0:  # no opinion, and nothing to decode for it (see filter_nodes)
+            return NO_OPINION
+        return scores_json(self.evaluator, gpus, self.evaluator.offer(args), intent)
 
 
 NO_OPINION = "[]"  # every node 0: adds nothing to any node's total in kube-scheduler

@@ -81,7 +81,7 @@ def pod_object(gpus: int, *, name: str = "gpu2", uid: str = "5fd8153a-1b23-448d-
 def host_scores(answer: list[dict[str, Any]], offered: list[str]) -> dict[str, int]:
     """A prioritize answer as kube-scheduler reads it: each offered node's score, 0 for a node the
     answer leaves out. Asserts the answer lists only offered nodes, and none at 0 (gpupair leaves
-    those out, extender/decision_tables.py)."""
+    those out, extender/cache/decision_tables.py)."""
     listed = {entry["Host"]: entry["Score"] for entry in answer}
     assert set(listed) <= set(offered), f"not offered: {set(listed) - set(offered)}"
     assert 0 not in listed.values(), f"a 0 listed: {answer}"
@@ -188,7 +188,7 @@ async def kube_extender(double, **kwargs: Any) -> AsyncIterator[KubeExtender]:
         watches = [nodes, pods]
         leases = None
         if extender.heartbeats is not None:  # heartbeats=True: the reporters' Leases in gpupair-system
-            from gpupair.extender.node_leases import list_leases
+            from gpupair.extender.cache.node_leases import list_leases
 
             leases = ListWatch("leases", list_leases(api, "gpupair-system"), extender.heartbeats,
                                timeout_seconds=30, backoff_base=0.01, backoff_max=0.05)

@@ -367,7 +367,8 @@ def test_the_wheel_builds_from_the_context_and_imports(tmp_path, built):
     assert "gpupair = gpupair.command.cli:main" in entry_points
     assert "kubectl-gpupair = gpupair.command.cli:kubectl_main" in entry_points
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
-    assert {"gpupair/command/cli.py", "gpupair/webhook/certs.py", "gpupair/reporter/podresources/api.proto"} <= names
+    assert {"gpupair/command/cli.py", "gpupair/webhook/certs.py", "gpupair/reporter/podresources/api.proto",
+            "gpupair/extender/cache/node_cache.py"} <= names
     assert not [n for n in names if n.startswith(("tests/", "deploy/"))]
     # Everything installs under gpupair/: no top-level "status" or "audit" to collide with another package's.
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}

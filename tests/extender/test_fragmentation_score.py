@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.decide.pod.intent import PLACEMENT_KEY
 from gpupair.extender.main import configure
+from gpupair.extender.prioritize import BestFit
 from gpupair.topology.report import PRODUCT_KEY
 from tests.extender_support import args_body, eventually, host_scores, kube_extender, pod_object, report_annotations
 from tests.kube_double import make_node, make_pod, running_kube_double
@@ -34,7 +35,7 @@ async def test_a_small_pod_goes_where_it_breaks_no_set_a_waiting_pod_could_use()
         double.store.create("pods", with_cpu(make_pod("trainer", "ml", gpus=8), "16"), "ml")  # waiting
         async with kube_extender(double, fragmentation=True) as k:
             await eventually(lambda: k.extender.ready())
-            usage = k.extender.evaluator.usage
+            usage = k.extender.score.usage
             assert usage.cpu_left("broken") == 60_000 and usage.cpu_left("whole") == 64_000
             _, answer = await k.client.post("prioritize", args_body(with_cpu(pod_object(1, uid="small"), "4"),
                                                                      names=["whole", "broken"]))
@@ -69,7 +70,7 @@ async def test_best_fit_remains_the_default_and_gives_cpu_pods_no_opinion():
         double.store.create("pods", with_cpu(make_pod("a", "infra", gpus=4, node_name="roomy"), "4"), "infra")
         async with kube_extender(double) as k:
             await eventually(lambda: k.extender.ready())
-            assert k.extender.evaluator.usage is None
+            assert isinstance(k.extender.score, BestFit)
             _, answer = await k.client.post("prioritize", args_body(pod_object(0, uid="web"), names=["roomy"]))
     assert answer == []  # no opinion: nothing listed
 
@@ -136,7 +137,7 @@ def test_the_flag_reads_its_variable(monkeypatch):
 
 
 def test_the_workload_keeps_each_pods_accepted_products_and_resolves_notin_against_the_nodes():
-    from gpupair.extender.cluster_usage import ClusterUsage
+    from gpupair.extender.cache.cluster_usage import ClusterUsage
     from gpupair.decide.pod.pod_request import gpu_request
 
     usage = ClusterUsage(gpu_request)

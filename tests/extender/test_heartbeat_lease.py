@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupair.extender.node_leases import Heartbeats
+from gpupair.extender.cache.node_leases import Heartbeats
 from gpupair.kubewire import leases
 from gpupair.reporter.allocations import PodResourcesClient
 from gpupair.reporter.heartbeat import KubeLeases, LeaseKeeper, Renewal

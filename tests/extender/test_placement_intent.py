@@ -188,7 +188,7 @@ async def test_the_fragmentation_score_keeps_best_fit_and_the_tiers_until_it_can
     first, as under --score best-fit."""
     _, best_fit = await ask(make_extender(node_cache=cached), asking("preferred"), cached)
     extender = make_extender(node_cache=cached, fragmentation=True)
-    assert not extender.evaluator.usage.workload
+    assert not extender.score.usage.workload
     _, scores = await ask(extender, asking("preferred"), cached)
     assert scores == best_fit
     assert scores["close"] >= 1 and scores["split"] == scores["unreported"] == 0

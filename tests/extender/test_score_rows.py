@@ -1,4 +1,4 @@
-"""The fragmentation score read from kept rows (extender/score_rows.py) gives, after every kind of
+"""The fragmentation score read from kept rows (extender/cache/score_rows.py) gives, after every kind of
 change the extender's watches deliver, the grades of the node-by-node reading: a pod bound (CPU
 left), a report rewritten, a product label changed, a node deleted and one added, a hold from a
 bind, time passing a report's staleness, a Lease renewal bringing it back, and a DRA claim
@@ -54,7 +54,7 @@ class Cluster:
         self.now = [NOW.timestamp()]
         self.extender = make_extender(fragmentation=True, node_cache=True, heartbeats=True, stale_after=STALE_AFTER,
                                       clock=lambda: self.now[0])
-        self.usage = self.extender.evaluator.usage
+        self.usage, self.rows = self.extender.score.usage, self.extender.score.rows
         self.nodes = {f"n{i}": node(f"n{i}", self.free(), self.rng.choice((16_000, 32_000, 96_000)),
                                     PRODUCTS[i % 2], age=200.0 if i % 5 == 0 else 0.0) for i in range(16)}
         self.extender.node_cache.replace(list(self.nodes.values()))
@@ -75,12 +75,8 @@ class Cluster:
         offer = evaluator.offer(ExtenderArgs.model_validate(args_body(scored, names=names)))
         assert offer.cached
         cpu = int(scored["spec"]["containers"][0]["resources"]["requests"]["cpu"][:-1])
-        kept = fragmentation_scores(evaluator, self.usage, offer, gpus, cpu, intent)
-        rows, self.usage.rows = self.usage.rows, None
-        try:
-            read = fragmentation_scores(evaluator, self.usage, offer, gpus, cpu, intent)
-        finally:
-            self.usage.rows = rows
+        kept = fragmentation_scores(evaluator, self.usage, offer, gpus, cpu, intent, rows=self.rows)
+        read = fragmentation_scores(evaluator, self.usage, offer, gpus, cpu, intent)
         return kept, read
 
     def agree(self) -> list[list[int]]:
@@ -160,19 +156,15 @@ def test_a_dra_claim_allocated_reaches_the_rows():
         made["metadata"]["labels"][LABEL] = PRODUCTS[0]
         made["status"]["allocatable"]["cpu"] = "64"
     extender.node_cache.replace(nodes)
-    usage, evaluator = extender.evaluator.usage, extender.evaluator
+    usage, rows, evaluator = extender.score.usage, extender.score.rows, extender.evaluator
     for number, gpus in enumerate((2, 4, 4, 1)):  # waiting pods: the workload
         usage.pod_seen(pod(f"wait-{number}", gpus, 1000))
 
     def both() -> tuple[list[int], list[int]]:
         offer = evaluator.offer(ExtenderArgs.model_validate(args_body(pod("one", 1, 1000), names=list(FRAGMENTED))))
         assert offer.cached
-        kept = fragmentation_scores(evaluator, usage, offer, 1, 1000)
-        rows, usage.rows = usage.rows, None
-        try:
-            return kept, fragmentation_scores(evaluator, usage, offer, 1, 1000)
-        finally:
-            usage.rows = rows
+        kept = fragmentation_scores(evaluator, usage, offer, 1, 1000, rows=rows)
+        return kept, fragmentation_scores(evaluator, usage, offer, 1, 1000)
 
     kept, read = both()
     assert kept == read

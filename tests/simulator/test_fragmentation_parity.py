@@ -3,7 +3,7 @@ from the trace's arrays) and the extender's prioritize under ``--score fragmenta
 (extender/fragmentation_score.py, from node reports, Node objects and pod objects) give the same
 grades, node for node, on recorded fleet states; the extender both ways it reads them, a
 request's Nodes node by node and a request's names against the rows it keeps
-(extender/score_rows.py).
+(extender/cache/score_rows.py).
 
 The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
 A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled
@@ -26,7 +26,6 @@ import pytest
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
-from gpupair.extender.prioritize import prioritize_nodes
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, picker
@@ -125,7 +124,7 @@ class Fleet:
         """The extender's prioritize: the Nodes sent in the request, or (``node_cache``) their
         names, the Nodes coming from its node cache, as gpupair ships it."""
         extender = make_extender(fragmentation=True, node_cache=node_cache)
-        usage = extender.evaluator.usage
+        usage = extender.score.usage
         nodes = self.node_objects(range(len(self.cluster)))
         if node_cache:
             extender.node_cache.replace(nodes)
@@ -140,7 +139,7 @@ class Fleet:
         body = args_body(scored, names=[node["metadata"]["name"] for node in offered]) if node_cache else \
             args_body(scored, nodes=offered)
         whole = pod.gpus if pod.milli_per_gpu == MILLI else 0
-        answer = json.loads(prioritize_nodes(extender.evaluator, ExtenderArgs.model_validate(body), whole))
+        answer = json.loads(extender.score.answer(ExtenderArgs.model_validate(body), whole))
         names = [node["metadata"]["name"] for node in offered]
         return list(host_scores(answer, names).values())
 

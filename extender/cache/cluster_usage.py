@@ -14,7 +14,7 @@ is seen, bound or not, since pods still waiting are the ones the free capacity m
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collections.abc import Callable, Sequence
 
@@ -22,9 +22,6 @@ from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
-
-if TYPE_CHECKING:
-    from gpupair.extender.score_rows import ScoreRows
 
 log = logging.getLogger("gpupair.extender.usage")
 
@@ -56,11 +53,14 @@ class ClusterUsage:
         self.requested: dict[str, int] = {}  # node -> CPU millicores of its pods
         self._pods: dict[str, tuple[str, int, tuple]] = {}  # uid -> (node, CPU, shape)
         self.workload = Workload()
-        self.rows: ScoreRows | None = None  # told of each node whose CPU or label changes
+        self._listeners: list[Callable[[str], None]] = []  # told of each node whose CPU or label changes
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
 
     def _touched(self, name: str) -> None:
-        if self.rows is not None:
-            self.rows.changed(name)
+        for listener in self._listeners:
+            listener(name)
 
     # ---- nodes (the node cache)
 

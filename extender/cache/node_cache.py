@@ -4,7 +4,8 @@ One node picture, several sources (gpupair/decide/picture/node_picture.py). Fed 
 a node's entry is asked of the picture when its report annotations change, or when a source tells
 of a change of its own (a DRA driver's slices and claims), never per request: an event whose
 report annotations equal the ones held keeps the entry (and its memoised decisions). Listeners see
-one entry per node, whichever source it came from. Ready once the first node list is in.
+one entry per node, whichever source it came from; object listeners see every Node object (its CPU
+and labels change without its report). Ready once the first node list is in.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ class NodeListener(Protocol):
     def node_gone(self, name: str) -> None: ...
 
 
+class NodeObjectListener(Protocol):
+    """What learns of each Node object listed or changed, whether or not its report changed
+    (ClusterUsage: its allocatable CPU and product label), and of each Node deleted."""
+
+    def node_seen(self, name: str, node: dict[str, Any]) -> None: ...
+
+    def node_gone(self, name: str) -> None: ...
+
+
 class HoldsByReport:
     """Reservations as a listener: each usable report ends the holds its ledger lists."""
 
@@ -50,10 +60,10 @@ class NodeCache:
         self._picture = picture
         self._clock = clock
         self._listeners: list[NodeListener] = []
+        self._object_listeners: list[NodeObjectListener] = []
         self._entries: dict[str, ReportEntry] = {}  # what readers see, from whichever source
         self._raw: dict[str, tuple[Any, ...]] = {}  # each listed Node's REPORT_KEYS annotations
         picture.subscribe(self._source_changed)
-        self.usage: Any = None  # ClusterUsage under --score fragmentation: each Node's allocatable CPU
         self.ready = False
         self.decodes = 0  # annotation changes decoded, for tests and metrics
 
@@ -84,6 +94,9 @@ class NodeCache:
     def subscribe(self, listener: NodeListener) -> None:
         self._listeners.append(listener)
 
+    def subscribe_objects(self, listener: NodeObjectListener) -> None:
+        self._object_listeners.append(listener)
+
     # ---- readers
 
     def get(self, name: str) -> ReportEntry | None:
@@ -101,8 +114,8 @@ class NodeCache:
     # ---- internals
 
     def _update(self, name: str, node: dict[str, Any]) -> None:
-        if self.usage is not None:
-            self.usage.node_seen(name, node)
+        for listener in self._object_listeners:
+            listener.node_seen(name, node)
         annotations = (node.get("metadata") or {}).get("annotations")
         if not isinstance(annotations, dict):
             annotations = {}
@@ -114,8 +127,8 @@ class NodeCache:
         self._refresh(name)
 
     def _remove(self, name: str) -> None:
-        if self.usage is not None:
-            self.usage.node_gone(name)
+        for listener in self._object_listeners:
+            listener.node_gone(name)
         if self._raw.pop(name, None) is not None:
             self._refresh(name)
 

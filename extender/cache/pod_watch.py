@@ -7,6 +7,8 @@
   the pods plus the ledgers; pods the ledgers already list cost nothing.
 - A pod deleted, or finished (Succeeded/Failed: its devices are free again), ends its hold.
 - Unbound GPU pods' requests go to ``PodRequests``: bind's body names a pod, not its request.
+- Every pod, GPU or not, goes first to the listeners subscribed (``ClusterUsage`` under
+  ``--score fragmentation``: each pod's CPU and shape).
 - ``progress`` says how far the watch has read, so that filter can wait until it has read the
   pod being scheduled (gpupair/kubeclient/watch_progress.py).
 """
@@ -14,15 +16,14 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gpupair.extender.pod_request_cache import PodRequests
+from gpupair.extender.cache.pod_request_cache import PodRequests
 from gpupair.kubeclient.watch_progress import WatchProgress
 from gpupair.decide.judge.reservations import Reservations
 from gpupair.decide.pod.pod_request import PodRequestError
 
 if TYPE_CHECKING:
-    from gpupair.extender.cluster_usage import ClusterUsage
     from gpupair.extender.unallocatable import UnallocatableClaims
 
 log = logging.getLogger("gpupair.extender.pods")
@@ -30,20 +31,37 @@ log = logging.getLogger("gpupair.extender.pods")
 TERMINAL = ("Succeeded", "Failed")
 
 
+class PodListener(Protocol):
+    """What learns of every pod, GPU or not (ClusterUsage: each pod's CPU and shape), before the
+    watch's own holds and requests."""
+
+    def replace_pods(self, items: list[dict[str, Any]]) -> None: ...
+
+    def pod_seen(self, pod: dict[str, Any]) -> None: ...
+
+    def pod_gone(self, uid: str) -> None: ...
+
+
 class PodWatch:
-    def __init__(self, reservations: Reservations, requests: PodRequests, usage: ClusterUsage | None = None):
+    def __init__(self, reservations: Reservations, requests: PodRequests,
+                 unallocatable: UnallocatableClaims | None = None):
+        """``unallocatable``: DRA only, told of each unbound pod, to explain the claim pods no
+        node can allocate."""
         self.reservations = reservations
         self.requests = requests
-        self.usage = usage  # every pod's CPU and shape, for --score fragmentation
+        self._listeners: list[PodListener] = []
         self.listed = False
         self.progress = WatchProgress()  # advanced by the ListWatch that feeds this handler
-        self.unallocatable: UnallocatableClaims | None = None  # DRA: claim pods no node can allocate
+        self.unallocatable = unallocatable
+
+    def subscribe(self, listener: PodListener) -> None:
+        self._listeners.append(listener)
 
     # ---- WatchHandler
 
     def replace(self, items: list[dict[str, Any]]) -> None:
-        if self.usage is not None:
-            self.usage.replace_pods(items)
+        for listener in self._listeners:
+            listener.replace_pods(items)
         present = set()
         unbound: dict[str, int] = {}
         for pod in items:
@@ -66,11 +84,11 @@ class PodWatch:
         self.listed = True
 
     def apply(self, event_type: str, pod: dict[str, Any]) -> None:
-        if self.usage is not None:
+        for listener in self._listeners:
             if event_type == "DELETED":
-                self.usage.pod_gone(str((pod.get("metadata") or {}).get("uid") or ""))
+                listener.pod_gone(str((pod.get("metadata") or {}).get("uid") or ""))
             else:
-                self.usage.pod_seen(pod)
+                listener.pod_seen(pod)
         uid, node, phase, gpus = self._facts(pod)
         if not uid:
             return
