@@ -1,5 +1,5 @@
 """Moves in a trace replay: when a pod no node takes would be dropped, the defrag planner
-(gpupair/decide/defrag/planner.py, the code `gpupair defrag` runs) may move pods to free a close
+(gpupair/decide/defrag/planner.py, pure, for the live modes to run too) may move pods to free a close
 set for it, within a budget of moves as a share of the pods arrived so far.
 
 A plan is carried out as the live cluster would: the moved pods are evicted, the waiting pod

@@ -28,11 +28,6 @@ class Ask:
     def may_run_on(self, node: str) -> bool:
         return self.nodes is None or node in self.nodes
 
-    def describe(self) -> str:
-        what = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.milli == MILLI else \
-            f"{self.milli} milli of a GPU"
-        return what
-
 
 @dataclass(frozen=True)
 class NodeRoom:
