@@ -3,6 +3,11 @@ within the budget, carried out through the replay's own scheduling cycle."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -59,3 +64,42 @@ def test_no_move_beyond_the_budget(share, arrived):
     before = cluster.left.copy()
     assert mover.rescue(FOUR, arrived=arrived) is None  # int(share * arrived) < 1
     assert mover.ledger.moves == 0 and (cluster.left == before).all()
+
+
+# --- the command -----------------------------------------------------------------------------
+
+TRACE = Path(__file__).parents[1] / "fixtures" / "trace"
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory):
+    """Every eighth node and every eighth pod of multigpu50: 152 nodes."""
+    folder = tmp_path_factory.mktemp("slice")
+    for source, name in ((TRACE / "openb_node_list_gpu_node.csv", "nodes.csv"),
+                         (TRACE / "openb_pod_list_multigpu50.csv", "pods.csv")):
+        lines = source.read_text().splitlines()
+        (folder / name).write_text("\n".join([lines[0], *lines[1::8]]) + "\n")
+    return folder / "nodes.csv", folder / "pods.csv"
+
+
+def simulate(*args):
+    return subprocess.run([sys.executable, "-m", "gpupair.command.cli", "simulate", "--no-progress",
+                           "--scenario", "trace", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_flag_spends_moves_within_the_budget(sliced):
+    done = simulate("--trace-nodes", str(sliced[0]), "--trace-pods", str(sliced[1]), "--policies", "kube-default",
+                    "--gpupair-scores", "shipped", "--seeds", "42", "--move-budget", "2", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["trace"]["move_budget_percent"] == 2
+    for run in document["runs"]:
+        assert run["moves"] <= 0.02 * run["arrived_pods"]
+        assert run["moves_by"]["130"] == run["moves"]
+    assert any(run["moves"] for run in document["runs"]), document["runs"]
+
+
+def test_a_budget_out_of_range_is_one_line():
+    done = simulate("--trace-nodes", "n.csv", "--trace-pods", "p.csv", "--move-budget", "101")
+    assert done.returncode == 2
+    assert "--move-budget" in done.stderr and len(done.stderr.strip().splitlines()) <= 3
