@@ -111,6 +111,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "trace scenario: kube-scheduler's percentageOfNodesToScore: 0 (its default: 50 - nodes/125, at least "
              "5) to 100; the filter stops after that share of nodes is found feasible, from where the last pod's "
              "search stopped, and only those are scored. Unset: every node, as FGD's protocol and 100")
+    add_flag(parser, "--move-budget", 0.0, "trace scenario: moves allowed, in percent of the pods arrived so far: "
+             "a pod no node takes gets a plan of gpupair's defrag planner (the fewest movable pods moved, each to "
+             "a close set free now) within it, instead of being dropped; every GPU pod is taken as movable. "
+             "0: none, FGD's protocol", type=float, bounds=Range(0, 100))
     add_flag(parser, "--policy-weight", 1000, "trace scenario: the weight of FGD's six as a score plugin (its "
              "published configuration: 1000); kube-scheduler's profiles keep their own", bounds=Range(1, 1_000_000))
     add_flag(parser, "--workers", 0, "trace scenario: processes for the runs (0: one per core)",

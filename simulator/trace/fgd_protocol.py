@@ -72,3 +72,16 @@ def allocation_curve(arrived: Sequence[int], used: Sequence[int], total_gpus: in
             here = alloc[(arrive >= point - 1) & (arrive <= point + 1)]
         curve[point] = round(float(here.mean()), 2) if here.size else None
     return curve
+
+
+def spent_by(arrived: Sequence[int], spent: Sequence[int], total_gpus: int,
+             points: range = range(0, 131)) -> dict[int, int]:
+    """A running count (moves spent) at each arrival %: its value at the last event whose
+    arrival, binned as ``allocation_curve`` bins it, is at or below the point."""
+    arrive = np.rint(np.asarray(arrived, dtype=float) / total_gpus / 10)
+    counts = np.asarray(spent, dtype=np.int64)
+    curve: dict[int, int] = {}
+    for point in points:
+        upto = np.flatnonzero(arrive <= point)
+        curve[point] = int(counts[upto[-1]]) if upto.size else 0
+    return curve

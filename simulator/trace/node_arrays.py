@@ -57,6 +57,12 @@ class TraceCluster:
         # Per node, how many of its GPU pods carry each GpuClustering label.
         self.labels = np.zeros((count, 2 + self.width), dtype=np.int64)
         self.total_gpus = int(self.gpus.sum())
+        # The GPU pods on each node and their GPUs, kept only where pods may move (a move
+        # budget): the defrag planner's picture.
+        self.gpu_pods: list[dict[str, tuple[TracePod, tuple[int, ...]]]] | None = None
+
+    def keep_gpu_pods(self) -> None:
+        self.gpu_pods = [{} for _ in range(len(self))]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -86,7 +92,24 @@ class TraceCluster:
             self.left[row, device] -= pod.milli_per_gpu
         if pod.gpus:
             self.labels[row, label_of(pod)] += 1
+            if self.gpu_pods is not None:
+                self.gpu_pods[row][pod.name] = (pod, tuple(devices))
         self.free_mask[row] = int((self.left[row] == MILLI).astype(np.int64) @ self.bits)
+
+    def remove(self, row: int, pod: TracePod) -> tuple[int, ...]:
+        """The pod gone from ``row`` (moved: evicted, to be recreated), and the GPUs it held."""
+        assert self.gpu_pods is not None, "keep_gpu_pods() first"
+        _, devices = self.gpu_pods[row].pop(pod.name)
+        self.cpu_left[row] += pod.milli_cpu
+        self.memory_left[row] += pod.memory_mib
+        self.cpu_scored[row] -= pod.milli_cpu or DEFAULT_MILLI_CPU_REQUEST
+        self.memory_scored[row] -= pod.memory_mib or DEFAULT_MEMORY_REQUEST_MIB
+        self.pods[row] -= 1
+        for device in devices:
+            self.left[row, device] += pod.milli_per_gpu
+        self.labels[row, label_of(pod)] -= 1
+        self.free_mask[row] = int((self.left[row] == MILLI).astype(np.int64) @ self.bits)
+        return devices
 
     def free_devices(self, row: int) -> frozenset[int]:
         mask = int(self.free_mask[row])

@@ -44,6 +44,7 @@ from gpupair.simulator.trace.models.devices import Tables, crosses_sockets, gpup
 from gpupair.simulator.trace.files import MILLI, TraceNode, TracePod
 from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.models.nodes_to_score import FeasibleNodeSearch
+from gpupair.simulator.trace.move_budget import MoveBudget
 from gpupair.simulator.trace.numa import NumaSplits
 from gpupair.simulator.trace.models.scoring_policies import FGD_POLICIES, display_name, make_policy
 
@@ -79,6 +80,7 @@ class ReplayConfig:
     policy_weight: int = FGD_PLUGIN_WEIGHT  # FGD's six; kube-scheduler's profiles keep their own
     score: str = SHIPPED  # gpupair's score: a key of SCORE_LABELS
     percentage_of_nodes_to_score: int | None = None  # kube-scheduler's setting; None: every node
+    move_budget: float = 0.0  # moves allowed per pod arrived (simulator/trace/move_budget.py); 0: none
 
 
 @dataclass
@@ -99,12 +101,17 @@ class ReplayResult:
     stranded_gpus: int = 0
     free_numa_nodes: int = 0
     missed_by_search: int = 0  # pods
+    moves: int = 0  # pods moved to place a pod that fit nowhere (move_budget)
+    gpus_moved: int = 0
+    placed_by_moves: int = 0
+    moves_by: dict[int, int] = field(default_factory=dict)  # moves spent by each arrival %
     seconds: float = 0.0
 
     def as_json(self) -> dict:
         """Every field; JSON's keys are strings, and the score is gpupair's, none without it."""
         return {**asdict(self), "score": self.score if self.gpupair else None,
-                "allocation": {str(k): v for k, v in self.allocation.items()}, "seconds": round(self.seconds, 2)}
+                "allocation": {str(k): v for k, v in self.allocation.items()},
+                "moves_by": {str(k): v for k, v in self.moves_by.items()}, "seconds": round(self.seconds, 2)}
 
 
 def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayConfig,
@@ -126,14 +133,20 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
         if config.gpupair and config.score in WHOLE_GPUS_ONLY else None
     search = None if config.percentage_of_nodes_to_score is None else \
         FeasibleNodeSearch(len(nodes), config.percentage_of_nodes_to_score)
+    mover = _mover(cluster, policy, (tables, fragmentation), config, ties, result, search)
     arrived, used = 0, 0
     arrivals_log = np.zeros(len(stream), dtype=np.int64)
     used_log = np.zeros(len(stream), dtype=np.int64)
+    moves_log = np.zeros(len(stream), dtype=np.int64)
     for index, pod in enumerate(stream):
         arrived += pod.gpu_milli
         if fragmentation is not None:
             fragmentation.seen(pod)
         row = _schedule(cluster, policy, (tables, fragmentation), pod, config, ties, result, search)
+        if row is None and mover is not None and (row := mover.rescue(pod, index + 1)) is not None:
+            result.failed_pods -= 1
+        if mover is not None:
+            moves_log[index] = mover.ledger.moves
         if row is not None:
             used += pod.gpu_milli
         elif fragmentation is not None:
@@ -144,9 +157,24 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: ReplayC
     progress(len(stream) % 256)
     result.arrived_pods = len(stream)
     result.allocation = fgd_protocol.allocation_curve(arrivals_log, used_log, cluster.total_gpus)
+    if mover is not None:
+        result.moves, result.gpus_moved = mover.ledger.moves, mover.ledger.gpus_moved
+        result.placed_by_moves = mover.ledger.plans
+        result.moves_by = fgd_protocol.spent_by(arrivals_log, moves_log, cluster.total_gpus)
     result.free_numa_nodes = _free_numa_nodes(cluster)
     result.seconds = time.process_time() - started
     return result
+
+
+def _mover(cluster: TraceCluster, policy, extender: tuple, config: ReplayConfig, ties: np.random.Generator,
+           result: ReplayResult, search: FeasibleNodeSearch | None) -> MoveBudget | None:
+    """With a move budget, what replaces a pod's drop by moves; the moved pods' and the rescued
+    pod's cycles are counted apart (``failed_pods`` counts each pod once)."""
+    if not config.move_budget:
+        return None
+    apart = ReplayResult(result.policy, result.gpupair, result.seed, result.path, result.score, {})
+    return MoveBudget(cluster, config.move_budget,
+                      lambda pod: _schedule(cluster, policy, extender, pod, config, ties, apart, search), policy.placed)
 
 
 def _schedule(cluster: TraceCluster, policy, extender: tuple, pod: TracePod, config: ReplayConfig,

@@ -35,7 +35,7 @@ def _mean_at(runs: Sequence[ReplayResult], point: int) -> str:
 
 
 HEADER = ("path", "policy", "gpupair", "seeds", *(f"alloc@{p}%" for p in POINTS), "multi-GPU placed",
-          "NUMA-local", "avoidable SYS", "stranded by NUMA rule", "free NUMA nodes")
+          "NUMA-local", "avoidable SYS", "stranded by NUMA rule", "free NUMA nodes", "moves")
 
 
 def table(runs: Sequence[ReplayResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
@@ -47,20 +47,22 @@ def table(runs: Sequence[ReplayResult]) -> tuple[tuple[str, ...], list[tuple[obj
                      f"{placed / len(group):.1f}", f"{100 * local / placed:.1f}%" if placed else "-",
                      f"{mean(r.avoidable_sys for r in group):.1f}",
                      f"{mean(r.stranded_by_numa_rule for r in group):.1f}",
-                     f"{mean(r.free_numa_nodes for r in group):.1f}"))
+                     f"{mean(r.free_numa_nodes for r in group):.1f}", f"{mean(r.moves for r in group):.1f}"))
     return HEADER, rows
 
 
 RUN_HEADER = ("path", "policy", "gpupair", "seed", *(f"alloc@{p}%" for p in range(0, 131, 10)),
               "multi_gpu_placed", "multi_gpu_numa_local", "sys_grants", "avoidable_sys", "stranded_by_numa_rule",
-              "stranded_gpus", "failed_pods", "free_numa_nodes", "cpu_seconds")
+              "stranded_gpus", "failed_pods", "free_numa_nodes", "cpu_seconds", "moves", "gpus_moved",
+              "placed_by_moves")
 
 
 def run_rows(runs: Sequence[ReplayResult]) -> tuple[tuple[str, ...], list[tuple[object, ...]]]:
     rows = [(r.path, r.policy, gpupair_label(r), r.seed,
              *("" if r.allocation.get(p) is None else r.allocation[p] for p in range(0, 131, 10)),
              r.multi_gpu_placed, r.multi_gpu_numa_local, r.sys_grants, r.avoidable_sys, r.stranded_by_numa_rule,
-             r.stranded_gpus, r.failed_pods, r.free_numa_nodes, f"{r.seconds:.1f}") for r in runs]
+             r.stranded_gpus, r.failed_pods, r.free_numa_nodes, f"{r.seconds:.1f}", r.moves, r.gpus_moved,
+             r.placed_by_moves) for r in runs]
     return RUN_HEADER, rows
 
 

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     nodes, pods = read_nodes(args.trace_nodes), read_pods(args.trace_pods)
 
     configs = [ReplayConfig(policy, gpupair, seed, path, args.plugin, args.tune, splits, args.policy_weight, score,
-                            percentage)
+                            percentage, args.move_budget / 100)
                for path in paths for policy in policies
                for gpupair, score in ((False, SCORES[0]), *((True, s) for s in scores))
                for seed in seeds]
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
         "gpus": sum(node.gpus for node in nodes), "pod_count": len(pods), "tune": args.tune,
         "numa_split": {str(n): "+".join(map(str, splits.split(n))) for n in sorted(sizes, reverse=True) if n},
         "plugin": args.plugin, "policy_weight": args.policy_weight, "seeds": seeds,
-        "percentage_of_nodes_to_score": percentage,
+        "percentage_of_nodes_to_score": percentage, "move_budget_percent": args.move_budget,
     }
     if as_json:
         print(replay_output.document(about, runs))
@@ -87,7 +87,8 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     print(f"trace: {len(nodes)} nodes ({shape}), {about['gpus']} GPUs; {len(pods)} pods, sampled to "
           f"{100 * args.tune:g}% of the GPUs (FGD's protocol); NUMA: {splits.describe(list(sizes))}; "
           f"device plugin: {args.plugin}; policy plugin weight {args.policy_weight}; seeds {args.seeds}"
-          + ("" if percentage is None else f"; percentageOfNodesToScore {percentage}"))
+          + ("" if percentage is None else f"; percentageOfNodesToScore {percentage}")
+          + (f"; move budget {args.move_budget:g}% of arrived pods" if args.move_budget else ""))
     header, rows = replay_output.table(runs)
     print(text_table(header, rows))
     written = [write_summary(tsv, (header, rows), "trace.summary"),
