@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupair.decide.defrag.fleet import Ask, NodeRoom, PlacedPod, Plan, WaitingPod
-from gpupair.decide.defrag.planner import Bound, Planner
+from gpupair.decide.defrag.fleet import Ask, NodeRoom, PlacedPod, DefragPlan, WaitingPod
+from gpupair.decide.defrag.planner import SearchBound, Planner
 from gpupair.simulator.trace.files import TracePod
 from gpupair.simulator.trace.node_arrays import TraceCluster
 
@@ -66,9 +66,9 @@ class MoveBudget:
         ask = self._ask(pod)
         if self._hopeless.get(ask, 0) >= budget:
             return None
-        planner = Planner(self._rooms(), self._pods(), Bound(moves=budget))
+        planner = Planner(self._rooms(), self._pods(), SearchBound(moves=budget))
         answer = planner.plan(WaitingPod(pod.name, ask))
-        if not isinstance(answer, Plan):
+        if not isinstance(answer, DefragPlan):
             self.ledger.reasons[answer.reason] += 1
             self._hopeless[ask] = budget
             return None
@@ -77,7 +77,7 @@ class MoveBudget:
             return None
         return self._carry_out(pod, answer)
 
-    def _carry_out(self, pod: TracePod, plan: Plan) -> int | None:
+    def _carry_out(self, pod: TracePod, plan: DefragPlan) -> int | None:
         moved = []
         for move in plan.moves:
             row = self.row_of[move.pod.node]

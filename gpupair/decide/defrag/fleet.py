@@ -81,7 +81,7 @@ class Move:
 
 
 @dataclass(frozen=True)
-class Plan:
+class DefragPlan:
     """After ``moves``, ``waiting`` fits ``devices`` on ``node`` (held for it)."""
 
     waiting: WaitingPod
@@ -95,6 +95,6 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class NoPlan:
+class NoDefragPlan:
     waiting: WaitingPod
     reason: str

@@ -14,7 +14,7 @@ pod that may not move is never cleared). Every combination of GPUs to clear is a
 the candidates are tried cheapest first until one whose moved pods all find a place. A node's
 GPUs make the combinations few (at most C(8,4) for a 16-GPU node's half).
 
-Bounded: at most ``Bound.moves`` moves in a plan, and at most ``Bound.candidates`` candidates
+Bounded: at most ``SearchBound.moves`` moves in a plan, and at most ``SearchBound.candidates`` candidates
 checked for places per waiting pod, so a call's time has a ceiling whatever the fleet. When
 nothing is found the answer says why, by the count of nodes each obstacle ruled out.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from gpupair.decide.defrag.close_sets import close_set, numa_groups
-from gpupair.decide.defrag.fleet import Ask, Move, NodeRoom, NoPlan, Plan, PlacedPod, WaitingPod
+from gpupair.decide.defrag.fleet import Ask, Move, NodeRoom, NoDefragPlan, DefragPlan, PlacedPod, WaitingPod
 from gpupair.decide.score.fragmentation import MILLI
 
 # Why a node gave no candidate, as the answer words it.
@@ -43,7 +43,7 @@ NO_PLACE = "free a set only by moving a pod that has no place elsewhere"
 
 
 @dataclass(frozen=True)
-class Bound:
+class SearchBound:
     moves: int = 4  # moves in one plan
     candidates: int = 2048  # freed sets checked for the moved pods' places, per waiting pod
 
@@ -57,7 +57,7 @@ class _Candidate:
 
 
 class Planner:
-    def __init__(self, nodes: Sequence[NodeRoom], pods: Iterable[PlacedPod], bound: Bound = Bound()):
+    def __init__(self, nodes: Sequence[NodeRoom], pods: Iterable[PlacedPod], bound: SearchBound = SearchBound()):
         self.order = [node.name for node in nodes]
         self.rooms = {node.name: node for node in nodes}
         self.bound = bound
@@ -70,10 +70,10 @@ class Planner:
 
     # -- one waiting pod -------------------------------------------------------------------
 
-    def plan(self, waiting: WaitingPod) -> Plan | NoPlan:
+    def plan(self, waiting: WaitingPod) -> DefragPlan | NoDefragPlan:
         ask = waiting.ask
         if ask.gpus <= 0:
-            return NoPlan(waiting, "asks no GPU: moving GPU pods cannot help it")
+            return NoDefragPlan(waiting, "asks no GPU: moving GPU pods cannot help it")
         ruled_out: Counter[str] = Counter()
         candidates: list[_Candidate] = []
         for position, name in enumerate(self.order):
@@ -87,7 +87,7 @@ class Planner:
             if room.has_room(ask):
                 now = close_set(room.layout, room.left, ask.gpus, ask.milli)
                 if now is not None:
-                    return Plan(waiting, name, now, ())
+                    return DefragPlan(waiting, name, now, ())
             found, why = self._candidates(room, position, ask)
             candidates += found
             if not found:
@@ -96,13 +96,13 @@ class Planner:
         tried = 0
         for candidate in candidates:
             if tried == self.bound.candidates:
-                return NoPlan(waiting, self._reason(ask, ruled_out, len(candidates), tried, stopped=True))
+                return NoDefragPlan(waiting, self._reason(ask, ruled_out, len(candidates), tried, stopped=True))
             tried += 1
             moves = self._places(candidate, ask)
             if moves is not None:
-                return Plan(waiting, candidate.node, candidate.devices, moves)
+                return DefragPlan(waiting, candidate.node, candidate.devices, moves)
         ruled_out[NO_PLACE] += len({c.node for c in candidates})
-        return NoPlan(waiting, self._reason(ask, ruled_out, len(candidates), tried))
+        return NoDefragPlan(waiting, self._reason(ask, ruled_out, len(candidates), tried))
 
     def _candidates(self, room: NodeRoom, position: int, ask: Ask) -> tuple[list[_Candidate], str]:
         """Every cheapest way on this node to clear a close set, within the bound on moves."""
@@ -205,17 +205,17 @@ class Planner:
 
     # -- several waiting pods --------------------------------------------------------------
 
-    def plan_all(self, waiting: Sequence[WaitingPod]) -> list[Plan | NoPlan]:
+    def plan_all(self, waiting: Sequence[WaitingPod]) -> list[DefragPlan | NoDefragPlan]:
         """Each waiting pod in turn, on the picture the plans before it leave."""
         answers = []
         for pod in waiting:
             answer = self.plan(pod)
-            if isinstance(answer, Plan):
+            if isinstance(answer, DefragPlan):
                 self.commit(answer)
             answers.append(answer)
         return answers
 
-    def commit(self, plan: Plan) -> None:
+    def commit(self, plan: DefragPlan) -> None:
         """Take the plan as done: its moved pods at their new places, its set held."""
         gone = {move.pod.uid for move in plan.moves}
         self.rooms[plan.node] = _without(self.rooms[plan.node], [move.pod for move in plan.moves])

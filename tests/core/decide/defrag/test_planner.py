@@ -8,8 +8,8 @@ import random
 import pytest
 
 from gpupair.decide.defrag.close_sets import close_set
-from gpupair.decide.defrag.fleet import Ask, NodeRoom, NoPlan, PlacedPod, Plan, WaitingPod
-from gpupair.decide.defrag.planner import Bound, Planner
+from gpupair.decide.defrag.fleet import Ask, NodeRoom, NoDefragPlan, PlacedPod, DefragPlan, WaitingPod
+from gpupair.decide.defrag.planner import SearchBound, Planner
 from gpupair.decide.devices import placement
 from gpupair.topology.layout import NodeState
 from tests.layouts import seed_layout
@@ -59,7 +59,7 @@ def test_fewest_moves_then_fewest_gpus_moved():
         "B": B,
     })
     plan = Planner(rooms, pods).plan(FOUR)
-    assert isinstance(plan, Plan)
+    assert isinstance(plan, DefragPlan)
     assert (plan.node, plan.devices) == ("A", (0, 1, 2, 3))
     assert [m.pod.uid for m in plan.moves] == ["a"] and plan.gpus_moved == 1
 
@@ -67,7 +67,7 @@ def test_fewest_moves_then_fewest_gpus_moved():
 def test_a_pod_that_fits_now_needs_no_move():
     rooms, pods = fleet({"A": [movable("a", (0,))], "B": B})
     plan = Planner(rooms, pods).plan(FOUR)
-    assert isinstance(plan, Plan) and plan.moves == () and plan.node == "A" and len(plan.devices) == 4
+    assert isinstance(plan, DefragPlan) and plan.moves == () and plan.node == "A" and len(plan.devices) == 4
 
 
 def test_never_moves_a_pod_that_may_not_move():
@@ -77,10 +77,10 @@ def test_never_moves_a_pod_that_may_not_move():
         "B": B,
     })
     plan = Planner(rooms, pods).plan(FOUR)
-    assert isinstance(plan, Plan) and [m.pod.uid for m in plan.moves] == ["c"]
+    assert isinstance(plan, DefragPlan) and [m.pod.uid for m in plan.moves] == ["c"]
     rooms, pods = fleet({"A": [pinned("a", (0,)), pinned("a4", (4,))], "B": B})
     answer = Planner(rooms, pods).plan(FOUR)
-    assert isinstance(answer, NoPlan) and "may not move" in answer.reason
+    assert isinstance(answer, NoDefragPlan) and "may not move" in answer.reason
 
 
 def test_never_moves_a_pod_that_has_no_place_now():
@@ -88,14 +88,14 @@ def test_never_moves_a_pod_that_has_no_place_now():
     stuck = one(1, nodes=frozenset({"A"}))
     rooms, pods = fleet({"A": [movable("a", (0,), stuck), pinned("a4", (4, 5, 6, 7))], "B": B})
     answer = Planner(rooms, pods).plan(FOUR)
-    assert isinstance(answer, NoPlan) and "no place elsewhere" in answer.reason
+    assert isinstance(answer, NoDefragPlan) and "no place elsewhere" in answer.reason
 
 
 def test_a_moved_pod_may_take_the_rest_of_the_freed_node():
     # NUMA1 has one free GPU: the pod on NUMA0 moves there, NUMA0 frees, no other node needed.
     rooms, pods = fleet({"A": [movable("a", (0,)), pinned("a4", (4,)), pinned("a5", (5,)), pinned("a6", (6,))]})
     plan = Planner(rooms, pods).plan(FOUR)
-    assert isinstance(plan, Plan)
+    assert isinstance(plan, DefragPlan)
     assert plan.devices == (0, 1, 2, 3) and [(m.node, m.devices) for m in plan.moves] == [("A", (7,))]
 
 
@@ -107,7 +107,7 @@ def test_a_share_is_made_by_moving_the_largest_share_first():
         "B": [movable("t", (0,), share(500)), *(pinned(f"b{g}", (g,)) for g in range(1, 8))],
     })
     plan = Planner(rooms, pods).plan(WaitingPod("w", share(600)))
-    assert isinstance(plan, Plan) and plan.node == "A" and plan.devices == (0,)
+    assert isinstance(plan, DefragPlan) and plan.node == "A" and plan.devices == (0,)
     assert [(m.pod.uid, m.node, m.devices) for m in plan.moves] == [("s1", "B", (0,))]
 
 
@@ -115,7 +115,7 @@ def test_several_waiting_pods_never_share_gpus():
     # Only A can be freed, by one move to B: the second waiting pod gets no plan, not A again.
     rooms, pods = fleet({"A": [movable("a", (0,)), pinned("a4", (4,)), pinned("a5", (5,))], "B": B})
     first, second = Planner(rooms, pods).plan_all([FOUR, WaitingPod("w2", one(4))])
-    assert isinstance(first, Plan) and isinstance(second, NoPlan)
+    assert isinstance(first, DefragPlan) and isinstance(second, NoDefragPlan)
     # Two nodes to free: two plans, on disjoint GPUs, neither moving a pod into the other's set.
     rooms, pods = fleet({
         "A": [movable("a", (0,)), pinned("a4", (4,)), pinned("a5", (5,))],
@@ -123,7 +123,7 @@ def test_several_waiting_pods_never_share_gpus():
         "B": B,
     })
     plans = Planner(rooms, pods).plan_all([FOUR, WaitingPod("w2", one(4))])
-    assert all(isinstance(p, Plan) for p in plans)
+    assert all(isinstance(p, DefragPlan) for p in plans)
     taken = [(p.node, d) for p in plans for d in p.devices] + \
         [(m.node, d) for p in plans for m in p.moves for d in m.devices]
     assert len(taken) == len(set(taken)) == 10
@@ -132,9 +132,9 @@ def test_several_waiting_pods_never_share_gpus():
 def test_the_bound_on_moves_and_its_reason():
     rooms, pods = fleet({"A": [movable("a0", (0,)), movable("a1", (1,)), pinned("a4", (4,)), pinned("a5", (5,))],
                          "B": B})
-    assert isinstance(Planner(rooms, pods, Bound(moves=2)).plan(FOUR), Plan)
-    answer = Planner(rooms, pods, Bound(moves=1)).plan(FOUR)
-    assert isinstance(answer, NoPlan)
+    assert isinstance(Planner(rooms, pods, SearchBound(moves=2)).plan(FOUR), DefragPlan)
+    answer = Planner(rooms, pods, SearchBound(moves=1)).plan(FOUR)
+    assert isinstance(answer, NoDefragPlan)
     assert "within 1 moves" in answer.reason and "need more moves than the bound" in answer.reason
 
 
@@ -146,16 +146,16 @@ def test_the_bound_on_candidates_stops_the_search_and_says_so():
         "B": B,
     })
     assert Planner(rooms, pods).plan(FOUR).node == "A"
-    answer = Planner(rooms, pods, Bound(candidates=1)).plan(FOUR)
-    assert isinstance(answer, NoPlan) and "the first 1 checked" in answer.reason
+    answer = Planner(rooms, pods, SearchBound(candidates=1)).plan(FOUR)
+    assert isinstance(answer, NoDefragPlan) and "the first 1 checked" in answer.reason
 
 
 def test_cpu_counts_where_it_is_given():
     rooms, pods = fleet({"A": [movable("a", (0,)), pinned("a4", (4,)), pinned("a5", (5,))], "B": B})
     short = [NodeRoom(r.name, r.layout, r.left, cpu=0, memory=0) for r in rooms]
-    assert isinstance(Planner(short, pods).plan(FOUR), Plan)  # it asks no CPU
+    assert isinstance(Planner(short, pods).plan(FOUR), DefragPlan)  # it asks no CPU
     answer = Planner(short, pods).plan(WaitingPod("w", one(4, cpu=1000)))
-    assert isinstance(answer, NoPlan) and "lack CPU" in answer.reason
+    assert isinstance(answer, NoDefragPlan) and "lack CPU" in answer.reason
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -180,9 +180,9 @@ def test_every_plan_on_a_random_fleet_is_carried_out_without_a_new_waiting_pod(s
         spec[n] = placed
     rooms, pods = fleet(spec)
     waiting = WaitingPod("w", one(rng.choice([2, 4, 8])))
-    bound = Bound(moves=rng.randint(1, 4))
+    bound = SearchBound(moves=rng.randint(1, 4))
     answer = Planner(rooms, pods, bound).plan(waiting)
-    if isinstance(answer, NoPlan):
+    if isinstance(answer, NoDefragPlan):
         assert answer.reason
         return
     assert len(answer.moves) <= bound.moves
