@@ -11,7 +11,7 @@ and 130% arrival against the ten-seed mean FGD published (its ``analysis_allo_di
 with the gap and the published seeds' spread.
 
 Goal: kube-default, FGD and BestFit alone and with gpupair under each of --goal-scores (as
-shipped, with the fragmentation score), on default and multigpu50; allocation, multi-GPU pods on
+shipped, and with shares not reported), on default and multigpu50; allocation, multi-GPU pods on
 the fewest NUMA nodes, and the published FGD figure beside them.
 
 Floor (--floor; gpupair#44 item 3): on every workload found (or --traces), kube-default alone and
@@ -99,7 +99,7 @@ def main() -> int:
     parser.add_argument("--floor", action="store_true", help="the floor of gpupair#44 item 3, and nothing else")
     parser.add_argument("--goal-policies", default=",".join(GOAL_POLICIES))
     parser.add_argument("--goal-scores", help="gpupair's scores, comma-separated (default: shipped with --floor, "
-                        "else shipped,fragmentation)")
+                        "else shipped,whole-gpus)")
     parser.add_argument("--path", default="device-plugin", choices=("device-plugin", "dra"))
     parser.add_argument("--workers", type=int, default=0, help="replays at once (0: one per core)")
     parser.add_argument("--json", type=Path)
@@ -120,7 +120,7 @@ def run(args) -> int:
     if unknown or not traces:
         raise UsageError(f"--traces: no pod list for {', '.join(unknown) or '(none named)'} in {args.fixtures} "
                          f"or {args.openb}; found: {', '.join(found) or 'none'}")
-    args.goal_scores = args.goal_scores or ("shipped" if args.floor else "shipped,fragmentation")
+    args.goal_scores = args.goal_scores or ("shipped" if args.floor else "shipped,whole-gpus")
     scores = [s for s in args.goal_scores.split(",") if s]
     wrong = [s for s in scores if s not in SCORE_LABELS]
     if wrong or not scores:

@@ -8,7 +8,7 @@ request's Nodes node by node and a request's names against the rows it keeps
 The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
 A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled
 with the trace's own pods (bench/openb gpuspec33: GPU shares, pods pinned to GPU models, CPU-only
-pods). The simulator runs as ``fragmentation-whole``, the mode that sees what the extender sees:
+pods). The simulator runs as ``whole-gpus`` (``whole_only``), the mode that sees what the extender sees:
 whole GPUs (a GPU with a share taken looks taken, a share pod counts as a one-GPU pod). What
 still differs, and is left out here: where a share pod being scored would land (the simulator
 does not foresee it, the extender plans it as one whole GPU).

@@ -32,7 +32,7 @@ def bench(*args):
 
 def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--seeds", "1-2",
-                 "--goal-scores", "shipped,fragmentation", "--workers", "1", "--json", str(tmp_path / "runs.json"))
+                 "--goal-scores", "shipped,whole-gpus", "--workers", "1", "--json", str(tmp_path / "runs.json"))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.index("### multigpu50") < out.index("### pinned")  # FGD's workloads first, then ours
@@ -42,11 +42,11 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     for name in ("multigpu50", "pinned"):
         rows = [line for line in tables[name].splitlines() if line.startswith("| alone") or line.startswith("| +")]
         assert [row.split(" | ")[0] for row in rows] == [
-            "| alone", "| + gpupair (shipped)", "| + gpupair-frag (fragmentation)"]
+            "| alone", "| + gpupair (shipped)", "| + gpupair-whole-gpus (whole-gpus)"]
         assert rows[0].split(" | ")[4] == "-"  # no gap to itself
         assert all(" @" in row.split(" | ")[4] for row in rows[1:])  # the worst gap and where
     summary = tables["Which workloads pass (2 workloads)"]
-    assert summary.count("- gpupair (shipped), ") == 4 and summary.count("- gpupair-frag (fragmentation), ") == 4
+    assert summary.count("- gpupair (shipped), ") == 4 and summary.count("- gpupair-whole-gpus (whole-gpus), ") == 4
     runs = json.loads((tmp_path / "runs.json").read_text())
     # per workload: kube-default alone and with each score, two seeds; FGD replayed on pinned only
     assert len(runs) == 2 * 3 * 2 + 2
