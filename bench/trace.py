@@ -21,7 +21,10 @@ kube-default alone at any arrival from 50 to 130% and where, multi-GPU pods on t
 nodes; then which workloads pass each check. Where FGD published nothing (a workload of our own),
 FGD is replayed over the same seeds and stands in, marked "replayed".
 
-Run: .venv/bin/python bench/trace.py [--fixtures DIR] [--seeds 42-51] [--traces default,...|all]
+A fleet of another shape (--nodes FILE): every table against FGD replayed over the same seeds on
+that fleet.
+
+Run: .venv/bin/python bench/trace.py [--fixtures DIR] [--nodes FILE] [--seeds 42-51] [--traces default,...|all]
      [--skip-fidelity] [--skip-goal] [--floor] [--goal-policies ...] [--goal-scores shipped,...]
      [--path device-plugin|dra] [--workers N] [--json FILE]
 Prints markdown (docs/simulate.md quotes it) and writes every run as JSON with --json FILE.
@@ -91,6 +94,9 @@ def main() -> int:
                         help="the node list, and the pod lists looked for first")
     parser.add_argument("--openb", type=Path, default=OPENB, help="the pod lists looked for second")
     parser.add_argument("--published", type=Path, default=PUBLISHED, help="FGD's full result file")
+    parser.add_argument("--nodes", type=Path, help="a node list other than the fixtures' openb fleet (such as "
+                        "bench/openb/openb_node_list_split30.csv); FGD is then replayed on it, never its "
+                        "published figures")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--traces", help="workloads, comma-separated, or all (default: all with --floor, "
                         "else default,multigpu20,multigpu50)")
@@ -133,8 +139,8 @@ def run(args) -> int:
         raise UsageError(str(error).replace("--policies", "--goal-policies")) from None
     if args.workers < 0:
         raise UsageError("--workers: 0 (one per core) or more")
-    nodes = read_nodes(args.fixtures / "openb_node_list_gpu_node.csv")
-    reference = published(args.published)
+    nodes = read_nodes(args.nodes or args.fixtures / "openb_node_list_gpu_node.csv")
+    reference = {} if args.nodes else published(args.published)  # FGD published the openb fleet's only
     pods_of = {trace: read_pods(found[trace]) for trace in traces}
     everything = []
     started = time.monotonic()

@@ -55,11 +55,26 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     assert all(set(map(int, r["allocation"])) >= set(range(50, 131)) for r in runs)
 
 
+def test_another_fleet_is_measured_against_fgd_replayed_on_it(sliced, tmp_path):
+    """FGD published the openb fleet only: on a node list of another shape (--nodes) every
+    workload's FGD is replayed over the same seeds, the published figures never read."""
+    lines = (sliced / "openb_node_list_gpu_node.csv").read_text().splitlines()
+    fleet = tmp_path / "fleet.csv"
+    fleet.write_text("\n".join([lines[0], *[line.replace(",8,", ",4,") for line in lines[1:]]]) + "\n")
+    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--nodes", str(fleet),
+                 "--traces", "multigpu50", "--seeds", "1", "--workers", "1", "--json", str(tmp_path / "runs.json"))
+    assert done.returncode == 0, done.stderr
+    assert "FGD replayed @100 / @130" in done.stdout and "FGD published" not in done.stdout
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    assert sorted(r["policy"] for r in runs) == ["FGD", "kube-default", "kube-default"]
+
+
 @pytest.mark.parametrize("args, expected", [
     (("--traces", "nope"), "--traces: no pod list for nope"),
     (("--goal-scores", "magic"), "--goal-scores: unknown magic"),
     (("--goal-policies", "tetris"), "--goal-policies: unknown policy 'tetris'"),
     (("--published", "/nonexistent.csv"), "cannot read FGD's result file"),
+    (("--nodes", "/nonexistent.csv"), "/nonexistent.csv: cannot read"),
 ])
 def test_bad_input_is_one_line_and_exit_2(sliced, args, expected):
     done = bench("--floor", "--fixtures", str(sliced), "--traces", "pinned", *args)
