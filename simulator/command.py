@@ -100,13 +100,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--plugin", "aligned", "trace scenario, device-plugin path: how the device plugin picks "
              "whole GPUs: aligned (nvidia-device-plugin's best-effort policy) or naive (the lowest-indexed free "
              "GPUs, as FGD's simulator)", choices=["aligned", "naive"])
-    add_flag(parser, "--gpupair-scores", "shipped,fragmentation",
+    add_flag(parser, "--gpupair-scores", "shipped",
              "trace scenario: gpupair configurations beside each policy alone: shipped (the extender as deployed: "
              "--score fragmentation, the GPU entry filtering whole-GPU pods and the every-pod entry scoring every pod, "
-             "whole GPUs as reporters publish them), best-fit (--score best-fit, GPU pods only, as shipped before), "
-             "filter (the GPU entry alone, beside a plugin that scores GPUs itself), fragmentation "
-             "(--score fragmentation for every pod, each GPU's share known), fragmentation-whole (the same, seeing "
-             "whole GPUs only: what shipped scores)")
+             "each GPU's share taken known), whole-gpus (the same with shares not reported: a GPU with a share "
+             "taken looks taken), best-fit (--score best-fit, GPU pods only, as shipped before), filter (the GPU "
+             "entry alone, beside a plugin that scores GPUs itself)")
     add_flag(parser, "--percentage-of-nodes-to-score", "",
              "trace scenario: kube-scheduler's percentageOfNodesToScore: 0 (its default: 50 - nodes/125, at least "
              "5) to 100; the filter stops after that share of nodes is found feasible, from where the last pod's "

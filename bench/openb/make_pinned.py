@@ -1,5 +1,8 @@
 """Write ``openb_pod_list_pinned.csv``: the ``default`` pod list with GPU pods pinned to GPU
 products the way teams pin them on a fleet of mixed generations, unlike FGD's ``gpuspec`` lists.
+With ``--source multigpu30``, ``openb_pod_list_pinned-multigpu30.csv``: the same pins on FGD's
+``multigpu30`` list, where pods asking several GPUs are 30% of the GPU demand (about 2,400 GPUs
+of training jobs on the 8-GPU boards' 4,908, beside the same shares on the T4s).
 
 What it models (a nodeSelector or required node affinity on ``nvidia.com/gpu.product``):
 - training jobs: every pod asking 2 or more GPUs accepts only the 8-GPU boards' products
@@ -17,7 +20,7 @@ pods free. The issue this serves (gpupair#44) asks for a model-pinned workload o
 that a score tuned on FGD's lists is also checked on pins shaped another way.
 
 Deterministic: one fixed seed, Python's own ``random`` (its draws do not change between releases).
-Run: python3 bench/openb/make_pinned.py [--fixtures DIR] [--out FILE]
+Run: python3 bench/openb/make_pinned.py [--fixtures DIR] [--source default|multigpu30] [--out FILE]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ FIXTURES = HERE.parents[2] / "shared" / "fixtures" / "alibaba-gpu-v2023"
 SEED = 44
 EIGHT_GPU_PRODUCTS = ("G2", "G3", "V100M32")
 SHARE_PRODUCT, SHARE_AT_MOST = "T4", 500  # milli of one GPU
+SOURCES = ("default", "multigpu30")  # FGD's pod lists it pins
 
 
 def pinned(pods: list[dict[str, str]], nodes: list[dict[str, str]], seed: int = SEED) -> list[dict[str, str]]:
@@ -62,10 +66,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fixtures", type=Path, default=FIXTURES,
                         help="the folder with openb_pod_list_default.csv and the node list")
-    parser.add_argument("--out", type=Path, default=HERE / "openb_pod_list_pinned.csv")
+    parser.add_argument("--source", default="default", choices=SOURCES,
+                        help="FGD's pod list to pin (default: in --fixtures; multigpu30: in bench/openb)")
+    parser.add_argument("--out", type=Path, help="default: openb_pod_list_pinned.csv, or "
+                        "openb_pod_list_pinned-SOURCE.csv for another source, beside this script")
     args = parser.parse_args()
+    source = args.fixtures / "openb_pod_list_default.csv" if args.source == "default" else \
+        HERE / f"openb_pod_list_{args.source}.csv"
+    out = args.out or HERE / ("openb_pod_list_pinned.csv" if args.source == "default"
+                              else f"openb_pod_list_pinned-{args.source}.csv")
     try:
-        with (args.fixtures / "openb_pod_list_default.csv").open(newline="") as handle:
+        with source.open(newline="") as handle:
             reader = csv.DictReader(handle)
             columns, pods = reader.fieldnames, list(reader)
         with (args.fixtures / "openb_node_list_gpu_node.csv").open(newline="") as handle:
@@ -73,17 +84,18 @@ def main() -> int:
     except OSError as error:
         print(f"make_pinned.py: error: cannot read the fixtures: {error}", file=sys.stderr)
         return 2
-    if not columns or "gpu_spec" not in columns:
-        print(f"make_pinned.py: error: {args.fixtures}/openb_pod_list_default.csv has no gpu_spec column",
-              file=sys.stderr)
+    if not columns or "num_gpu" not in columns or "gpu_milli" not in columns:
+        print(f"make_pinned.py: error: {source} is not an openb pod list (num_gpu, gpu_milli)", file=sys.stderr)
         return 2
-    rows = pinned(pods, nodes)
-    with args.out.open("w", newline="") as handle:
+    if "gpu_spec" not in columns:  # FGD's multigpu lists have none: no pod pinned
+        columns = [*columns, "gpu_spec"]
+    rows = pinned([{"gpu_spec": "", **pod} for pod in pods], nodes)
+    with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     counts = Counter(row["gpu_spec"] for row in rows if row["gpu_spec"])
-    print(f"{args.out}: {len(rows)} pods, {sum(counts.values())} pinned: "
+    print(f"{out}: {len(rows)} pods, {sum(counts.values())} pinned: "
           + ", ".join(f"{spec} {n}" for spec, n in counts.most_common()))
     return 0
 

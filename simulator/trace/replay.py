@@ -52,20 +52,19 @@ EXTENDER_SCALE = EXTENDER_WEIGHT * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
 FGD_PLUGIN_WEIGHT = 1000  # FGD's published configuration registers its policy plugin at 1000
 # gpupair's configurations (``--gpupair-scores``):
 # - shipped: what deploy/ ships: --score fragmentation through two entries (the GPU entry filters
-#   whole-GPU pods, the every-pod entry scores every pod), fed whole GPUs only, as the reporters
-#   publish them;
-# - best-fit: the extender as shipped before it: --score best-fit, GPU pods scored, no other;
-# - fragmentation: the fragmentation score seeing each GPU's share;
-# - fragmentation-whole: the same seeing whole GPUs only (scores what shipped scores: each pod
-#   once, whichever entry asks);
+#   whole-GPU pods, the every-pod entry scores every pod), the reporters telling each GPU's share
+#   taken (time-slicing and MPS replicas, MIG slices, DRA capacity consumed);
+# - whole-gpus: the same score where the sharing layer's shares are not reported (a GPU with a
+#   share taken looks taken): the comparison row for what seeing shares gains;
+# - best-fit: the extender as shipped before the fragmentation score: --score best-fit, GPU pods
+#   scored, no other;
 # - filter: the GPU entry alone (a filter), beside a plugin that scores GPUs itself.
-SHIPPED, BEST_FIT, FRAGMENTATION, WHOLE_GPUS, FILTER_ONLY = (
-    "shipped", "best-fit", "fragmentation", "fragmentation-whole", "filter")
-SCORE_LABELS = {SHIPPED: "gpupair", BEST_FIT: "gpupair-bestfit", FRAGMENTATION: "gpupair-frag",
-                WHOLE_GPUS: "gpupair-frag-whole", FILTER_ONLY: "gpupair-filter"}
+SHIPPED, WHOLE_GPUS, BEST_FIT, FILTER_ONLY = "shipped", "whole-gpus", "best-fit", "filter"
+SCORE_LABELS = {SHIPPED: "gpupair", WHOLE_GPUS: "gpupair-whole-gpus", BEST_FIT: "gpupair-bestfit",
+                FILTER_ONLY: "gpupair-filter"}
 # The configurations with the fragmentation score (every pod scored), and whether each sees whole
 # GPUs only.
-WHOLE_GPUS_ONLY = {SHIPPED: True, FRAGMENTATION: False, WHOLE_GPUS: True}
+WHOLE_GPUS_ONLY = {SHIPPED: False, WHOLE_GPUS: True}
 
 
 @dataclass(frozen=True)

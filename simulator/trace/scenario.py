@@ -9,7 +9,12 @@ from collections import Counter
 
 from gpupair.command.flags import UsageError
 
-SCORES = ("shipped", "best-fit", "fragmentation", "fragmentation-whole", "filter")  # replay.SCORE_LABELS
+SCORES = ("shipped", "whole-gpus", "best-fit", "filter")  # replay.SCORE_LABELS
+# What each configuration's row is, printed under the table for the rows it has.
+LEGEND = {"shipped": "gpupair: the extender as deployed (--score fragmentation, every pod, each GPU's share known)",
+          "whole-gpus": "gpupair-whole-gpus: the same with shares not reported (a shared GPU looks taken)",
+          "best-fit": "gpupair-bestfit: --score best-fit, GPU pods only",
+          "filter": "gpupair-filter: the GPU entry alone, no score"}
 
 
 def parse_percentage(text: str) -> int | None:
@@ -93,10 +98,9 @@ def run(args: argparse.Namespace, paths: list[str]) -> int:
     print(text_table(header, rows))
     written = [write_summary(tsv, (header, rows), "trace.summary"),
                write_summary(tsv, replay_output.run_rows(runs), "trace.runs")]
-    print("alloc@N%: GPUs allocated when N% of the cluster's GPUs have arrived as demand (FGD's figure 9a); "
-          "gpupair: the extender as deployed (--score fragmentation, every pod, whole GPUs as reporters publish "
-          "them); gpupair-bestfit: --score best-fit, GPU pods only; gpupair-frag: --score fragmentation, each "
-          "GPU's share known; gpupair-frag-whole: the same seeing whole GPUs only (docs/simulate.md)")
+    legend = ["alloc@N%: GPUs allocated when N% of the cluster's GPUs have arrived as demand (FGD's figure 9a)",
+              *(LEGEND[score] for score in dict.fromkeys(scores))]
+    print("; ".join(legend) + " (docs/simulate.md)")
     print("TSV: " + ", ".join(map(str, written)))
     if plot is not None:
         replay_output.plot(plot, runs, workload_name(args.trace_pods))

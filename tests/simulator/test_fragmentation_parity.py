@@ -8,7 +8,7 @@ request's Nodes node by node and a request's names against the rows it keeps
 The fleet: nodes of every shape of Alibaba's trace (tests/fixtures/trace: G2, G3, T4, P100, V100,
 A10; 1, 2, 4 and 8 GPUs, NUMA-split; some with 8 cores for 2 GPUs, so CPU runs out first), filled
 with the trace's own pods (bench/openb gpuspec33: GPU shares, pods pinned to GPU models, CPU-only
-pods). Two kinds of state: whole GPUs, where the simulator runs seeing whole GPUs only (a GPU
+pods). Two kinds of state: whole GPUs, where the simulator runs as ``whole-gpus`` (``whole_only``) (a GPU
 with a share taken looks taken), as the extender sees a node that publishes no shares; and
 time-sliced, every GPU split into four replicas, each share pod asking one, the reporters
 publishing each GPU's shares (gpupair.io/shares), where both see each GPU's share and foresee

@@ -32,7 +32,7 @@ def bench(*args):
 
 def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--seeds", "1-2",
-                 "--goal-scores", "shipped,fragmentation", "--workers", "1", "--json", str(tmp_path / "runs.json"))
+                 "--goal-scores", "shipped,whole-gpus", "--workers", "1", "--json", str(tmp_path / "runs.json"))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.index("### multigpu50") < out.index("### pinned")  # FGD's workloads first, then ours
@@ -42,11 +42,11 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     for name in ("multigpu50", "pinned"):
         rows = [line for line in tables[name].splitlines() if line.startswith("| alone") or line.startswith("| +")]
         assert [row.split(" | ")[0] for row in rows] == [
-            "| alone", "| + gpupair (shipped)", "| + gpupair-frag (fragmentation)"]
+            "| alone", "| + gpupair (shipped)", "| + gpupair-whole-gpus (whole-gpus)"]
         assert rows[0].split(" | ")[4] == "-"  # no gap to itself
         assert all(" @" in row.split(" | ")[4] for row in rows[1:])  # the worst gap and where
     summary = tables["Which workloads pass (2 workloads)"]
-    assert summary.count("- gpupair (shipped), ") == 4 and summary.count("- gpupair-frag (fragmentation), ") == 4
+    assert summary.count("- gpupair (shipped), ") == 4 and summary.count("- gpupair-whole-gpus (whole-gpus), ") == 4
     runs = json.loads((tmp_path / "runs.json").read_text())
     # per workload: kube-default alone and with each score, two seeds; FGD replayed on pinned only
     assert len(runs) == 2 * 3 * 2 + 2
@@ -55,11 +55,26 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     assert all(set(map(int, r["allocation"])) >= set(range(50, 131)) for r in runs)
 
 
+def test_another_fleet_is_measured_against_fgd_replayed_on_it(sliced, tmp_path):
+    """FGD published the openb fleet only: on a node list of another shape (--nodes) every
+    workload's FGD is replayed over the same seeds, the published figures never read."""
+    lines = (sliced / "openb_node_list_gpu_node.csv").read_text().splitlines()
+    fleet = tmp_path / "fleet.csv"
+    fleet.write_text("\n".join([lines[0], *[line.replace(",8,", ",4,") for line in lines[1:]]]) + "\n")
+    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--nodes", str(fleet),
+                 "--traces", "multigpu50", "--seeds", "1", "--workers", "1", "--json", str(tmp_path / "runs.json"))
+    assert done.returncode == 0, done.stderr
+    assert "FGD replayed @100 / @130" in done.stdout and "FGD published" not in done.stdout
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    assert sorted(r["policy"] for r in runs) == ["FGD", "kube-default", "kube-default"]
+
+
 @pytest.mark.parametrize("args, expected", [
     (("--traces", "nope"), "--traces: no pod list for nope"),
     (("--goal-scores", "magic"), "--goal-scores: unknown magic"),
     (("--goal-policies", "tetris"), "--goal-policies: unknown policy 'tetris'"),
     (("--published", "/nonexistent.csv"), "cannot read FGD's result file"),
+    (("--nodes", "/nonexistent.csv"), "/nonexistent.csv: cannot read"),
 ])
 def test_bad_input_is_one_line_and_exit_2(sliced, args, expected):
     done = bench("--floor", "--fixtures", str(sliced), "--traces", "pinned", *args)

@@ -18,7 +18,9 @@ from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.files import TraceNode, TracePod, read_nodes, read_pods, workload_name
 from gpupair.simulator.trace.numa import NumaSplits
 from gpupair.simulator.trace.models.scoring_policies import make_policy
-from gpupair.simulator.trace.replay import FRAGMENTATION, ReplayConfig, ReplayResult, replay
+from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, picker
+from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.replay import SHIPPED, WHOLE_GPUS, WHOLE_GPUS_ONLY, ReplayConfig, ReplayResult, replay
 from gpupair.simulator.trace.runs import parse_seeds, run_all
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "trace"
@@ -192,7 +194,7 @@ def test_gpupair_on_the_default_profile_matches_fgds_published_allocation(full):
     """The issue's goal on multigpu50: kube-default with gpupair's fragmentation score within a
     point of FGD's published ten-seed mean, every multi-GPU pod on the fewest NUMA nodes."""
     nodes, pods = full
-    run = replay(nodes, pods, ReplayConfig("kube-default", True, 42, score=FRAGMENTATION))
+    run = replay(nodes, pods, ReplayConfig("kube-default", True, 42, score=SHIPPED))
     alone = replay(nodes, pods, ReplayConfig("kube-default", False, 42))
     fgd_published = mean(float(row["100"]) for row in published("FGD"))
     assert abs(run.allocation[100] - fgd_published) < 1.0
@@ -256,10 +258,9 @@ def test_json_output_is_one_document_a_script_can_check(sliced):
     document = json.loads(done.stdout)
     assert document["trace"]["numa_split"] == {"8": "4+4", "4": "2+2", "2": "1+1", "1": "1"}
     runs = document["runs"]
-    assert len(runs) == 2 * 3 * 2  # policies x (alone, gpupair, gpupair-frag) x seeds
+    assert len(runs) == 2 * 2 * 2  # policies x (alone, gpupair as shipped) x seeds
     assert {(r["policy"], r["gpupair"], r["score"]) for r in runs} == {
-        (p, False, None) for p in ("BestFit", "kube-default")} | {
-        (p, True, s) for p in ("BestFit", "kube-default") for s in ("shipped", "fragmentation")}
+        (p, False, None) for p in ("BestFit", "kube-default")} | {(p, True, "shipped") for p in ("BestFit", "kube-default")}
     for run in runs:
         assert {"policy", "gpupair", "seed", "path", "allocation", "multi_gpu_placed", "multi_gpu_numa_local",
                 "avoidable_sys", "stranded_by_numa_rule"} <= set(run)
@@ -343,15 +344,32 @@ def test_a_share_placed_on_the_only_node_left_goes_on_a_gpu_that_holds_it():
             assert max(v for v in run.allocation.values() if v is not None) <= 100.0, (policy, seed)
 
 
-def test_shipped_is_the_fragmentation_score_as_deployed_and_best_fit_the_one_before(sliced):
-    """`shipped` is what deploy/ ships: the fragmentation score for every pod (the every-pod
-    entry scores each pod once), fed whole GPUs as the reporters publish them, so it places every
-    pod where `fragmentation-whole` does; `best-fit` scores GPU pods alone with best fit, as
-    shipped before, and CPU pods then go where the profile alone puts them."""
+def test_shipped_grades_a_share_pod_on_the_gpu_it_would_share():
+    """`shipped` is told each GPU's share, as the reporters publish it: a half-GPU pod goes where
+    it fills a half-used GPU. `whole-gpus` (shares not reported) sees that GPU as taken and packs
+    by the GPUs that look free, onto the fuller-looking node, which breaks a whole GPU."""
+    nodes = [TraceNode("a", 96000, 1 << 20, 4, "G2"), TraceNode("b", 96000, 1 << 20, 2, "G2")]
+    cluster = cluster_of(nodes, [(0, pod("s", 1000, 1, 500), [0]), (1, pod("w", 1000, 1), [0])])
+    tables = Tables(cluster.layouts, picker("device-plugin", "aligned", True), gpupair_decider("device-plugin", "aligned"))
+    half = pod("h", 1000, 1, 500)
+    grades = {}
+    for score in (SHIPPED, WHOLE_GPUS):
+        measure = FragmentationScore(cluster, tables, WHOLE_GPUS_ONLY[score])
+        for seen in (half, pod("one", 1000, 1)):
+            measure.seen(seen)
+        grades[score] = measure.scores(half, np.arange(2)).tolist()
+    assert grades[SHIPPED][0] > grades[SHIPPED][1]
+    assert grades[WHOLE_GPUS][1] > grades[WHOLE_GPUS][0]
+
+
+def test_shipped_whole_gpus_and_best_fit_are_three_configurations(sliced):
+    """On a workload with shares, seeing them moves placements (`shipped` against `whole-gpus`);
+    `best-fit` scores GPU pods alone with best fit, as shipped before, and CPU pods then go where
+    the profile alone puts them."""
     nodes, pods = read_nodes(sliced[0]), read_pods(sliced[1])
+    assert any(p.gpus and p.milli_per_gpu < 1000 for p in pods)
     runs = {score: replay(nodes, pods, ReplayConfig("kube-default", True, 3, score=score))
-            for score in ("shipped", "fragmentation-whole", "best-fit")}
-    assert runs["shipped"].allocation == runs["fragmentation-whole"].allocation
-    assert runs["shipped"].multi_gpu_placed == runs["fragmentation-whole"].multi_gpu_placed
+            for score in ("shipped", "whole-gpus", "best-fit")}
+    assert runs["shipped"].allocation != runs["whole-gpus"].allocation
     assert runs["best-fit"].allocation != runs["shipped"].allocation
     assert {r.score for r in runs.values()} == set(runs)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupair.decide.score.fragmentation import Fragmentation, grades
+from gpupair.decide.score.fragmentation import MILLI, PACKING, SHARE_PACKING, Fragmentation, grades
 
 
 @dataclass(frozen=True)
@@ -38,4 +38,6 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int) -
     weight = measure.scarcity(rows.before, rows.model)
     before = measure.amount(rows.cpu_left, rows.before, rows.model, fits(False), weight)
     grown = measure.amount(rows.cpu_left - pod_cpu, rows.after, rows.model, fits(True), weight) - before
-    return grades(grown, rows.after.sum(axis=1), rows.capacity)
+    taken = rows.before.sum(axis=1) - rows.after.sum(axis=1)  # the pod's GPU milli, alike on every row
+    share = bool(len(taken)) and 0 < int(taken[0]) < MILLI
+    return grades(grown, rows.after.sum(axis=1), rows.capacity, SHARE_PACKING if share else PACKING)

@@ -7,10 +7,12 @@ CPU left; each GPU's share left; and, for the pod scored, the GPUs its node's pi
 to take (the device plugin's or the allocator's set; a share on the GPU the sharing layer packs
 it onto, the one with the least left that holds it: gpupair/decide/score/share_pick.py).
 
-``whole_only``: the extender as it runs, whose reporters publish whole GPUs. A GPU with
-any share taken looks taken, a share pod looks like a one-GPU pod, and where a share lands is
-not foreseen (it changes nothing the extender sees). It knows each node's GPU product (NVML or
-GFD's label) and each pod's accepted products (nodeSelector, node affinity), as the trace does.
+It knows each node's GPU product (NVML or GFD's label) and each pod's accepted products
+(nodeSelector, node affinity), as the trace does.
+
+``whole_only``: a sharing layer whose shares are not reported (the ``whole-gpus`` comparison).
+A GPU with any share taken looks taken, a share pod looks like a one-GPU pod, and where a share
+lands is not foreseen (it changes nothing the extender sees).
 
 The grades come from ``fragmentation_grades``, the function the extender's prioritize calls.
 """
