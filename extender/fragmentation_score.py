@@ -157,8 +157,9 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
 
 
 def _share_asks(scored: Scored, gpus: int, shares: int) -> ShareAsk | None:
-    """Where the pod takes shares, how many and of what size, per scored node."""
-    rows = np.full(len(scored.index), shares > 0) | ((gpus > 0) & scored.replicated)
+    """Where the pod takes shares, how many and of what size, per scored node. On a node whose
+    reporter publishes no shares, where it lands is not foreseen (it changes nothing seen)."""
+    rows = ((shares > 0) & (scored.share_of > 0)) | ((gpus > 0) & scored.replicated)
     if not rows.any():
         return None
     return ShareAsk(rows, MILLI // np.maximum(scored.share_of, 1), shares or gpus)

@@ -8,6 +8,8 @@ types.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
@@ -30,3 +32,19 @@ def explain(exc: ValidationError) -> str:
     message = first["msg"].removeprefix("Value error, ")
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{where}: {message}{more}"
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def annotation_model(key: str, text: object, model: type[Model], limit: int, error: type[ValueError]) -> Model:
+    """The JSON annotation ``key`` as ``model``, or ``error`` saying in one line why not: not a
+    string, over ``limit`` characters, or not what the model allows."""
+    if not isinstance(text, str):
+        raise error(f"{key} must be a string")
+    if len(text) > limit:
+        raise error(f"{key} is {len(text)} bytes, over the {limit} limit")
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        raise error(f"{key} rejected at {explain(exc)}") from None

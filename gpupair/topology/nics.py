@@ -17,10 +17,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpupair.topology import links
-from gpupair.kubewire.wire import explain
+from gpupair.kubewire.wire import annotation_model
 
 NICS_KEY = "gpupair.io/nics"
 FORMAT_VERSION = 1
@@ -130,14 +130,7 @@ def encode_nics(layout: NicLayout, topology_fingerprint: str) -> str:
 
 def decode_nics(text: object, topology_fingerprint: str, gpus: int) -> NicLayout:
     """The NICs of a report whose topology has this fingerprint and ``gpus`` GPUs."""
-    if not isinstance(text, str):
-        raise NicsError(f"{NICS_KEY} must be a string")
-    if len(text) > 64 * 1024:
-        raise NicsError(f"{NICS_KEY} is {len(text)} bytes, over the 65536 limit")
-    try:
-        report = NicsReport.model_validate_json(text)
-    except ValidationError as exc:
-        raise NicsError(f"{NICS_KEY} rejected at {explain(exc)}") from None
+    report = annotation_model(NICS_KEY, text, NicsReport, 64 * 1024, NicsError)
     if report.topology != topology_fingerprint:
         raise NicsError(f"{NICS_KEY} refers to topology {report.topology}, the node shows {topology_fingerprint}")
     if len(report.links) != gpus:

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpupair.topology import limits, links
 from gpupair.topology.layout import Device, NodeLayout, NodeState
 from gpupair.topology.nics import NICS_KEY, NicLayout, NicsError, decode_nics
 from gpupair.topology.shares import SHARES_KEY, GpuShares, SharesError, decode_shares
-from gpupair.kubewire.wire import explain
+from gpupair.kubewire.wire import annotation_model
 
 PREFIX = "gpupair.io/"
 TOPOLOGY_KEY = PREFIX + "topology"
@@ -274,12 +274,7 @@ def _rfc3339(moment: datetime) -> str:
 
 
 def _load(key: str, raw: str, model: type[BaseModel]) -> BaseModel:
-    if len(raw) > MAX_ANNOTATION_BYTES:
-        raise ReportError(f"{key} is {len(raw)} bytes, over the {MAX_ANNOTATION_BYTES} limit")
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        raise ReportError(f"{key} rejected at {explain(exc)}") from None
+    return annotation_model(key, raw, model, MAX_ANNOTATION_BYTES, ReportError)
 
 
 def decode_layout(topology_json: str) -> NodeLayout:

@@ -21,10 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpupair.topology import limits
-from gpupair.kubewire.wire import explain
+from gpupair.kubewire.wire import annotation_model
 
 SHARES_KEY = "gpupair.io/shares"
 MILLI = 1000  # one GPU
@@ -94,14 +94,7 @@ def encode_shares(shares: GpuShares, topology_fingerprint: str, generation: int)
 def decode_shares(text: object, size: int, topology_fingerprint: str, generation: int,
                   free: frozenset[int]) -> GpuShares:
     """The shares of a node of ``size`` GPUs whose free report is ``generation`` with ``free``."""
-    if not isinstance(text, str):
-        raise SharesError(f"{SHARES_KEY} must be a string")
-    if len(text) > MAX_SHARES_BYTES:
-        raise SharesError(f"{SHARES_KEY} is {len(text)} bytes, over the {MAX_SHARES_BYTES} limit")
-    try:
-        model = _SharesModel.model_validate_json(text)
-    except ValidationError as exc:
-        raise SharesError(f"{SHARES_KEY} rejected at {explain(exc)}") from None
+    model = annotation_model(SHARES_KEY, text, _SharesModel, MAX_SHARES_BYTES, SharesError)
     if model.topology != topology_fingerprint:
         raise SharesError(f"{SHARES_KEY} refers to topology {model.topology}, the node shows {topology_fingerprint}")
     if model.generation != generation:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from gpupair.simulator.trace.files import read_nodes, read_pods
-from gpupair.simulator.trace.replay import SHIPPED, ReplayConfig, replay
+from gpupair.simulator.trace.replay import WHOLE_GPUS, ReplayConfig, replay
 from gpupair.simulator.trace.node_sample import sample_nodes
 from tests.controlplane.gpupair_install import scheduler_extenders
 from tests.controlplane.trace_fleet import TraceFleet, replay_real
@@ -33,7 +33,8 @@ SEED, NODES = 42, 100
 def test_the_trace_on_the_real_scheduler_allocates_as_simulated(api, namespace, gpupair, scheduler):
     nodes = sample_nodes(read_nodes(TRACE / "openb_node_list_gpu_node.csv"), NODES, np.random.default_rng([SEED, 3]))
     pods = read_pods(TRACE / "openb_pod_list_multigpu50.csv")
-    simulated = replay(nodes, pods, ReplayConfig("kube-default", True, SEED, score=SHIPPED))
+    # The stand-in reporter publishes whole GPUs (a share taken looks taken): simulate's whole-gpus.
+    simulated = replay(nodes, pods, ReplayConfig("kube-default", True, SEED, score=WHOLE_GPUS))
 
     install = gpupair("device-plugin")
     fleet = TraceFleet(api, nodes)

@@ -15,7 +15,7 @@ runs on a node, synchronously with the protocol (one pod at a time, so nothing h
   simulator pick) hands a bound whole-GPU pod its GPUs among those with nothing taken.
 - **The sharing layer.** A share pod asks ``nvidia.com/gpu.shared: 1`` (time-slicing's resource
   and the extender's default ``--shared-resources``: the every-pod entry scores it, and its
-  workload counts it as a one-GPU shape, as ``simulate``'s ``shipped`` does) and its share as
+  workload counts it as a one-GPU shape, as ``simulate``'s ``whole-gpus`` does) and its share as
   ``harness.gpupair.test/gpu-milli`` (thousandths of a GPU, FGD's ``gpu_milli``), the way
   GPU-sharing schedulers ask a count and a size. The layer puts the share on the GPU with the
   least left that holds it (ties: lowest index), as ``simulate`` does. After every placement the

@@ -222,6 +222,17 @@ def test_the_services_are_the_folders_pyproject_maps():
     assert all(folder.is_dir() for folder in SERVICES.values())
 
 
+def test_every_package_folder_is_listed_for_the_wheel():
+    """A folder with an __init__.py under gpupair/ or a service's folder that pyproject's package
+    list leaves out is missing from the wheel and the image (gpupair.decide.defrag was, once)."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    roots = {"gpupair": ROOT / "gpupair", **{f"gpupair.{name}": folder for name, folder in SERVICES.items()}}
+    found = {f"{package}.{'.'.join(init.parent.relative_to(folder).parts)}".rstrip(".")
+             for package, folder in roots.items() for init in folder.rglob("__init__.py")
+             if "__pycache__" not in init.parts}
+    assert found - set(setuptools["packages"]) == set()
+
+
 def test_the_core_imports_no_service():
     broken = [f"{module_name(path)} imports {name}" for path in sorted(CORE.rglob("*.py"))
               for name in crossed("core", imports_of(path))]

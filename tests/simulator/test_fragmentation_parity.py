@@ -208,7 +208,7 @@ def state(name: str) -> Fleet:
 # The time-sliced states (every GPU four replicas, share pods on replicas) add the share probes:
 # there the extender reads each GPU's shares from gpupair.io/shares and foresees where a share
 # pod lands, as the simulator's share-aware score does.
-CASES = [(name, pod) for name in STATES for pod in PROBES if not (name == "busy" and pod.gpus == 8)] + \
+CASES = [(name, pod) for name in STATES for pod in PROBES + SHARE_PROBES[:1] if not (name == "busy" and pod.gpus == 8)] + \
     [(name, pod) for name in SHARED_STATES for pod in PROBES + SHARE_PROBES if pod.gpus < 8]
 
 
