@@ -9,7 +9,7 @@ from gpupair.topology import limits
 from gpupair.command.flags import (PORT, Range, UsageError, add_default_placement, add_gpu_device_classes,
                                    add_kube_flags, add_reporter_port, add_resource_name, add_tls_flags,
                                    add_token_audience,
-                                   extended_resource, index_pairs, listen_address, name_list)
+                                   extended_resource, index_pairs, listen_address, object_names)
 from gpupair.command.service import add_common_flags, add_flag
 from gpupair.webhook.claim_defaults import DEFAULT_GPUS_PER_NUMA_NODE
 
@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--verifier-image-pull-secrets", "",
              "pull secrets for that image (comma-separated Secret names): added to the spec.imagePullSecrets of "
              "each pod given the verifier that does not name them (a Secret of that name must exist in the "
-             "pod's namespace; empty: none)", type=name_list)
+             "pod's namespace; empty: none)", type=object_names)
     add_reporter_port(parser)
     add_token_audience(parser, "audience of the verifier's projected token (the reporter's --token-audience)")
     add_resource_name(parser)

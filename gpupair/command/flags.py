@@ -157,10 +157,24 @@ def index_pairs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
+# An object name (a Secret's, for one): an RFC 1123 subdomain, as the apiserver checks it.
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def object_names(text: str) -> tuple[str, ...]:
+    """Comma-separated Kubernetes object names (``name_list``), each one the apiserver accepts:
+    a bad one written into pods would have the apiserver refuse every pod it reaches."""
+    names = name_list(text)
+    if any(len(name) > 253 or not _OBJECT_NAME.fullmatch(name) for name in names):
+        raise ValueError(text)
+    return names
+
+
 _KIND_WORDS = {int: "an integer", float: "a number", ip_address: "an IP address",
                listen_address: "an IP address or a host name",
                extended_resource: "an extended resource name (domain/name, outside kubernetes.io)",
-               index_pairs: "pairs of GPU indices joined by +, comma-separated, each index once (0+1,2+3)"}
+               index_pairs: "pairs of GPU indices joined by +, comma-separated, each index once (0+1,2+3)",
+               object_names: "object names, comma-separated (lowercase letters, digits, '-' and '.')"}
 
 
 class BadValue:

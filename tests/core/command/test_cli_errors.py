@@ -145,6 +145,17 @@ def test_a_listen_address_that_is_neither_an_ip_nor_a_host_name_is_one_line_and_
         ["0.0.0.0", "::", "localhost", "gpupair.svc."]
 
 
+def test_a_pull_secret_name_the_apiserver_would_refuse_is_one_line_and_exit_2(capsys, monkeypatch):
+    """Written into every opted-in pod, a bad Secret name would have the apiserver refuse them all."""
+    for key in [k for k in os.environ if k.startswith(flags.ENV_PREFIX)]:
+        monkeypatch.delenv(key)
+    for bad in ("Bad_Name!", "regcred,UPPER", "-edge", "x" * 254):
+        code, err = main_exits(["webhook", f"--verifier-image-pull-secrets={bad}"], capsys)
+        assert code == 2 and one_error_line(err, "webhook").startswith(
+            "--verifier-image-pull-secrets: expected object names"), (bad, err)
+    assert flags.object_names("regcred, mirror.example,regcred") == ("regcred", "mirror.example")
+
+
 def test_a_misspelt_boolean_variable_and_a_deprecated_variable_are_checked_the_same(commands, capsys, monkeypatch):
     for name, parser in commands.items():
         for flag, action in contract_flags(parser).items():
