@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reporter": ("gpupair.reporter.main", "publish this node's GPU layout and free GPUs as node annotations"),
     "status": ("gpupair.status.main", "the cluster's GPU nodes at a glance: free maps, report ages, pending pods, FAILs"),
     "snapshot": ("gpupair.snapshot.main", "write the cluster's nodes and pods as the openb CSVs `simulate --scenario trace` replays"),
+    "defrag": ("gpupair.defrag.main", "preview the moves of opted-in pods that would free a close set for each waiting GPU pod"),
 }
 
 

@@ -43,6 +43,7 @@ SERVICE_USES = {
     "audit": set(),
     "status": set(),
     "snapshot": {"simulator", "status"},  # the trace files it writes; the listing it reads
+    "defrag": {"status"},  # the listing it reads
 }
 
 

@@ -146,6 +146,7 @@ USAGE_ERRORS = {
     "reporter": (["--dry-run", "--topology-file", "/nonexistent/topo.txt"], "cannot read layout file"),
     "status": (["--now", "yesterday"], "--now 'yesterday' is not an RFC 3339 time"),
     "snapshot": (["--output-dir", "/dev/null"], "--output-dir /dev/null is not a folder"),
+    "defrag": ([], "say --plan"),
 }
 
 
