@@ -35,6 +35,7 @@ from gpupair.defrag.node_fit import may_run_on
 from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
 from gpupair.status.build import Listing, Options, listed_picture
 from gpupair.status.objects import annotations, is_terminal, meta, parse_time
+from gpupair.topology.report import NodeReport
 
 MOVABLE_KEY = "gpupair.io/movable"  # a pod's annotation, or its namespace's label
 RECREATING = ("ReplicaSet", "StatefulSet", "Job", "ReplicationController")
@@ -63,6 +64,7 @@ class LiveFleet:
     waiting: list[WaitingPod] = field(default_factory=list)
     names: dict[str, PodName] = field(default_factory=dict)  # pod uid -> its name
     left_out: dict[str, str] = field(default_factory=dict)  # node -> why it is not planned on
+    reports: dict[str, NodeReport] = field(default_factory=dict)  # the rooms' reports
     pinned: Counter[str] = field(default_factory=Counter)  # why placed pods may not move, counted
     why_pinned: dict[str, str] = field(default_factory=dict)  # pod uid -> why it may not move
 
@@ -79,7 +81,6 @@ def live_fleet(listing: Listing, now: datetime, options: Options = Options(),
         if node:
             on_node.setdefault(node, []).append(pod)
     nodes = {str(meta(n).get("name") or ""): n for n in listing.nodes if isinstance(n, Mapping)}
-    reports = {}
     for name in sorted(nodes):
         node = nodes[name]
         entry = picture.entry_of(name, annotations(node))
@@ -100,10 +101,10 @@ def live_fleet(listing: Listing, now: datetime, options: Options = Options(),
             continue
         fleet.rooms.append(NodeRoom(name, report.layout, tuple(report.milli_left(i) for i in range(report.layout.size)),
                                     cpu, memory))
-        reports[name] = report
+        fleet.reports[name] = report
     movable_ns = frozenset(movable_namespaces)
     places = _Places(nodes, [room.name for room in fleet.rooms])
-    for name, report in reports.items():
+    for name, report in fleet.reports.items():
         if report.ledger is None:
             continue  # which pod holds which GPU is not known: none of them moves
         for pod in on_node.get(name, ()):
