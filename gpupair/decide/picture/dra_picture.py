@@ -261,21 +261,9 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
                 pods[(allocation.namespace, pod)] |= held
                 if uid:
                     uids[(allocation.namespace, pod)] = uid
-    shares = None
-    if capacities:
-        try:
-            part = {mapping[key]: thousandths_taken(capacities[key], consumed(used, driver, f"{key[0]}/{key[1]}"))
-                    for key, used in uses.items()}
-        except CapacityError as exc:
-            raise PictureError(f"DRA claim on node {node}: {exc}") from None
-        for index in taken:  # a result without consumedCapacity took it whole
-            part[index] = MILLI
-        taken |= {index for index, milli in part.items() if milli}
-        # A shared GPU counts MILLI shares, one a thousandth of it: the report's one share model
-        # (of, taken) then carries consumable capacity exactly, since milli_left is in thousandths.
-        measured = {mapping[key] for key in capacities}
-        shares = GpuShares(tuple(MILLI if i in measured else 1 for i in range(layout.size)),
-                           tuple(part.get(i, 0) if i in measured else int(i in taken) for i in range(layout.size)))
+    shares = _shares(node, layout.size, mapping, capacities, uses, taken, driver) if capacities else None
+    if shares is not None:
+        taken |= {i for i, part in enumerate(shares.taken) if part}
     free = frozenset(mapping.values()) - taken - tainted
     topology_json = encode_topology(layout)
     generation = max(s.spec.pool.generation for s in slices)
@@ -292,6 +280,24 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
     )
     return DraPicture(report, dict(mapping), inferred, note)
 
+
+
+def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
+            capacities: dict[tuple[str, str], tuple[tuple[str, int], ...]],
+            uses: dict[tuple[str, str], list[dict[str, str]]], whole: set[int], driver: str) -> GpuShares:
+    """Each GPU's shares: a shared GPU (``capacities``) as MILLI, those its results consume
+    (``uses``; all of them where a result took it ``whole``); any other GPU as one share."""
+    try:
+        part = {mapping[key]: thousandths_taken(capacities[key], consumed(used, driver, f"{key[0]}/{key[1]}"))
+                for key, used in uses.items()}
+    except CapacityError as exc:
+        raise PictureError(f"DRA claim on node {node}: {exc}") from None
+    # A shared GPU counts MILLI shares, one a thousandth of it: the report's one share model
+    # (of, taken) then carries consumable capacity exactly, since milli_left is in thousandths.
+    measured = {mapping[key] for key in capacities}
+    return GpuShares(tuple(MILLI if i in measured else 1 for i in range(size)),
+                     tuple((MILLI if i in whole else part.get(i, 0)) if i in measured else int(i in whole)
+                           for i in range(size)))
 
 
 def claim_names(pod: Any, extended: bool = True) -> list[str]:
