@@ -94,6 +94,31 @@ def allocated_claim(namespace: str, name: str, node: str, devices: Iterable[int]
     return obj
 
 
+def shared_slice(node: str, memory: str = "32Gi", devices: Iterable[int] = range(8)) -> dict[str, Any]:
+    """``node_slice`` with every GPU shareable through consumable capacity (KEP-5075, v1.36):
+    ``allowMultipleAllocations`` and the recorded ``memory`` capacity with a request policy (a
+    request not naming memory takes 8Gi; amounts in 1Gi steps), as a driver sharing GPUs by
+    memory publishes them."""
+    obj = node_slice(node, devices=devices)
+    for device in obj["spec"]["devices"]:
+        device["allowMultipleAllocations"] = True
+        device["capacity"]["memory"] = {"value": memory, "requestPolicy": {
+            "default": "8Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}
+    return obj
+
+
+def share_claim(namespace: str, name: str, node: str, shares: dict[int, str], **kwargs: Any) -> dict[str, Any]:
+    """``allocated_claim`` whose results are shares of shareable devices, as the allocator writes
+    them: a ``shareID`` each and the ``consumedCapacity`` (``shares``: device index -> memory)."""
+    obj = allocated_claim(namespace, name, node, list(shares), **kwargs)
+    obj["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": next(iter(shares.values()))}}
+    for result in obj["status"]["allocation"]["devices"]["results"]:
+        index = int(result["device"].removeprefix("gpu-"))
+        result["shareID"] = str(uuidlib.UUID(int=(next(_SEQ) + 1) << 64))
+        result["consumedCapacity"] = {"memory": shares[index]}
+    return obj
+
+
 def busy_claims(node: str, taken: Iterable[int], namespace: str = "dra-probe") -> list[dict[str, Any]]:
     """One-device claims pinning ``taken``, as the recorded busy-* claims did."""
     return [allocated_claim(namespace, f"busy-{node}-{i}", node, [i]) for i in taken]

@@ -91,10 +91,18 @@ class DeviceTaint(KubeWire):
     effect: str
 
 
+class DeviceCapacity(KubeWire):
+    value: str  # a quantity ("80Gi"), as the apiserver writes every resource.Quantity; requestPolicy is not read
+
+
 class SliceDevice(KubeWire):
     name: str
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     taints: list[DeviceTaint] = Field(default_factory=list)
+    # KEP-5075 (DRAConsumableCapacity, beta and on by default in 1.36): a device several
+    # allocations share, each consuming part of its capacities.
+    capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
+    allowMultipleAllocations: bool | None = None
 
     def attribute(self, name: str, driver: str) -> Any:
         """The attribute's value by its qualified or short name (short: the driver's domain)."""
@@ -172,6 +180,10 @@ class DeviceRequestAllocationResult(KubeWire):
     driver: str
     pool: str
     device: str
+    # KEP-5075: set on a result for a device that allows multiple allocations. consumedCapacity
+    # names every capacity of the device (zero included), with or without the driver's domain.
+    shareID: str | None = None
+    consumedCapacity: dict[str, str] = Field(default_factory=dict)
 
 
 class DeviceAllocationResult(KubeWire):

@@ -95,11 +95,14 @@ def claim_template(namespace: str, name: str, count: int, *, constraint: str | N
     return obj
 
 
-def pinned_claim(namespace: str, name: str, index: int) -> dict[str, Any]:
-    """A one-GPU claim that only device ``index`` satisfies (the recorded busy-* claims)."""
+def pinned_claim(namespace: str, name: str, index: int, memory: str = "") -> dict[str, Any]:
+    """A one-GPU claim that only device ``index`` satisfies (the recorded busy-* claims);
+    ``memory``: a share of it asking that much of its memory capacity (KEP-5075)."""
     request = {"name": "gpus", "exactly": {
         "allocationMode": "ExactCount", "count": 1, "deviceClassName": DRIVER,
         "selectors": [{"cel": {"expression": f"device.attributes['{DRIVER}'].index == {index}"}}]}}
+    if memory:
+        request["exactly"]["capacity"] = {"requests": {"memory": memory}}
     return {"apiVersion": RESOURCE, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
             "spec": {"devices": {"requests": [request]}}}
 

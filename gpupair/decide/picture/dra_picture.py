@@ -23,6 +23,9 @@ decisions, reservations, the verbs and ``status`` work on it unchanged.
   whatever happens next). The ledger lists, per pod in ``reservedFor``, the devices of its
   claims. A device with a ``NoSchedule``/``NoExecute`` taint is unhealthy, never free.
   A result naming a device no slice shows (gone with a driver restart) takes nothing.
+- **Shared.** A device with ``allowMultipleAllocations`` (consumable capacity, KEP-5075) is
+  taken by its results' ``consumedCapacity``, in thousandths (dra_capacity.py): partly consumed,
+  it is not free and its share left is in the report's ``shares``; nothing consumed, it is free.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from typing import Any
 
 from gpupair.kubewire import dra
 from gpupair.decide.claims.claim_intent import numa_constrained
+from gpupair.decide.picture.dra_capacity import CapacityError, consumed, shared_capacity, thousandths_taken
 from gpupair.decide.score.gpu_products import ANY, Accepted, selector_accepts
 from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
 from gpupair.topology.nics import Nic, NicLayout
 from gpupair.topology.report import Ledger, NodeReport, encode_topology, fingerprint
+from gpupair.topology.shares import MILLI, GpuShares
 
 SAME_ROOT, SAME_NUMA, CROSS_NUMA = "PHB", "NODE", "SYS"
 GPU_TYPES = ("gpu",)  # the NVIDIA driver's ``type`` attribute; devices without one count as GPUs
@@ -64,6 +69,7 @@ class DraDevice:
     pcie_root: str
     tainted: bool = False
     product: str = ""  # productName (NVIDIA's driver publishes NVML's name); "" when not published
+    capacity: tuple[tuple[str, int], ...] | None = None  # shared by allocations (dra_capacity.py); None: taken whole
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class Allocation:
     pods: tuple[tuple[str, str], ...] = ()  # (pod name, pod uid)
     allocated_at: datetime | None = None
     owners: tuple[str, ...] = ()  # UIDs of the pods owning the claim
+    # Results with consumedCapacity (a device several allocations share): (pool, device), what it consumes
+    consumed: tuple[tuple[tuple[str, str], dict[str, str]], ...] = ()
 
 
 def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
@@ -93,12 +101,13 @@ def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
     allocation = claim.status.allocation
     if allocation is None:
         return None
-    devices = tuple((r.pool, r.device) for r in allocation.devices.results if r.driver == driver)
-    if not devices:
+    results = [r for r in allocation.devices.results if r.driver == driver]
+    if not results:
         return None
     pods = tuple((p.name, p.uid) for p in claim.pods())
-    return Allocation(claim.metadata.namespace, claim.metadata.name, devices, pods,
-                      allocation.allocationTimestamp, tuple(claim.owner_pods()))
+    return Allocation(claim.metadata.namespace, claim.metadata.name, tuple((r.pool, r.device) for r in results),
+                      pods, allocation.allocationTimestamp, tuple(claim.owner_pods()),
+                      tuple(((r.pool, r.device), r.consumedCapacity) for r in results if r.consumedCapacity))
 
 
 def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[DraDevice]:
@@ -146,6 +155,10 @@ def _gpu(pool: str, device: dra.SliceDevice, driver: str) -> DraDevice | None:
     root = device.attribute(dra.PCIE_ROOT_ATTRIBUTE, driver)
     uuid = device.attribute("uuid", driver)
     product = device.attribute(PRODUCT_ATTRIBUTE, driver)
+    try:
+        capacity = shared_capacity(device, driver)
+    except CapacityError as exc:
+        raise PictureError(f"DRA pool {pool}: {exc}") from None
     return DraDevice(
         pool=pool, name=device.name,
         index=index if isinstance(index, int) and not isinstance(index, bool) else None,
@@ -155,6 +168,7 @@ def _gpu(pool: str, device: dra.SliceDevice, driver: str) -> DraDevice | None:
         pcie_root=root if isinstance(root, str) else "",
         tainted=bool(device.blocking_taints()),
         product=product if isinstance(product, str) else "",
+        capacity=capacity,
     )
 
 
@@ -230,17 +244,26 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
     if walk != list(range(layout.size)):
         layout = replace(layout, walk=tuple(walk))
     tainted = frozenset(mapping[(d.pool, d.name)] for d in devices if d.tainted)
+    capacities = {(d.pool, d.name): d.capacity for d in devices if d.capacity is not None}
     taken: set[int] = set()
+    uses: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     pods: dict[tuple[str, str], set[int]] = defaultdict(set)
     uids: dict[tuple[str, str], str] = {}
     for allocation in allocations:
+        shared = {key for key, _ in allocation.consumed if key in capacities}
+        for key, used in allocation.consumed:
+            if key in shared:
+                uses[key].append(used)
         held = {mapping[key] for key in allocation.devices if key in mapping}
-        taken |= held
+        taken |= {mapping[key] for key in allocation.devices if key in mapping and key not in shared}
         for pod, uid in allocation.pods:
             if held:
                 pods[(allocation.namespace, pod)] |= held
                 if uid:
                     uids[(allocation.namespace, pod)] = uid
+    shares = _shares(node, layout.size, mapping, capacities, uses, taken, driver) if capacities else None
+    if shares is not None:
+        taken |= {i for i, part in enumerate(shares.taken) if part}
     free = frozenset(mapping.values()) - taken - tainted
     topology_json = encode_topology(layout)
     generation = max(s.spec.pool.generation for s in slices)
@@ -253,9 +276,28 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
         ledger=Ledger({key: frozenset(v) for key, v in pods.items()}, uids),
         source=SOURCE,
         product=products.pop() if len(products := {d.product for d in devices}) == 1 else "",
+        shares=shares,
     )
     return DraPicture(report, dict(mapping), inferred, note)
 
+
+
+def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
+            capacities: dict[tuple[str, str], tuple[tuple[str, int], ...]],
+            uses: dict[tuple[str, str], list[dict[str, str]]], whole: set[int], driver: str) -> GpuShares:
+    """Each GPU's shares: a shared GPU (``capacities``) as MILLI, those its results consume
+    (``uses``; all of them where a result took it ``whole``); any other GPU as one share."""
+    try:
+        part = {mapping[key]: thousandths_taken(capacities[key], consumed(used, driver, f"{key[0]}/{key[1]}"))
+                for key, used in uses.items()}
+    except CapacityError as exc:
+        raise PictureError(f"DRA claim on node {node}: {exc}") from None
+    # A shared GPU counts MILLI shares, one a thousandth of it: the report's one share model
+    # (of, taken) then carries consumable capacity exactly, since milli_left is in thousandths.
+    measured = {mapping[key] for key in capacities}
+    return GpuShares(tuple(MILLI if i in measured else 1 for i in range(size)),
+                     tuple((MILLI if i in whole else part.get(i, 0)) if i in measured else int(i in whole)
+                           for i in range(size)))
 
 
 def claim_names(pod: Any, extended: bool = True) -> list[str]:
