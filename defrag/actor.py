@@ -30,7 +30,7 @@ from gpupair.decide.defrag.fleet import DefragPlan, NoDefragPlan
 from gpupair.decide.defrag.planner import Planner, SearchBound
 from gpupair.defrag.live_fleet import LiveFleet, live_fleet
 from gpupair.defrag.metrics import DefragMetrics
-from gpupair.defrag.progress import PLACED, REFUSED, End, Evict, Wait, next_step
+from gpupair.defrag.progress import REFUSED, End, Evict, Nudge, Wait, next_step
 from gpupair.kubeclient.kube import create_event, describe_error
 from gpupair.kubewire.defrag_plans import PLAN_LIMIT, PLANS_CONFIGMAP, PlanInFlight, PlannedMove
 from gpupair.kubewire.wire import annotation_model
@@ -39,6 +39,8 @@ from gpupair.status.objects import meta
 
 log = logging.getLogger("gpupair.defrag")
 COMPONENT = "gpupair-defrag"
+FREED_KEY = "gpupair.io/defrag-freed"  # on the waiting pod: the set freed for it, and when
+NUDGE_EVERY = 10.0  # seconds between two updates of one waiting pod
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class DefragActor:
         self.rate = MoveRate(options.moves_per_minute)
         self.rounds = 0
         self._told: dict[str, str] = {}  # waiting pod uid -> the no-plan reason last told in an Event
+        self._nudged: dict[str, float] = {}  # waiting pod uid -> when it was last updated
 
     # ---- one round
 
@@ -112,6 +115,9 @@ class DefragActor:
             step = next_step(plan, pods, fleet.reports, self.clock())
             if isinstance(step, Wait):
                 log.debug("plan waits", extra={"pod": f"{plan.namespace}/{plan.name}", "why": step.why})
+                return True
+            if isinstance(step, Nudge):
+                await self._nudge(plan)
                 return True
             if isinstance(step, End):
                 await self._end(plan, step, pods)
@@ -180,7 +186,24 @@ class DefragActor:
         await self._write_plan(plan)
         return ""
 
+    async def _nudge(self, plan: PlanInFlight) -> None:
+        """Say on the waiting pod which set was freed for it: the update is an event that has
+        kube-scheduler try the pod again."""
+        now = self.clock()
+        if now - self._nudged.get(plan.uid, 0.0) < NUDGE_EVERY:
+            return
+        self._nudged[plan.uid] = now
+        at = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+        note = f"{plan.node} GPU{','.join(map(str, plan.devices))} at {at}"
+        try:
+            await self.core.patch_namespaced_pod(plan.name, plan.namespace,
+                                                 {"metadata": {"annotations": {FREED_KEY: note}}})
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     async def _end(self, plan: PlanInFlight, step: End, pods: Mapping[str, Any]) -> None:
+        self._nudged.pop(plan.uid, None)
         await self._remove_plan(plan.uid)
         who = f"{plan.namespace}/{plan.name}"
         if step.placed:

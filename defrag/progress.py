@@ -53,7 +53,14 @@ class Wait:
     why: str
 
 
-Step = Evict | End | Wait
+@dataclass(frozen=True)
+class Nudge:
+    """The freed set shows free and the waiting pod is still unbound: kube-scheduler retries a pod
+    the extender turned down on the next cluster event, and may have tried it once before the
+    report showed the set free; an update of the pod is such an event."""
+
+
+Step = Evict | End | Wait | Nudge
 
 
 def next_step(plan: PlanInFlight, pods: Mapping[str, Mapping[str, Any]], reports: Mapping[str, NodeReport],
@@ -87,6 +94,8 @@ def next_step(plan: PlanInFlight, pods: Mapping[str, Mapping[str, Any]], reports
         for move in pending:
             if move.uid in pods:
                 return Evict(move)
+    if not bound and plan.node in reports and set(plan.devices) <= reports[plan.node].state.free:
+        return Nudge()
     return Wait("the pods are not all placed yet")
 
 

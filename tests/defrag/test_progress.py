@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from gpupair.defrag import progress
-from gpupair.defrag.progress import End, Evict, Wait, next_step
+from gpupair.defrag.progress import End, Evict, Nudge, Wait, next_step
 from gpupair.kubewire.defrag_plans import PlanInFlight, PlannedMove
 from gpupair.topology.report import PodHolding, decode_annotations, encode_annotations
 from tests.layouts import seed_layout
@@ -89,4 +89,11 @@ def test_past_its_hold_a_plan_ends():
 
 def test_a_moved_pod_gone_before_its_eviction_is_a_move_done():
     pods = {"w": pod("wait", "w")}
-    assert isinstance(next_step(plan(), pods, cluster(a_free={0, 1, 2, 3}, infer_on_a=False), NOW), Wait)
+    assert isinstance(next_step(plan(), pods, cluster(a_free={0, 1, 2, 3}, infer_on_a=False), NOW), Nudge)
+
+
+def test_the_waiting_pod_is_nudged_only_once_its_set_shows_free():
+    pods = {"w": pod("wait", "w"), "i": pod("infer", "i", "a", OWNER)}  # evicted, still terminating
+    assert isinstance(next_step(plan(evicted=True), pods, cluster(), NOW), Wait)
+    freed = cluster(a_free={0, 1, 2, 3}, infer_on_a=False)
+    assert isinstance(next_step(plan(evicted=True), pods, freed, NOW), Nudge)
