@@ -28,7 +28,6 @@ from datetime import datetime
 from typing import Any
 
 from gpupair.decide.defrag.fleet import Ask, NodeRoom, PlacedPod, WaitingPod
-from gpupair.decide.picture.dra_picture import claim_names
 from gpupair.decide.pod.pod_request import PodRequestError, gpu_request, parse_bytes, parse_milli, pod_request
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.defrag.node_fit import may_run_on
@@ -160,7 +159,9 @@ def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 def _gpus(pod: Mapping[str, Any], resource: str, shared: Sequence[str]) -> int:
     try:
-        return gpu_request(pod, resource) + sum(gpu_request(pod, s) for s in shared) + len(claim_names(pod))
+        # Device-plugin GPUs only: on a DRA node the ledger is the claims' allocations, which exist
+        # before the pod is bound, and a pod's other claims (a NIC, storage) are never in it.
+        return gpu_request(pod, resource) + sum(gpu_request(pod, s) for s in shared)
     except PodRequestError:
         return 0
 
