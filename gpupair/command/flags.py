@@ -384,6 +384,15 @@ def add_lease_namespace(parser: argparse.ArgumentParser, help: str) -> None:
              f"namespace of the reporters' node Leases (default: this pod's); {help}")
 
 
+def add_plans_namespace(parser: argparse.ArgumentParser, help: str) -> None:
+    """Where the defrag plans ConfigMap lives (gpupair/kubewire/defrag_plans.py): the defrag
+    service writes it, the extender reads it; both must name one namespace, gpupair's."""
+    from gpupair.kubewire import leases  # standard library only (defrag_plans would import pydantic)
+
+    add_flag(parser, "--plans-namespace", leases.own_namespace(),
+             f"namespace of the defrag plans ConfigMap, gpupair-defrag-plans (default: this pod's); {help}")
+
+
 def add_default_placement(parser: argparse.ArgumentParser) -> None:
     """The cluster default placement intent; the extender and the webhook must agree on it."""
     from gpupair.decide.pod.intent import Intent  # standard library only
