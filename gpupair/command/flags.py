@@ -45,7 +45,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # Concepts that mean one thing to every command that has them: one flag name, one variable.
 SHARED_FLAGS = frozenset({
     "--log-level", "--kubeconfig", "--context", "--resource-name", "--reporter-port", "--token-audience",
-    "--lease-namespace", "--default-placement",
+    "--lease-namespace", "--default-placement", "--plans-namespace",
 })
 
 # Names a concept had (or might be given) -> the contract's name. The contract test refuses them
