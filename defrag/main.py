@@ -18,11 +18,10 @@ from datetime import datetime, timezone
 
 from gpupair.command.flags import (
     DURATION, Failure, Range, UsageError, add_dra_driver, add_gpu_device_classes, add_kube_flags, add_lease_namespace,
-    add_log_level, add_resource_name, add_shared_resources, add_stale_after,
+    add_log_level, add_plans_namespace, add_resource_name, add_shared_resources, add_stale_after,
 )
 from gpupair.command.flags import PORT, listen_address
 from gpupair.command.service import add_flag
-from gpupair.kubewire import leases
 
 OUTPUTS = ("text", "json")
 log = logging.getLogger("gpupair.defrag")
@@ -40,9 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              bounds=Range(0.1, 600))
     add_flag(parser, "--hold-seconds", 120.0, "--act: how long the extender holds a plan's freed set and its moved "
                                               "pods' places; a plan not placed by then is dropped", bounds=DURATION)
-    add_flag(parser, "--plans-namespace", leases.own_namespace(),
-             "--act: namespace of the plans ConfigMap (gpupair-defrag-plans), which the extender reads "
-             "(default: this pod's)")
+    add_plans_namespace(parser, "--act writes the plans there for the extender to hold their GPUs")
     add_flag(parser, "--host", "0.0.0.0", "--act: address for /healthz, /readyz and /metrics", type=listen_address)
     add_flag(parser, "--port", 8084, "--act: port for the same", bounds=PORT)
     add_stale_after(parser, "; as the extender's --stale-after")

@@ -40,6 +40,7 @@ from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES
 from gpupair.extender.evaluation import Evaluator
 from gpupair.extender.every_pod import EVERY_POD_VERB
 from gpupair.extender.filter import filter_nodes
+from gpupair.extender.cache.defrag_holds import DefragHolds
 from gpupair.extender.cache.node_leases import Heartbeats
 from gpupair.extender.http_server import HttpServer, Request, Response
 from gpupair.extender.metrics import ExtenderMetrics
@@ -96,13 +97,15 @@ class Extender:
     pod_watch: PodWatch | None = None
     heartbeats: Heartbeats | None = None
     dra: DraFeed | None = None  # what the DRA source of the picture is fed from the API; None: no driver
+    defrag_holds: DefragHolds | None = None  # fed by the plans ConfigMap's list+watch; None: not read
     settled: bool = True  # main: False until the first lists are frozen for the collector (extender/main.py)
     pod_watch_wait: float = POD_WATCH_WAIT
 
     def ready(self) -> bool:
         """Serving before both lists are in could promise a pair twice: the node cache holds the
         ledgers, the pod watch the pods bound but not yet listed there. Before the Leases are
-        listed, nodes whose reporters write annotations only on change would look stale."""
+        listed, nodes whose reporters write annotations only on change would look stale. The defrag
+        plans are no condition: a missing permission to read them must not stop scheduling."""
         nodes = self.node_cache is None or self.node_cache.ready
         leases = self.heartbeats is None or self.heartbeats.listed
         sources = self.picture.listed  # a DRA driver's slices and claims: a DRA node's truth
@@ -133,6 +136,7 @@ def assemble(
     pod_watch_wait: float = POD_WATCH_WAIT,
     fragmentation: bool = False,
     shared_resources: tuple[str, ...] = SHARED_RESOURCE_NAMES,
+    defrag_plans: bool = False,
 ) -> Extender:
     """``heartbeats``: take freshness from the reporters' node Leases too (fed by a list+watch
     the caller runs on ``Extender.heartbeats``). ``dra_driver``: judge the nodes whose GPUs this
@@ -144,7 +148,8 @@ def assemble(
     ``pod_watch_wait``: how long filter waits for the pod watch to read the pod it is asked about.
     ``fragmentation``: prioritize with the fragmentation score (extender/fragmentation_score.py),
     fed by the node cache and the pod watch; ``shared_resources``: the extended resources of GPU
-    shares, whose pods count in its workload."""
+    shares, whose pods count in its workload. ``defrag_plans``: hold the devices defrag plans free
+    for their pods (fed by a list+watch the caller runs on ``Extender.defrag_holds``; needs ``api``)."""
     metrics = metrics or ExtenderMetrics()
     reservations = Reservations(ttl=reservation_ttl, timer=reservation_timer, on_outcome=metrics.reservation_ended)
     beats = Heartbeats() if heartbeats else None
@@ -159,12 +164,13 @@ def assemble(
         unallocatable = UnallocatableClaims(api, picture.why_unallocatable, api_timeout)
     # Who tells whom is read in extender/cache/wiring.py, not here.
     caches = wire_caches(decider, picture, reservations, resource, clock, node_cache=node_cache, heartbeats=beats,
-                         pod_watch=api is not None, unallocatable=unallocatable)
+                         pod_watch=api is not None, unallocatable=unallocatable, defrag_plans=defrag_plans)
     if caches.nodes is not None:
         metrics.watch_node_cache(caches.nodes.items, clock, picture.alive)
     metrics.watch_reservations(lambda: len(reservations))
     evaluator = Evaluator(decider, reservations, picture, caches.nodes, caches.tables, clock,
-                          default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level)
+                          default_intent=default_intent, rdma_resources=rdma_resources, nic_level=nic_level,
+                          defrag=caches.defrag)
     score: Score = BestFit(evaluator)
     if fragmentation:
         from gpupair.extender.fragmentation_score import LeastFragmentation  # numpy, only for this score
@@ -173,7 +179,7 @@ def assemble(
         score = LeastFragmentation(evaluator, usage, rows)
     binder = Binder(api, evaluator, reservations, caches.requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, score, picture, reservations, caches.requests, binder, metrics, resource, caches.nodes,
-                    caches.pods, beats, dra, pod_watch_wait=pod_watch_wait)
+                    caches.pods, beats, dra, defrag_holds=caches.defrag, pod_watch_wait=pod_watch_wait)
 
 
 def _no_lease(name: str) -> float | None:

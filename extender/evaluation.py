@@ -5,7 +5,9 @@ supplies what the extender knows per node: its report entry (from the request's 
 or the node cache), what the node owes to pods bound there, its Lease, and the time for
 staleness. The verbs' own logic lives in filter.py, prioritize.py, bind.py and preempt.py; in
 NodeNames mode filter and prioritize answer from DecisionTables (the same decisions, kept per
-GPU count and intent) and decide afresh only nodes that hold reservations.
+GPU count and intent) and decide afresh only nodes that hold reservations. A pod that a defrag
+plan holds devices for (extender/cache/defrag_holds.py) is decided on its own on the nodes where
+they are: the tables count every hold, its own included.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from gpupair.decide.picture.dra_picture import claim_names
 from gpupair.decide.picture.node_entries import ReportEntry
 from gpupair.decide.picture.node_picture import NodePicture
 from gpupair.extender.protocol import ExtenderArgs
-from gpupair.decide.judge.reservations import NO_HOLD, Reservations
+from gpupair.decide.judge.reservations import NO_HOLD, Hold, Reservations
 from gpupair.decide.claims.claim_intent import dra_pod_intent, strictest
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.pod.nic_ask import DEFAULT_LEVEL, DEFAULT_RDMA_RESOURCES, NicAsk, nic_ask
@@ -57,6 +59,7 @@ class Offer:
     decider: Decider | None = None  # a claim pod's: the allocator's policy for its claims
     owned: dict[str, frozenset[int]] = field(default_factory=dict)  # node -> devices the pod's own claims hold
     denied: dict[str, str] = field(default_factory=dict)  # node -> why bind refused the pod's allocation there
+    held: dict[str, Hold] = field(default_factory=dict)  # node -> what it owes others, where a hold is the pod's
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Evaluator:
     default_intent: Intent = Intent.REQUIRED  # for pods without gpupair.io/placement
     rdma_resources: tuple[str, ...] = DEFAULT_RDMA_RESOURCES  # requesting one asks for a NIC
     nic_level: str = DEFAULT_LEVEL  # for pods without gpupair.io/nic-level
+    defrag: Any = None  # DefragHolds: the holds defrag plans keep for pods; None without the plans' watch
 
     def __post_init__(self) -> None:
         # Entries memoise decisions of one Decider, so each Evaluator has its own stand-ins.
@@ -97,6 +101,10 @@ class Evaluator:
         offer.owned = self.owned(args.Pod)
         uid = _uid(args.Pod)
         offer.denied = self._denied.get(uid, {}) if uid else {}
+        if self.defrag is not None and self.defrag.active:
+            keys = self.defrag.keys_for(args.Pod)
+            if keys:
+                offer.held = {node: self.reservations.hold(node, exclude=keys) for node in self.defrag.nodes_of(keys)}
         return offer
 
     def alive(self, node: str) -> float | None:
@@ -206,17 +214,23 @@ class Evaluator:
         holds = self.reservations.by_node()
         decider, entry_of, unknown, alive = offer.decider or self.decider, offer.entry_of, offer.unknown, self.alive
         names = offer.names if names is None else names
-        if offer.owned or offer.denied:
-            return [self._decide_for_pod(offer, decider, name, gpus, holds.get(name, NO_HOLD), now, intent)
+        if offer.owned or offer.denied or offer.held:
+            return [self._decide_for_pod(offer, decider, name, gpus, self.hold_on(offer, name, holds), now, intent)
                     for name in names]
         return [(entry_of(name) or unknown).decide(decider, name, gpus, holds.get(name, NO_HOLD), now,
                                                    alive(name), intent)
                 for name in names]
 
+    @staticmethod
+    def hold_on(offer: Offer, name: str, holds: Mapping[str, Hold]) -> Hold:
+        """What ``name`` owes for this offer's pod: every hold but those kept for the pod."""
+        held = offer.held.get(name)
+        return held if held is not None else holds.get(name, NO_HOLD)
+
     def _decide_for_pod(self, offer: Offer, decider: Decider, name: str, gpus: int, hold: Any, now: float,
                         intent: Intent) -> NodeDecision:
-        """One node for a pod whose claims hold devices somewhere, or that bind refused somewhere:
-        a decision of its own, never kept for other pods."""
+        """One node for a pod whose claims hold devices somewhere, that bind refused somewhere, or
+        that a defrag plan holds devices for: a decision of its own, never kept for other pods."""
         why = offer.denied.get(name)
         if why:
             return NodeDecision(name, False, reason=why)
@@ -259,9 +273,12 @@ class Evaluator:
 
     def decide_one(self, gpus: int, node: str, exclude_uid: str | None = None,
                    intent: Intent = Intent.REQUIRED, own: frozenset[int] = frozenset()) -> NodeDecision:
-        """The decision for one node now, counting the holds of other pods only; ``own``: the
-        devices the pod's own DRA claims already hold there."""
-        hold = self.reservations.hold(node, exclude=exclude_uid)
+        """The decision for one node now, counting the holds of other pods only (a defrag plan's
+        for this pod are its own); ``own``: the devices the pod's own DRA claims already hold there."""
+        exclude = exclude_uid
+        if exclude_uid and self.defrag is not None and self.defrag.active:
+            exclude = self.defrag.keys_of(exclude_uid) or exclude_uid
+        hold = self.reservations.hold(node, exclude=exclude)
         decider = self.decider
         if exclude_uid and self._variants:  # else no pod has a Decider of its own: skip the TTLCache
             decider = self._pod_deciders.get(exclude_uid, decider)
@@ -274,10 +291,11 @@ class Evaluator:
 
     def own_cases(self, offer: Offer) -> set[str]:
         """Offered names whose table entry does not apply to this pod: its own claims hold
-        devices there, or bind refused it there (the tables count every hold already)."""
-        if not (offer.owned or offer.denied):
+        devices there, bind refused it there, or a defrag plan holds devices there for it (the
+        tables count every hold already)."""
+        if not (offer.owned or offer.denied or offer.held):
             return set()
-        return {*offer.owned, *offer.denied}.intersection(offer.names)
+        return {*offer.owned, *offer.denied, *offer.held}.intersection(offer.names)
 
     def _release_taken(self, entries: Mapping[str, ReportEntry]) -> None:
         """Nodes mode has no node watch: a request's reports also end the holds they list."""

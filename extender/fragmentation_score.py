@@ -272,7 +272,7 @@ def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int
         alive = evaluator.alive(name)
         if entry.report is None or entry.is_stale(now, alive):
             continue
-        hold = holds.get(name, NO_HOLD)
+        hold = evaluator.hold_on(offer, name, holds)
         # Without a hold the report's state is what is available (no view to build per node).
         state = entry.view(name, hold, False, alive).available() if hold else entry.report.state
         cpu_left = usage.cpu_left(name)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpupair.command.flags import (
     DURATION, PORT, add_default_placement, add_dra_driver, add_gpu_device_classes, add_kube_flags,
-    add_lease_namespace, add_resource_name, add_shared_resources, add_stale_after, add_tls_flags, listen_address,
+    add_lease_namespace, add_plans_namespace, add_resource_name, add_shared_resources, add_stale_after, add_tls_flags, listen_address,
 )
 from gpupair.command.service import add_common_flags, add_flag, run_loop, setup_logging
 
@@ -29,6 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_resource_name(parser)
     add_stale_after(parser)
     add_lease_namespace(parser, "watched for freshness; '' to judge freshness from the reports alone")
+    add_plans_namespace(parser, "the devices a plan frees are held for its pods until it ends ('' to hold none)")
     add_flag(parser, "--unreported", "fail",
              "nodes with no usable report (missing, undecodable, stale): 'fail' multi-GPU pods "
              "there with the reason, or 'pass' them unscored", choices=("fail", "pass"))
@@ -165,6 +166,7 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
         dra_nic_drivers=frozenset(name.strip() for name in args.dra_nic_drivers.split(",") if name.strip()),
         fragmentation=args.score == "fragmentation",
         shared_resources=tuple(sorted(args.shared_resources)),
+        defrag_plans=bool(args.plans_namespace),
     )
     core = k8s.CoreV1Api(api)
     restarts = extender.metrics.watch_restarts
@@ -187,6 +189,11 @@ async def _main(args: argparse.Namespace, tls: ReloadingTLS | None) -> int:
 
         watches.append(ListWatch("leases", list_leases(api, args.lease_namespace), extender.heartbeats,
                                  on_restart=lambda why: restarts.labels("leases", why).inc()))
+    if extender.defrag_holds is not None:
+        from gpupair.extender.cache.defrag_holds import list_plans
+
+        watches.append(ListWatch("defrag-plans", list_plans(api, args.plans_namespace), extender.defrag_holds,
+                                 on_restart=lambda why: restarts.labels("defrag-plans", why).inc()))
     if extender.dra is not None:
         watches.extend(await _dra_watches(api, extender.dra, restarts))
     if extender.pod_watch is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpupair.extender.evaluation import Evaluator
 from gpupair.decide.judge.preemption import (
@@ -77,7 +78,7 @@ class Preempter:
 
     def answer(self, args: ExtenderPreemptionArgs, gpus: int, intent: Intent) -> PreemptAnswer:
         judge = Preemption(self.evaluator.decider, gpus, intent)
-        holds = self._holds()
+        holds = self._holds(self._own_keys(args.Pod))
         result: dict[str, MetaVictims] = {}
         verdicts = []
         for node, (victims, pdb_violations) in victims_of(args).items():
@@ -117,9 +118,18 @@ class Preempter:
         situation = NodeSituation(node, report.state, "", others, report.unhealthy, claimed, entry.picker)
         return judge.judge(situation, victims, effects)
 
-    def _holds(self) -> dict[str, dict[str, Hold]]:
-        """node -> pod UID -> what the node owes that pod (planned devices, or a GPU count)."""
+    def _own_keys(self, pod: Any) -> frozenset[str]:
+        """The keys of the defrag holds kept for the preemptor (extender/cache/defrag_holds.py)."""
+        defrag = self.evaluator.defrag
+        return defrag.keys_for(pod) if defrag is not None and defrag.active else frozenset()
+
+    def _holds(self, own: frozenset[str] = frozenset()) -> dict[str, dict[str, Hold]]:
+        """node -> pod UID (or a defrag hold's key) -> what the node owes that pod (planned
+        devices, or a GPU count); the defrag holds whose keys are in ``own`` left out."""
         out: dict[str, dict[str, Hold]] = {}
+        for held in self.reservations.held_sets():
+            if held.key not in own:
+                out.setdefault(held.node, {})[held.key] = Hold(held.devices)
         for plan in self.reservations.plans():
             out.setdefault(plan.node, {})[plan.uid] = Hold(plan.devices)
         for pod in self.reservations.counted():

@@ -8,7 +8,10 @@ each told in the order subscribed here:
   holds its ledger ends), ``DecisionTables`` and ``ScoreRows``;
 - a hold taken or ended: ``Reservations`` tells ``DecisionTables``;
 - a Lease renewed: ``Heartbeats`` tells ``DecisionTables`` and ``ScoreRows``;
-- a pod: ``PodWatch`` tells ``ClusterUsage``, then keeps its own holds and requests;
+- a pod: ``PodWatch`` tells ``ClusterUsage`` and ``DefragHolds`` (a claimant seen, or seen bound),
+  then keeps its own holds and requests;
+- the defrag plans ConfigMap: ``DefragHolds`` keeps its holds in ``Reservations`` (which tells
+  ``DecisionTables``, as for any hold);
 - a node's CPU left or label: ``ClusterUsage`` tells ``ScoreRows``.
 
 ``wire_caches`` builds what every score needs; ``wire_usage`` adds what the fragmentation score
@@ -25,6 +28,7 @@ from gpupair.decide.judge.decisions import Decider
 from gpupair.decide.judge.reservations import Reservations
 from gpupair.decide.picture.node_picture import NodePicture
 from gpupair.extender.cache.decision_tables import DecisionTables
+from gpupair.extender.cache.defrag_holds import DefragHolds
 from gpupair.extender.cache.node_cache import HoldsByReport, NodeCache
 from gpupair.extender.cache.node_leases import Heartbeats
 from gpupair.extender.cache.pod_request_cache import PodRequests
@@ -47,13 +51,15 @@ class Caches:
     tables: DecisionTables | None = None  # over ``nodes``
     heartbeats: Heartbeats | None = None  # the reporters' Leases, where asked for
     pods: PodWatch | None = None  # None without an API server
+    defrag: DefragHolds | None = None  # the defrag plans' holds; needs the pod watch
 
 
 def wire_caches(decider: Decider, picture: NodePicture, reservations: Reservations, resource: str,
                 clock: Callable[[], float], *, node_cache: bool, heartbeats: Heartbeats | None, pod_watch: bool,
-                unallocatable: UnallocatableClaims | None = None) -> Caches:
+                unallocatable: UnallocatableClaims | None = None, defrag_plans: bool = False) -> Caches:
     """``heartbeats``: made before the picture, which reads a node's life from it;
-    ``unallocatable``: DRA only, told of each unbound pod by the pod watch."""
+    ``unallocatable``: DRA only, told of each unbound pod by the pod watch; ``defrag_plans``:
+    hold what defrag plans free (fed by a list+watch the caller runs on ``Caches.defrag``)."""
     caches = Caches(PodRequests(resource, claims=picture.pod_demand), heartbeats=heartbeats)
     if node_cache:
         nodes = caches.nodes = NodeCache(picture, clock)
@@ -66,6 +72,9 @@ def wire_caches(decider: Decider, picture: NodePicture, reservations: Reservatio
             heartbeats.subscribe(lambda name: tables.node_alive(name, clock()))
     if pod_watch:
         caches.pods = PodWatch(reservations, caches.requests, unallocatable)
+        if defrag_plans:
+            caches.defrag = DefragHolds(reservations, clock)
+            caches.pods.subscribe(caches.defrag)
     return caches
 
 

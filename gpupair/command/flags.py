@@ -45,7 +45,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # Concepts that mean one thing to every command that has them: one flag name, one variable.
 SHARED_FLAGS = frozenset({
     "--log-level", "--kubeconfig", "--context", "--resource-name", "--reporter-port", "--token-audience",
-    "--lease-namespace", "--default-placement",
+    "--lease-namespace", "--default-placement", "--plans-namespace",
 })
 
 # Names a concept had (or might be given) -> the contract's name. The contract test refuses them
@@ -382,6 +382,15 @@ def add_lease_namespace(parser: argparse.ArgumentParser, help: str) -> None:
 
     add_flag(parser, "--lease-namespace", leases.own_namespace(),
              f"namespace of the reporters' node Leases (default: this pod's); {help}")
+
+
+def add_plans_namespace(parser: argparse.ArgumentParser, help: str) -> None:
+    """Where the defrag plans ConfigMap lives (gpupair/kubewire/defrag_plans.py): the defrag
+    service writes it, the extender reads it; both must name one namespace, gpupair's."""
+    from gpupair.kubewire import leases  # standard library only (defrag_plans would import pydantic)
+
+    add_flag(parser, "--plans-namespace", leases.own_namespace(),
+             f"namespace of the defrag plans ConfigMap, gpupair-defrag-plans (default: this pod's); {help}")
 
 
 def add_default_placement(parser: argparse.ArgumentParser) -> None:

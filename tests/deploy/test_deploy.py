@@ -224,6 +224,9 @@ def test_each_component_gets_exactly_what_it_needs():
         # the reporters' Leases, in their namespace only
         ("coordination.k8s.io", "leases", "list", "*", "gpupair-system"),
         ("coordination.k8s.io", "leases", "watch", "*", "gpupair-system"),
+        # the defrag plans ConfigMap, read only, in gpupair's namespace only
+        ("", "configmaps", "list", "gpupair-defrag-plans", "gpupair-system"),
+        ("", "configmaps", "watch", "gpupair-defrag-plans", "gpupair-system"),
     }
     assert rules_of(objs, "gpupair-certs") == {
         ("", "secrets", "get", "gpupair-webhook-tls", "gpupair-system"),

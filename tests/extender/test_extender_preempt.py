@@ -153,3 +153,29 @@ async def test_go_key_folding_applies_inside_victims_too():
     status, answer = await post_cached(body, nodes)
     # GPU2 alone next to nothing free: no pair, so the node is dropped; the body was read.
     assert status == 200 and answer == {"NodeNameToMetaVictims": {}}
+
+
+async def test_a_defrag_hold_counts_as_taken_for_every_preemptor_but_its_own():
+    from gpupair.extender.cache.defrag_holds import DefragHolds
+    from gpupair.kubewire.defrag_plans import PLANS_CONFIGMAP, PlanInFlight
+
+    nodes = [full_node("pn-1", meta_victims(meta_uids("pn-1")), PN1),
+             full_node("pn-2", meta_victims(meta_uids("pn-2")), PN2)]
+
+    async def answer(preemptor_uid: str) -> dict:
+        extender = make_extender(node_cache=True)
+        extender.node_cache.replace(nodes)
+        holds = extender.evaluator.defrag = DefragHolds(extender.reservations, lambda: NOW.timestamp())
+        # pn-2's GPU2 and GPU3, which its victims would free, are held for the pod "uid-waiting".
+        plan = PlanInFlight(namespace="ml", name="big", uid="uid-waiting", node="pn-2", devices=[2, 3], moves=[],
+                            startedAt=NOW.timestamp(), heldUntil=NOW.timestamp() + 60)
+        holds.replace([{"metadata": {"name": PLANS_CONFIGMAP}, "data": {"uid-waiting": plan.model_dump_json()}}])
+        body = copy.deepcopy(TRUE)
+        body["Pod"]["metadata"]["uid"] = preemptor_uid
+        async with serving(extender) as client:
+            status, answered = await client.post("preempt", body)
+        assert status == 200
+        return answered
+
+    assert await answer("uid-someone") == {"NodeNameToMetaVictims": {}}
+    assert await answer("uid-waiting") == {"NodeNameToMetaVictims": {"pn-2": TRUE["NodeNameToMetaVictims"]["pn-2"]}}

@@ -18,6 +18,11 @@ free. A plan whose devices a report shows taken by someone else no longer names 
 its pod keeps a count hold instead. The error window is one report. The TTL remains only for a
 pod that never shows up (*expired*); a pod deleted or finished first is *released*.
 
+A third kind stands apart: **held sets**, devices kept for a pod that is not bound yet (a defrag
+plan in flight holds the set it frees for the waiting pod, and each move's new place for the moved
+pod's replacement: extender/cache/defrag_holds.py). Their keys are not pod UIDs, no report or pod
+event ends them, and they never become count holds: only their deadline or their owner ends them.
+
 A node whose reporter writes no ledger (older than it, during a rolling upgrade) keeps the
 accounting before the ledger: a plan ends when the report shows its devices all taken; pods
 bound by others are not held there (the report shows their devices within a scan).
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 
 from cachetools import TTLCache
@@ -73,6 +78,17 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class HeldSet:
+    """Devices kept for a pod not bound yet, under a key that is no pod UID, until ``until``
+    (the timer's clock)."""
+
+    key: str
+    node: str
+    devices: frozenset[int]
+    until: float
+
+
+@dataclass(frozen=True)
 class BoundPod:
     """A GPU pod bound to a node and not yet in that node's ledger."""
 
@@ -105,6 +121,9 @@ class Reservations:
         self._dirty: set[str] = set()
         self._by_node: dict[str, Hold] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self._sets: dict[str, HeldSet] = {}  # key -> held set
+        self._sets_by_node: dict[str, dict[str, HeldSet]] = {}
+        self._sets_due = float("inf")  # the earliest held set's deadline
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(node)`` whenever what ``node`` owes may have changed (expiries
@@ -182,6 +201,34 @@ class Reservations:
     def known_uids(self) -> set[str]:
         return set(self._plans.keys()) | set(self._pods)
 
+    # ---- held sets (a defrag plan's)
+
+    def hold_set(self, key: str, node: str, devices: frozenset[int], seconds: float) -> None:
+        """Keep ``devices`` on ``node`` from every pod but those that exclude ``key``, for
+        ``seconds`` or until ``drop_set``; the same key again replaces it."""
+        self.drop_set(key)
+        if seconds <= 0 or not devices:
+            return
+        held = HeldSet(key, node, frozenset(devices), self._timer() + seconds)
+        self._sets[key] = held
+        self._sets_by_node.setdefault(node, {})[key] = held
+        self._sets_due = min(self._sets_due, held.until)
+        self._changed(node)
+
+    def drop_set(self, key: str) -> HeldSet | None:
+        held = self._sets.pop(key, None)
+        if held is not None:
+            on_node = self._sets_by_node[held.node]
+            del on_node[key]
+            if not on_node:
+                del self._sets_by_node[held.node]
+            self._changed(held.node)
+        return held
+
+    def held_sets(self) -> list[HeldSet]:
+        self._expire()
+        return list(self._sets.values())
+
     # ---- reports
 
     def observe_report(self, node: str, free: frozenset[int], ledger: Ledger | None = None) -> None:
@@ -226,20 +273,24 @@ class Reservations:
 
     # ---- readers
 
-    def hold(self, node: str, exclude: str | None = None) -> Hold:
-        """What ``node`` owes now (to every pod but ``exclude``)."""
+    def hold(self, node: str, exclude: str | Set[str] | None = None) -> Hold:
+        """What ``node`` owes now to every pod but ``exclude``: a pod's UID, or the keys of a
+        pod's own holds (its UID and the held sets kept for it)."""
         self._expire()
-        return self._hold(node, exclude)
+        return self._hold(node, frozenset((exclude,)) if isinstance(exclude, str) else frozenset(exclude or ()))
 
-    def _hold(self, node: str, exclude: str | None = None) -> Hold:
+    def _hold(self, node: str, exclude: Set[str] = frozenset()) -> Hold:
         devices: set[int] = set()
         planned: set[str] = set()
         for plan in self._live_plans(node):
             planned.add(plan.uid)
-            if plan.uid != exclude:
+            if plan.uid not in exclude:
                 devices |= plan.devices
+        for key, held in self._sets_by_node.get(node, {}).items():
+            if key not in exclude:
+                devices |= held.devices
         count = sum(self._pods[uid].gpus for uid in self._bound.get(node, ())
-                    if uid != exclude and uid not in planned)
+                    if uid not in exclude and uid not in planned)
         return Hold(frozenset(devices), count) if devices or count else NO_HOLD
 
     def by_node(self) -> dict[str, Hold]:
@@ -282,6 +333,8 @@ class Reservations:
     # ---- internals
 
     def _expire(self) -> None:
+        if self._sets and self._timer() >= self._sets_due:
+            self._expire_sets()
         for uid, plan in self._plans.expire():
             self._unindex(uid, plan.node)
             self._changed(plan.node)
@@ -295,6 +348,14 @@ class Reservations:
                 break
             self._unbind(pod.uid)
             self._outcome("expired", pod.namespace, pod.name, pod.node)
+
+    def _expire_sets(self) -> None:
+        now = self._timer()
+        for held in [held for held in self._sets.values() if held.until <= now]:
+            self.drop_set(held.key)
+            log.info("held set ended", extra={"key": held.key, "node": held.node, "devices": sorted(held.devices),
+                                              "why": "its time ran out"})
+        self._sets_due = min((held.until for held in self._sets.values()), default=float("inf"))
 
     def _live_plans(self, node: str) -> list[Reservation]:
         plans = self._plans_by_node.get(node)

@@ -143,3 +143,16 @@ def test_a_full_store_evicts_its_oldest_plan_and_the_node_stops_owing_it():
     # The evicted pod planned again elsewhere is owed there alone.
     res.reserve(Reservation("u1", "n2", frozenset({3}), "ml", "a"))
     assert not res.hold("n1") and res.hold("n2") == Hold(frozenset({2, 3}))
+
+
+def test_a_held_set_holds_its_devices_from_all_but_its_key_until_its_time_runs_out():
+    res, timer = store()
+    res.hold_set("defrag:w", "n", frozenset({0, 1}), 60)
+    res.pod_bound("u1", "n", "ml", "a", 1)
+    assert res.hold("n") == Hold(frozenset({0, 1}), count=1)
+    assert res.hold("n", exclude={"defrag:w", "w"}) == Hold(count=1)
+    assert res.hold("n", exclude="u1") == Hold(frozenset({0, 1}))
+    res.observe_report("n", ALL - {0, 1}, ledger(moved={0, 1}))  # its devices shown taken: still held, no count
+    assert res.by_node() == {"n": Hold(frozenset({0, 1}), count=1)} and "defrag:w" not in res.known_uids()
+    timer.now += 60
+    assert res.by_node() == {"n": Hold(count=1)} and not res.held_sets()
