@@ -32,8 +32,7 @@ from gpupair.defrag.live_fleet import LiveFleet, live_fleet
 from gpupair.defrag.metrics import DefragMetrics
 from gpupair.defrag.progress import REFUSED, End, Evict, Nudge, Wait, next_step
 from gpupair.kubeclient.kube import create_event, describe_error
-from gpupair.kubewire.defrag_plans import PLAN_LIMIT, PLANS_CONFIGMAP, PlanInFlight, PlannedMove
-from gpupair.kubewire.wire import annotation_model
+from gpupair.kubewire.defrag_plans import PLANS_CONFIGMAP, PlanInFlight, PlannedMove, PlanUnreadable, read_plan
 from gpupair.status.build import Options
 from gpupair.status.objects import meta
 
@@ -73,10 +72,6 @@ class MoveRate:
 
     def take(self) -> None:
         self.tokens -= 1
-
-
-class BadPlan(ValueError):
-    pass
 
 
 class DefragActor:
@@ -248,8 +243,8 @@ class DefragActor:
         plans = {}
         for uid, text in (found.data or {}).items():
             try:
-                plans[uid] = annotation_model(uid, text, PlanInFlight, PLAN_LIMIT, BadPlan)
-            except BadPlan as error:
+                plans[uid] = read_plan(uid, text)
+            except PlanUnreadable as error:
                 log.warning("plan unreadable: removed", extra={"error": str(error)})
                 await self._remove_plan(uid)
         return plans

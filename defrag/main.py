@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return run_loop(_act(args))
     from gpupair.decide.defrag.planner import Planner, SearchBound
     from gpupair.defrag.live_fleet import live_fleet
-    from gpupair.defrag.view import defrag_view, render_text
+    from gpupair.defrag.plan_view import defrag_view, render_text
     from gpupair.status.build import Options
 
     listing, namespaces, budgets, unseen = asyncio.run(_list(args))

@@ -27,17 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupair.decide.judge.reservations import Reservations
-from gpupair.kubewire.defrag_plans import PLAN_LIMIT, PLANS_CONFIGMAP, PlanInFlight
-from gpupair.kubewire.wire import annotation_model
+from gpupair.kubewire.defrag_plans import PLANS_CONFIGMAP, PlanInFlight, PlanUnreadable, read_plan
 
 log = logging.getLogger("gpupair.extender.defrag_holds")
 
 PREFIX = "defrag:"  # a held set's key; pod UIDs and bind's namespace/name keys have no colon
 NO_KEYS: frozenset[str] = frozenset()
-
-
-class BadPlan(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -159,8 +154,8 @@ class DefragHolds:
         rejected: dict[str, str] = {}
         for name, text in (data.items() if isinstance(data, dict) else ()):
             try:
-                plan = _plan(name, text)
-            except BadPlan as error:
+                plan = read_plan(name, text)
+            except PlanUnreadable as error:
                 rejected[name] = str(text)
                 if self._rejected.get(name) != str(text):
                     log.warning("defrag plan unreadable: ignored", extra={
@@ -219,15 +214,6 @@ def _holds(plan: PlanInFlight) -> dict[str, Wanted]:
         holds[f"{PREFIX}{plan.uid}:{move.uid}"] = Wanted(move.toNode, frozenset(move.toDevices), plan.heldUntil,
                                                          owner=move.owner, moved=move.uid)
     return holds
-
-
-def _plan(key: str, text: object) -> PlanInFlight:
-    plan = annotation_model(key, text, PlanInFlight, PLAN_LIMIT, BadPlan)
-    if plan.uid != key:
-        raise BadPlan(f"{key} holds the plan of pod UID {plan.uid}: a plan's key is its waiting pod's UID")
-    if not plan.uid or any(not (move.uid and move.owner) for move in plan.moves):
-        raise BadPlan(f"{key}: a plan names its waiting pod, and each move its pod and controller, by UID")
-    return plan
 
 
 def _controller_uid(meta: Mapping[str, Any]) -> str:

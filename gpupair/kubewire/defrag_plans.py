@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpupair.kubewire.wire import annotation_model
+
 PLANS_CONFIGMAP = "gpupair-defrag-plans"
 PLAN_LIMIT = 16 * 1024  # bytes of one plan's JSON; a plan of 16 moves is under 4 KiB
 
@@ -45,3 +47,18 @@ class PlanInFlight(_Plan):
     moves: list[PlannedMove]
     startedAt: float = Field(description="epoch seconds")
     heldUntil: float = Field(description="epoch seconds; the holds end then, placed or not")
+
+
+class PlanUnreadable(ValueError):
+    """A value of the plans ConfigMap that is not a plan; the message says why in one line."""
+
+
+def read_plan(key: str, text: object) -> PlanInFlight:
+    """The plan under ``key``, or PlanUnreadable: not a plan, under another pod's UID, or
+    without the UIDs a hold is keyed by."""
+    plan = annotation_model(key, text, PlanInFlight, PLAN_LIMIT, PlanUnreadable)
+    if plan.uid != key:
+        raise PlanUnreadable(f"{key} holds the plan of pod UID {plan.uid}: a plan's key is its waiting pod's UID")
+    if not plan.uid or any(not (move.uid and move.owner) for move in plan.moves):
+        raise PlanUnreadable(f"{key}: a plan names its waiting pod, and each move its pod and controller, by UID")
+    return plan

@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from gpupair.kubewire.defrag_plans import PLANS_CONFIGMAP
 from tests.controlplane.api import Api
 from tests.controlplane.control_plane import HOW_TO_PROVIDE, ControlPlane, find_binaries, session_directory
 from tests.controlplane.dra import RESOURCE, device_class, remove_claims, remove_slices
@@ -240,3 +241,5 @@ def gpupair(control_plane: ControlPlane, deploy_renders, workdir: Path) -> Itera
     for made in installs:
         made.stop()
         made.remove_webhook_configuration()
+    if installs:  # what gpupair wrote at run time in its namespace, which the next install would find
+        control_plane.admin.delete(f"/api/v1/namespaces/{NAMESPACE}/configmaps/{PLANS_CONFIGMAP}")

@@ -13,7 +13,7 @@ from gpupair.decide.defrag.fleet import DefragPlan, NoDefragPlan
 from gpupair.decide.defrag.planner import Planner
 from gpupair.defrag import live_fleet as lf
 from gpupair.defrag.live_fleet import MOVABLE_KEY, live_fleet
-from gpupair.defrag.view import defrag_view, render_text
+from gpupair.defrag.plan_view import defrag_view, render_text
 from gpupair.status.build import Listing
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout

@@ -12,11 +12,11 @@ from gpupair.decide.score.fragmentation import MILLI
 from gpupair.defrag.live_fleet import LiveFleet
 
 
-class _View(BaseModel):
+class _PlanOutput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class MoveView(_View):
+class MoveView(_PlanOutput):
     pod: str = Field(description="namespace/name of the pod evicted; its controller recreates it")
     gpus: float = Field(description="GPUs it holds (a share pod: its part of one GPU)")
     fromNode: str
@@ -25,7 +25,7 @@ class MoveView(_View):
     toDevices: list[int]
 
 
-class PlanView(_View):
+class PlanView(_PlanOutput):
     pod: str = Field(description="namespace/name of the waiting pod")
     gpus: int
     node: str = Field(description="the node whose close set the moves free (held for the pod)")
@@ -34,18 +34,18 @@ class PlanView(_View):
     gpusMoved: float
 
 
-class NoPlanView(_View):
+class NoPlanView(_PlanOutput):
     pod: str
     gpus: int
     reason: str
 
 
-class LeftOut(_View):
+class LeftOut(_PlanOutput):
     node: str
     reason: str
 
 
-class DefragView(_View):
+class DefragView(_PlanOutput):
     generatedAt: datetime
     plans: list[PlanView]
     noPlan: list[NoPlanView]
