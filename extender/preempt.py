@@ -129,7 +129,7 @@ class Preempter:
         out: dict[str, dict[str, Hold]] = {}
         for held in self.reservations.held_sets():
             if held.key not in own:
-                out.setdefault(held.node, {})[held.key] = Hold(held.devices)
+                out.setdefault(held.node, {})[held.key] = Hold(held.devices, kept=held.devices)
         for plan in self.reservations.plans():
             out.setdefault(plan.node, {})[plan.uid] = Hold(plan.devices)
         for pod in self.reservations.counted():

@@ -20,6 +20,7 @@ MATRIX: dict[str, str] = {
     "webhook": "the webhook down 10 s (failurePolicy Ignore)",
     "sigterm": "SIGTERM to the extender while a Binding waits on etcd",
     "reporter-sigterm": "SIGTERM to a reporter",
+    "defrag": "extender SIGKILLed and restarted while a defrag plan holds a freed set",
     "dra-slices": "DRA: every pool republished at its next generation",
     "dra-claim": "DRA: a pod's claim deleted while the pod binds",
 }

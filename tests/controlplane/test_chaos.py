@@ -339,3 +339,34 @@ def test_reporter_sigterm_leaves_its_lease_to_expire(fresh: BurstCluster):
 def lease_of(cluster: BurstCluster, node: str) -> str | None:
     lease = cluster.api.find("coordination.k8s.io/v1", "Lease", node, GPUPAIR_NAMESPACE)
     return None if lease is None else lease["spec"].get("renewTime")
+
+
+def test_extender_killed_while_a_defrag_plan_holds_a_set(fresh: BurstCluster):
+    """A defrag plan in flight holds chaos-1's NUMA0 for a 4-GPU pod (gated, as one waiting for
+    its plan's evictions); the extender is SIGKILLed and restarted mid-burst. The restarted
+    extender reads the plan again from the plans ConfigMap: no burst pod gets a held GPU, and
+    the waiting pod, released, gets the set."""
+    from gpupair.kubewire.defrag_plans import PLANS_CONFIGMAP, PlanInFlight
+
+    [name] = fresh.extenders
+    node, held = f"{fresh.namespace}-1", [0, 1, 2, 3]
+    waiting = gpu_pod(fresh.namespace, "defrag-waiting", 4)
+    waiting["spec"]["schedulingGates"] = [{"name": "gpupair.io/test-waits"}]
+    uid = fresh.api.create(waiting)["metadata"]["uid"]
+    now = time.time()
+    plan = PlanInFlight(namespace=fresh.namespace, name="defrag-waiting", uid=uid, node=node, devices=held, moves=[],
+                        startedAt=now, heldUntil=now + 600)
+    plans = fresh.api.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {uid: plan.model_dump_json()},
+                              "metadata": {"name": PLANS_CONFIGMAP, "namespace": GPUPAIR_NAMESPACE}})
+    try:
+        outcome = fresh.burst("defrag", lambda: fresh.restart_extender(name))
+        on_held = [g for g in outcome.grants if g.node == node and set(g.devices) & set(held)]
+        outcome.notes["held_gpus_taken"] = len(on_held)
+        check(fresh, outcome, ("connection refused", "EOF"), "burst pods on the held GPUs", len(on_held))
+        assert len(outcome.placed) == outcome.pods
+        assert on_held == [], on_held
+        fresh.api.patch(fresh.api.path("v1", "Pod", "defrag-waiting", fresh.namespace), {"spec": {"schedulingGates": None}})
+        [grant] = fresh.sim.wait_admitted(fresh.namespace, ["defrag-waiting"], timeout=60)
+        assert (grant.node, grant.devices) == (node, tuple(held))
+    finally:
+        fresh.api.delete(plans)

@@ -87,6 +87,14 @@ def plan(devices=(0, 1, 2, 3), move_to=(4, 5), held_until=HELD_UNTIL) -> PlanInF
                         startedAt=NOW.timestamp(), heldUntil=held_until)
 
 
+def plan_to_b() -> PlanInFlight:
+    """As ``plan``, ml/small moving to gpu-b GPU0,1: on one node with the freed set the device
+    plugin, picking among every free GPU, would give the replacement held GPUs."""
+    elsewhere = plan()
+    elsewhere.moves[0] = elsewhere.moves[0].model_copy(update={"toNode": "gpu-b", "toDevices": [0, 1]})
+    return elsewhere
+
+
 def pod(uid: str, gpus: int, owner: str = "", node_name: str = "") -> dict:
     made = pod_object(gpus, name=uid, uid=uid, namespace="ml")
     if owner:
@@ -109,27 +117,29 @@ def test_another_pod_does_not_get_the_freed_set_and_the_waiting_pod_does():
     assert cluster.plan_on(waiting, 4, "gpu-a") == (0, 1, 2, 3)
 
 
-def test_a_pod_placed_beside_a_held_set_is_planned_outside_it():
+def test_a_pod_the_device_plugin_would_give_a_held_gpu_is_kept_off_the_node():
+    """The plugin picks among every free GPU, held ones included: on gpu-b, with NUMA0 held and
+    NUMA1 free, it would give a 2-GPU pod GPU0 and GPU1, so gpu-b is no place for it."""
     cluster = Cluster()
     cluster.plans(plan().model_copy(update={"node": "gpu-b", "moves": []}))
     other = pod("uid-other", 2)
-    assert cluster.passes(other, 2, ["gpu-b"]) == ["gpu-b"]
-    assert set(cluster.plan_on(other, 2, "gpu-b")) <= {4, 5, 6, 7}
+    assert cluster.passes(other, 2, ["gpu-a", "gpu-b"]) == ["gpu-a"]
+    assert cluster.plan_on(other, 2, "gpu-b") is None
     assert cluster.plan_on(pod(WAITING, 4), 4, "gpu-b") == (0, 1, 2, 3)
 
 
 def test_the_replacement_of_the_moved_pod_gets_its_new_place_and_the_moved_pod_itself_does_not():
     cluster = Cluster()
-    cluster.plans(plan())
+    cluster.plans(plan_to_b())
     moved = pod(MOVED, 2, owner=OWNER)  # the moved pod, as a request might still show it
-    assert cluster.passes(moved, 2, ["gpu-a"]) == []
+    assert cluster.passes(moved, 2, ["gpu-b"]) == []
     stranger = pod("uid-stranger", 2, owner="uid-other-replicaset")
-    assert cluster.passes(stranger, 2, ["gpu-a"]) == []
+    assert cluster.passes(stranger, 2, ["gpu-b"]) == []
     replacement = pod("uid-replacement", 2, owner=OWNER)
-    assert cluster.passes(replacement, 2, ["gpu-a"]) == ["gpu-a"]
-    assert cluster.plan_on(replacement, 2, "gpu-a") == (4, 5)
+    assert cluster.passes(replacement, 2, ["gpu-b"]) == ["gpu-b"]
+    assert cluster.plan_on(replacement, 2, "gpu-b") == (0, 1)
     # The first replacement claimed the move: a second pod of the same controller does not get it.
-    assert cluster.passes(pod("uid-second", 2, owner=OWNER), 2, ["gpu-a"]) == []
+    assert cluster.passes(pod("uid-second", 2, owner=OWNER), 2, ["gpu-b"]) == []
 
 
 def test_prioritize_scores_the_held_node_for_its_claimant_only():
@@ -165,7 +175,7 @@ def test_a_plan_already_out_of_time_holds_nothing():
 def test_the_holds_end_when_the_plan_leaves_the_configmap():
     cluster = Cluster()
     cluster.plans(plan())
-    assert cluster.reservations.by_node()["gpu-a"] == Hold(frozenset({0, 1, 2, 3, 4, 5}))
+    assert cluster.reservations.by_node()["gpu-a"] == Hold(frozenset({0, 1, 2, 3, 4, 5}), kept=frozenset({0, 1, 2, 3, 4, 5}))
     cluster.plans()  # the ConfigMap deleted (no plan in flight)
     assert not cluster.reservations.by_node()
     assert cluster.passes(pod("uid-other", 2), 2, ["gpu-a"]) == ["gpu-a"]
@@ -177,7 +187,7 @@ def test_a_hold_ends_when_its_claimant_is_seen_bound_and_stays_ended():
     cluster.caches.pods.apply("ADDED", pod("uid-replacement", 2, owner=OWNER))  # claims the move
     cluster.caches.pods.apply("MODIFIED", pod("uid-replacement", 2, owner=OWNER, node_name="gpu-a"))
     # The move's hold gave way to the pod's own count hold; the freed set is still held.
-    assert cluster.reservations.by_node()["gpu-a"] == Hold(frozenset({0, 1, 2, 3}), count=2)
+    assert cluster.reservations.by_node()["gpu-a"] == Hold(frozenset({0, 1, 2, 3}), count=2, kept=frozenset({0, 1, 2, 3}))
     cluster.caches.pods.apply("MODIFIED", pod(WAITING, 4, node_name="gpu-a"))
     assert not cluster.reservations.held_sets()
     cluster.plans(plan())  # the plan rewritten (a move marked evicted): what ended stays ended
@@ -186,12 +196,12 @@ def test_a_hold_ends_when_its_claimant_is_seen_bound_and_stays_ended():
 
 def test_a_replacement_deleted_unbound_gives_its_move_to_the_next_pod_of_its_controller():
     cluster = Cluster()
-    cluster.plans(plan())
+    cluster.plans(plan_to_b())
     first = pod("uid-replacement", 2, owner=OWNER)
     cluster.caches.pods.apply("ADDED", first)
-    assert cluster.passes(pod("uid-second", 2, owner=OWNER), 2, ["gpu-a"]) == []
+    assert cluster.passes(pod("uid-second", 2, owner=OWNER), 2, ["gpu-b"]) == []
     cluster.caches.pods.apply("DELETED", first)
-    assert cluster.passes(pod("uid-second", 2, owner=OWNER), 2, ["gpu-a"]) == ["gpu-a"]
+    assert cluster.passes(pod("uid-second", 2, owner=OWNER), 2, ["gpu-b"]) == ["gpu-b"]
 
 
 def test_a_pod_relist_and_reports_leave_the_holds_as_they_are():
@@ -200,7 +210,7 @@ def test_a_pod_relist_and_reports_leave_the_holds_as_they_are():
     cluster.caches.pods.replace([])  # no pod carries a held set's key: none is a "deleted pod"
     # gpu-a's next report: the moved pod still runs on GPU0,1; nothing turns into a count hold.
     cluster.caches.nodes.apply("MODIFIED", node("gpu-a", {2, 3, 4, 5}, {("ml", "small"): {0, 1}, ("infra", "x"): {6, 7}}))
-    assert cluster.reservations.by_node()["gpu-a"] == Hold(frozenset({0, 1, 2, 3, 4, 5}))
+    assert cluster.reservations.by_node()["gpu-a"] == Hold(frozenset({0, 1, 2, 3, 4, 5}), kept=frozenset({0, 1, 2, 3, 4, 5}))
 
 
 def test_a_malformed_plan_is_one_log_line_and_ignored(caplog):
@@ -214,4 +224,5 @@ def test_a_malformed_plan_is_one_log_line_and_ignored(caplog):
     lines = [record for record in caplog.records if record.name == "gpupair.extender.defrag_holds"]
     assert [record.getMessage() for record in lines] == ["defrag plan unreadable: ignored"] * 2
     assert lines[0].key == "uid-bad" and lines[1].key == "uid-wrong-key"
-    assert cluster.reservations.by_node() == {"gpu-a": Hold(frozenset({0, 1, 2, 3, 4, 5}))}  # the good plan holds
+    good_holds = frozenset({0, 1, 2, 3, 4, 5})
+    assert cluster.reservations.by_node() == {"gpu-a": Hold(good_holds, kept=good_holds)}  # the good plan holds

@@ -58,6 +58,9 @@ class NodeView:
     # Its GPU resource is time-slicing replicas (gpupair.io/shares): a pod asking several may get
     # one GPU more than once.
     replicated: bool = False
+    # Of ``reserved``, the GPUs a defrag plan keeps for another pod: free to whoever picks the
+    # devices here (reservations.Hold.kept).
+    kept: frozenset[int] = frozenset()
 
     def available(self) -> NodeState | None:
         """Free devices less those planned for pods bound here but not yet in the report, and
@@ -122,6 +125,15 @@ class Decider:
         if self.nic is None or gpus <= 0 or not decision.passes:
             return decision
         return self._near_nic(gpus, node, decision)
+
+    def _takes_kept(self, gpus: int, node: NodeView) -> tuple[int, ...]:
+        """The kept GPUs the node's picker would take for this pod: it sees them free, so the
+        plan the extender makes around them is not what the pod would get."""
+        if not node.kept or node.state is None or gpus <= 0:
+            return ()
+        seen = node.state.take(node.reserved - node.kept)
+        pick = self.policy_for(node).pick(seen.layout, seen.free, gpus)
+        return tuple(sorted(set(pick or ()) & node.kept))
 
     def _within_scope(self, gpus: int, node: NodeView, decision: NodeDecision, intent: Intent,
                       taken: bool = False) -> NodeDecision:
@@ -231,6 +243,10 @@ class Decider:
             if gpus == 1 or intent is not Intent.REQUIRED or self.unreported is Unreported.PASS:
                 return NodeDecision(node.name, True)
             return NodeDecision(node.name, False, reason=node.problem or "no gpupair report")
+        taking = self._takes_kept(gpus, node)
+        if taking:
+            return NodeDecision(node.name, False, reason=(
+                f"the {node.picker.name} would take {format_set(taking)} here, kept for a defrag plan's pods"))
         fit = placement.fit(state, gpus)
         if not fit.feasible and not fit.resolvable:
             return NodeDecision(node.name, False, unresolvable=True, reason=fit.reason)

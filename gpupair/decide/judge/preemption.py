@@ -86,11 +86,13 @@ class NodeVerdict:
 def merge_holds(holds: Iterable[Hold]) -> Hold:
     """What a node owes several pods together."""
     devices: set[int] = set()
+    kept: set[int] = set()
     count = 0
     for hold in holds:
         devices |= hold.devices
+        kept |= hold.kept
         count += hold.count
-    return Hold(frozenset(devices), count) if devices or count else NO_HOLD
+    return Hold(frozenset(devices), count, frozenset(kept)) if devices or count else NO_HOLD
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ class Preemption:
                           - node.claimed - known)
         hold = merge_holds(staying)
         state = NodeState(node.state.layout, node.state.free | (freed - node.unhealthy))
-        return self.decider.decide(self.gpus, NodeView(node.name, state, "", hold.devices, hold.count, node.picker),
+        return self.decider.decide(self.gpus, NodeView(node.name, state, "", hold.devices, hold.count, node.picker,
+                                                             kept=hold.kept),
                                    self.intent)
 
     def judge(self, node: NodeSituation, victims: Sequence[Victim], gpus_of: Sequence[VictimGPUs]) -> NodeVerdict:

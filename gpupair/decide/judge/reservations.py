@@ -54,6 +54,10 @@ class Hold:
 
     devices: frozenset[int] = frozenset()
     count: int = 0
+    # Of ``devices``, those a defrag plan keeps for another pod (held sets): free to the device
+    # plugin and the DRA allocator, which pick among every free GPU, so a node is no place for a
+    # pod whose pick there would take one.
+    kept: frozenset[int] = frozenset()
 
     def __bool__(self) -> bool:
         return bool(self.devices) or self.count > 0
@@ -281,6 +285,7 @@ class Reservations:
 
     def _hold(self, node: str, exclude: Set[str] = frozenset()) -> Hold:
         devices: set[int] = set()
+        kept: set[int] = set()
         planned: set[str] = set()
         for plan in self._live_plans(node):
             planned.add(plan.uid)
@@ -288,10 +293,11 @@ class Reservations:
                 devices |= plan.devices
         for key, held in self._sets_by_node.get(node, {}).items():
             if key not in exclude:
-                devices |= held.devices
+                kept |= held.devices
         count = sum(self._pods[uid].gpus for uid in self._bound.get(node, ())
                     if uid not in exclude and uid not in planned)
-        return Hold(frozenset(devices), count) if devices or count else NO_HOLD
+        devices |= kept
+        return Hold(frozenset(devices), count, frozenset(kept)) if devices or count else NO_HOLD
 
     def by_node(self) -> dict[str, Hold]:
         """Every node that owes something now, and what (do not modify: it is shared until the

@@ -119,7 +119,7 @@ class ReportEntry:
             return NodeView(name, None, self.problem_when_stale(alive), hold.devices, hold.count)
         shares = self.report.shares
         return NodeView(name, self.report.state, "", hold.devices, hold.count, self.picker, self.report.nics,
-                        shares is not None and shares.replicated)
+                        shares is not None and shares.replicated, hold.kept)
 
     def decide(self, decider: Decider, name: str, gpus: int, hold: Hold, now: float,
                alive: float | None = None, intent: Intent = Intent.REQUIRED) -> NodeDecision:
@@ -129,7 +129,7 @@ class ReportEntry:
         stale = self.is_stale(now, alive)
         if hold.devices and self.report is not None:
             # Planned devices the report already shows taken change nothing: one memo key.
-            hold = Hold(hold.devices & self.report.state.free, hold.count)
+            hold = Hold(hold.devices & self.report.state.free, hold.count, hold.kept & self.report.state.free)
         shared = None if stale else self._shared
         if shared is not None:
             memo, limit = shared.decisions, shared.limit

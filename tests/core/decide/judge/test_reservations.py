@@ -149,10 +149,11 @@ def test_a_held_set_holds_its_devices_from_all_but_its_key_until_its_time_runs_o
     res, timer = store()
     res.hold_set("defrag:w", "n", frozenset({0, 1}), 60)
     res.pod_bound("u1", "n", "ml", "a", 1)
-    assert res.hold("n") == Hold(frozenset({0, 1}), count=1)
+    kept = frozenset({0, 1})
+    assert res.hold("n") == Hold(kept, count=1, kept=kept)
     assert res.hold("n", exclude={"defrag:w", "w"}) == Hold(count=1)
-    assert res.hold("n", exclude="u1") == Hold(frozenset({0, 1}))
+    assert res.hold("n", exclude="u1") == Hold(kept, kept=kept)
     res.observe_report("n", ALL - {0, 1}, ledger(moved={0, 1}))  # its devices shown taken: still held, no count
-    assert res.by_node() == {"n": Hold(frozenset({0, 1}), count=1)} and "defrag:w" not in res.known_uids()
+    assert res.by_node() == {"n": Hold(kept, count=1, kept=kept)} and "defrag:w" not in res.known_uids()
     timer.now += 60
     assert res.by_node() == {"n": Hold(count=1)} and not res.held_sets()
