@@ -33,6 +33,7 @@ COPY simulator/ simulator/
 COPY audit/ audit/
 COPY status/ status/
 COPY snapshot/ snapshot/
+COPY defrag/ defrag/
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m pip --python /opt/gpupair/bin/python install --no-deps /wheels/*.whl
 
