@@ -1,7 +1,9 @@
 """`gpupair defrag --act` on a real kube-apiserver, kube-scheduler (with gpupair's extender, as
 deploy/ registers it) and kube-controller-manager's ReplicaSet controller, with the harness
 kubelets and gpupair's reporters: a 4-GPU pod that waits on a fragmented fleet is placed on one
-NUMA node after one move, and the moved pod's replacement is placed too.
+NUMA node after one move, and the moved pod's replacement is placed too. The actor runs as
+deploy/components/defrag runs it, with the gpupair-defrag ServiceAccount's token, so the
+component's RBAC is what it has.
 
 Two seed nodes (GPU0-3 NUMA0, GPU4-7 NUMA1). Pinned tenants (bare pods: they may not move) hold
 a's NUMA1 and all of b but GPU1 and GPU7. "infer", one replica of a ReplicaSet that opted in,
@@ -14,8 +16,6 @@ from __future__ import annotations
 import time
 
 from tests.controlplane.gpupair_install import NAMESPACE, scheduler_extenders
-from tests.controlplane.containers import base_env, gpupair_argv
-from tests.controlplane.processes import Process, free_port
 from tests.controlplane.workloads import SEED_TOPO, gpu_pod, pending_for, scheduling_failures, wait_gone, wait_reported
 
 MOVABLE = {"gpupair.io/movable": "true"}
@@ -39,9 +39,9 @@ def events(api, namespace: str, reason: str) -> list[dict]:
 
 
 def test_a_waiting_pod_gets_a_numa_node_after_one_move(api, namespace, kubelets, scheduler, gpupair,
-                                                       controller_manager, control_plane, workdir):
+                                                       controller_manager):
     ns = namespace
-    install = gpupair("device-plugin")
+    install = gpupair("defrag")
     sim = kubelets(policy="aligned")
     sim.add_node("frag-a", SEED_TOPO)
     sim.add_node("frag-b", SEED_TOPO)
@@ -74,10 +74,8 @@ def test_a_waiting_pod_gets_a_numa_node_after_one_move(api, namespace, kubelets,
     tenant_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in api.list("v1", "Pod", ns)
                    if p["metadata"]["name"] in tenants}
 
-    actor = Process("defrag", gpupair_argv(["defrag", "--act", "--interval", "1", "--host", "127.0.0.1",
-                                            "--port", str(free_port()), "--plans-namespace", NAMESPACE,
-                                            "--lease-namespace", NAMESPACE]),
-                    workdir / "defrag.log", env={**base_env(), "KUBECONFIG": str(control_plane.admin_kubeconfig)})
+    # as deploy/components/defrag runs it, with its ServiceAccount's token: its RBAC is enough
+    actor = install.defrag({"GPUPAIR_DEFRAG_INTERVAL": "1"})
     try:
         [grant] = sim.wait_admitted(ns, ["wait"], timeout=90)
         assert (grant.node, grant.devices) == ("frag-a", (0, 1, 2, 3)), grant
@@ -98,6 +96,8 @@ def test_a_waiting_pod_gets_a_numa_node_after_one_move(api, namespace, kubelets,
         # the plan ended: its key is gone from the plans ConfigMap
         plans = api.find("v1", "ConfigMap", "gpupair-defrag-plans", NAMESPACE)
         assert plans is None or not (plans.get("data") or {}), plans
+        # nothing it reads or writes was refused (a list it may not make is only a warning)
+        assert "HTTP 403" not in actor.log.read_text(), actor.tail()
     finally:
         actor.stop()
         time.sleep(0)
