@@ -9,7 +9,7 @@ processes started on demand and stopped after the test).
 A test, in short (helpers in workloads.py, dra.py and gpupair_install.py)::
 
     def test_a_pair_is_close(api, namespace, kubelets, scheduler, gpupair):
-        install = gpupair("device-plugin")      # deploy/ applied; "dra" adds the dra component
+        install = gpupair("device-plugin")      # deploy/ applied; "dra" ("defrag") adds that component
         install.webhook()                       # label the namespace gpupair.io/inject=enabled to use it
         sim = kubelets(policy="aligned")        # how the device plugin picks GPUs
         sim.add_node("n1", SEED_TOPO)           # Ready, 8 nvidia.com/gpu, PodResources socket
@@ -211,15 +211,18 @@ def gpu_device_class(api: Api) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def deploy_renders(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[dict[str, Any]]]:
-    """``deploy_renders("device-plugin" | "dra")``: the self-managed overlay, alone or with the dra component."""
+    """``deploy_renders("device-plugin" | "dra" | "defrag")``: the self-managed overlay, alone or
+    with that component (defrag: the defrag service, on the device plugin's GPUs)."""
+    components = {"dra": ["dra"], "defrag": ["defrag"]}
 
     def rendered(flavour: str) -> list[dict[str, Any]]:
         if flavour == "device-plugin":
             return render("self-managed")
-        if flavour == "dra":
-            return render_consumer(tmp_path_factory.mktemp("dra-render"), {
+        if flavour in components:
+            return render_consumer(tmp_path_factory.mktemp(f"{flavour}-render"), {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                "resources": ["{deploy}/overlays/self-managed"], "components": ["{deploy}/components/dra"]})
+                "resources": ["{deploy}/overlays/self-managed"],
+                "components": [f"{{deploy}}/components/{c}" for c in components[flavour]]})
         raise ValueError(f"unknown deploy flavour {flavour!r}")
 
     return rendered
@@ -227,8 +230,9 @@ def deploy_renders(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
 @pytest.fixture
 def gpupair(control_plane: ControlPlane, deploy_renders, workdir: Path) -> Iterator[Callable[[str], Install]]:
-    """``gpupair("device-plugin" | "dra")``: deploy/ applied in that flavour; start its processes
-    with ``.extender()``, ``.webhook()``, ``.reporter(node)``. All stopped after the test."""
+    """``gpupair("device-plugin" | "dra" | "defrag")``: deploy/ applied in that flavour; start its
+    processes with ``.extender()``, ``.webhook()``, ``.reporter(node)``, ``.defrag()`` (the defrag
+    flavour). All stopped after the test."""
     installs: list[Install] = []
 
     def install(flavour: str = "device-plugin") -> Install:

@@ -55,7 +55,9 @@ def tenant_uids(api, namespace: str) -> dict[str, str]:
 
 
 def fragmented(api, namespace: str, kubelets, scheduler, gpupair, controller_manager) -> Fragmented:
-    install = gpupair("device-plugin")
+    """The cluster above, with gpupair installed as deploy/ does with the defrag component (start
+    the actor with ``install.defrag()``: its ServiceAccount's RBAC is what it has)."""
+    install = gpupair("defrag")
     sim = kubelets(policy="aligned")
     sim.add_node("frag-a", SEED_TOPO)
     sim.add_node("frag-b", SEED_TOPO)

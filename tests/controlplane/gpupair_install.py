@@ -202,6 +202,21 @@ class Install:
         wait_extender_ready(process, url)
         return process, url
 
+    def defrag(self, env: dict[str, str] | None = None) -> Process:
+        """`gpupair defrag --act` as the gpupair-defrag Deployment runs it (the defrag component),
+        with its service account's token: what it may do is what deploy/ grants it. Returns once
+        /readyz answers (its first round has run)."""
+        spec = self._container("Deployment", "gpupair-defrag", "defrag")
+        port = free_port()
+        values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
+        values.update(GPUPAIR_DEFRAG_HOST=LOOPBACK, GPUPAIR_DEFRAG_PORT=str(port),
+                      KUBECONFIG=self._token_kubeconfig("defrag", "gpupair-defrag"))
+        values.update(env or {})
+        process = self._start("defrag", spec, values)
+        wait_until(lambda: _ready(f"http://{LOOPBACK}:{port}/readyz"), 60, "gpupair defrag /readyz", process,
+                   interval=0.1)
+        return process
+
     def webhook(self, env: dict[str, str] | None = None) -> Process:
         """`gpupair webhook` with TLS, as the gpupair-webhook Deployment runs it: with its service
         account's token where the Deployment mounts one (the dra component), else no API access."""

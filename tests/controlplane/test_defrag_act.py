@@ -2,25 +2,22 @@
 kube-scheduler with gpupair's extender, the ReplicaSet controller, the harness kubelets and
 gpupair's reporters): a 4-GPU pod that waits on a fragmented fleet is placed on one NUMA node
 after one move, the moved pod's replacement is placed too, and no pod that did not opt in moves.
+The actor runs as deploy/components/defrag runs it, with the gpupair-defrag ServiceAccount's
+token, so the component's RBAC is what it has.
 """
 
 from __future__ import annotations
 
-from tests.controlplane.containers import base_env, gpupair_argv
 from tests.controlplane.defrag_fleet import events, fragmented, pods_of, tenant_uids
 from tests.controlplane.gpupair_install import NAMESPACE
-from tests.controlplane.processes import Process, free_port
 
 
 def test_a_waiting_pod_gets_a_numa_node_after_one_move(api, namespace, kubelets, scheduler, gpupair,
-                                                       controller_manager, control_plane, workdir):
+                                                       controller_manager):
     ns = namespace
     fleet = fragmented(api, ns, kubelets, scheduler, gpupair, controller_manager)
     first = fleet.infer
-    actor = Process("defrag", gpupair_argv(["defrag", "--act", "--interval", "1", "--host", "127.0.0.1",
-                                            "--port", str(free_port()), "--plans-namespace", NAMESPACE,
-                                            "--lease-namespace", NAMESPACE]),
-                    workdir / "defrag.log", env={**base_env(), "KUBECONFIG": str(control_plane.admin_kubeconfig)})
+    actor = fleet.install.defrag({"GPUPAIR_DEFRAG_INTERVAL": "1"})
     try:
         [grant] = fleet.sim.wait_admitted(ns, ["wait"], timeout=90)
         assert (grant.node, grant.devices) == ("frag-a", (0, 1, 2, 3)), grant
@@ -40,6 +37,8 @@ def test_a_waiting_pod_gets_a_numa_node_after_one_move(api, namespace, kubelets,
         # the plan ended: its key is gone from the plans ConfigMap
         plans = api.find("v1", "ConfigMap", "gpupair-defrag-plans", NAMESPACE)
         assert plans is None or not (plans.get("data") or {}), plans
+        # nothing it reads or writes was refused (a list it may not make is only a warning)
+        assert "HTTP 403" not in actor.log.read_text(), actor.tail()
     finally:
         actor.stop()
     assert not fleet.sim.errors, fleet.sim.errors

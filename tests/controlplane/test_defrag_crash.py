@@ -16,10 +16,9 @@ from __future__ import annotations
 import time
 
 from gpupair.kubewire.defrag_plans import PLANS_CONFIGMAP, PlanInFlight, PlannedMove
-from tests.controlplane.containers import base_env, gpupair_argv
 from tests.controlplane.defrag_fleet import events, fragmented, pods_of, tenant_uids
 from tests.controlplane.gpupair_install import NAMESPACE
-from tests.controlplane.processes import Process, free_port
+from tests.controlplane.processes import Process
 from tests.controlplane.workloads import gpu_pod, wait_reported
 
 
@@ -39,11 +38,9 @@ def left_behind(api, fleet, to_devices: list[int]) -> PlanInFlight:
     return plan
 
 
-def actor(control_plane, workdir, *extra: str) -> Process:
-    return Process("defrag", gpupair_argv(["defrag", "--act", "--interval", "1", "--host", "127.0.0.1",
-                                           "--port", str(free_port()), "--plans-namespace", NAMESPACE,
-                                           "--lease-namespace", NAMESPACE, *extra]),
-                   workdir / "defrag.log", env={**base_env(), "KUBECONFIG": str(control_plane.admin_kubeconfig)})
+def actor(fleet, **env: str) -> Process:
+    """The successor, as the defrag component runs it (its ServiceAccount's token)."""
+    return fleet.install.defrag({"GPUPAIR_DEFRAG_INTERVAL": "1", **env})
 
 
 def plans_left(api) -> dict:
@@ -51,11 +48,10 @@ def plans_left(api) -> dict:
     return (found or {}).get("data") or {}
 
 
-def test_a_plan_left_before_its_eviction_is_resumed(api, namespace, kubelets, scheduler, gpupair, controller_manager,
-                                                    control_plane, workdir):
+def test_a_plan_left_before_its_eviction_is_resumed(api, namespace, kubelets, scheduler, gpupair, controller_manager):
     fleet = fragmented(api, namespace, kubelets, scheduler, gpupair, controller_manager)
     left_behind(api, fleet, [1])
-    process = actor(control_plane, workdir)
+    process = actor(fleet)
     try:
         [grant] = fleet.sim.wait_admitted(namespace, ["wait"], timeout=90)
         assert (grant.node, grant.devices) == ("frag-a", (0, 1, 2, 3))
@@ -74,7 +70,7 @@ def test_a_plan_left_before_its_eviction_is_resumed(api, namespace, kubelets, sc
 
 
 def test_a_plan_left_whose_picture_changed_is_dropped_and_evicts_nothing(api, namespace, kubelets, scheduler, gpupair,
-                                                                         controller_manager, control_plane, workdir):
+                                                                         controller_manager):
     fleet = fragmented(api, namespace, kubelets, scheduler, gpupair, controller_manager)
     # since the plan was written, a pinned pod took its moved pod's target, frag-b GPU7
     api.create(gpu_pod(namespace, "late", 1, node="frag-b", devices=(7,)))
@@ -82,7 +78,7 @@ def test_a_plan_left_whose_picture_changed_is_dropped_and_evicts_nothing(api, na
     wait_reported(api, {"frag-b": {1}})
     left_behind(api, fleet, [7])
     # only the dropped plan is under test: too few moves a minute to start another
-    process = actor(control_plane, workdir, "--moves-per-minute", "0.1")
+    process = actor(fleet, GPUPAIR_DEFRAG_MOVES_PER_MINUTE="0.1")
     try:
         dropped = api.wait_for(lambda: events(api, namespace, "DefragDropped") or None, 60, "DefragDropped")
         assert "new place was taken" in dropped[0]["note"]

@@ -42,7 +42,7 @@ MONITORING_GROUP = "monitoring.coreos.com"
 GPU_NODES = {"key": "feature.node.kubernetes.io/pci-10de.present", "value": "true"}
 ALL_OPTIONS = {  # every choice away from the default at once
     "scheduler": {"mode": "second-scheduler"}, "certificates": {"source": "cert-manager"},
-    "dra": {"enabled": True}, "monitoring": {"enabled": True},
+    "dra": {"enabled": True}, "monitoring": {"enabled": True}, "defrag": {"enabled": True},
     "reporter": {"gpuNodeLabel": GPU_NODES, "runtimeClassName": "nvidia"}, "image": {"tag": "9.9.9"},
 }
 
@@ -67,13 +67,24 @@ CASES = (
        for overlay in OVERLAYS]
     + [(f"{overlay}+monitoring", overlay, ["monitoring"], {}, {**overlay_values(overlay), "monitoring": {"enabled": True}})
        for overlay in ("self-managed", "second-scheduler-cert-manager")]
+    # defrag before dra, as deploy/README.md says: dra then gives the defrag service its driver and RBAC
+    + [(f"{overlay}+defrag", overlay, ["defrag"], {}, {**overlay_values(overlay), "defrag": {"enabled": True}})
+       for overlay in ("self-managed", "second-scheduler")]
+    + [("self-managed+defrag+dra", "self-managed", ["defrag", "dra"], {},
+        {"defrag": {"enabled": True}, "dra": {"enabled": True}}),
+       ("cert-manager+defrag+monitoring", "cert-manager", ["defrag", "monitoring"], {},
+        {**overlay_values("cert-manager"), "defrag": {"enabled": True}, "monitoring": {"enabled": True}}),
+       ("self-managed+defrag+image", "self-managed", ["defrag"],
+        {"images": [{"name": "ghcr.io/gpupair/gpupair", "newName": "registry.example.com/gpupair", "newTag": "9.9.9"}]},
+        {"defrag": {"enabled": True}, "image": {"repository": "registry.example.com/gpupair", "tag": "9.9.9"}})]
     + [("self-managed+gpu-node-label", "self-managed", ["gpu-node-label"], {"gpu-nodes": GPU_NODES},
         {"reporter": {"gpuNodeLabel": GPU_NODES}}),
        ("second-scheduler+nvidia-runtime-class", "second-scheduler", ["nvidia-runtime-class"], {},
         {**overlay_values("second-scheduler"), "reporter": {"runtimeClassName": "nvidia"}}),
        ("self-managed+image", "self-managed", [], {"images": [{"name": "ghcr.io/gpupair/gpupair", "newTag": "9.9.9"}]},
         {"image": {"tag": "9.9.9"}}),
-       ("everything", "second-scheduler-cert-manager", ["dra", "monitoring", "nvidia-runtime-class", "gpu-node-label"],
+       ("everything", "second-scheduler-cert-manager",
+        ["defrag", "dra", "monitoring", "nvidia-runtime-class", "gpu-node-label"],
         {"gpu-nodes": GPU_NODES, "images": [{"name": "ghcr.io/gpupair/gpupair", "newTag": "9.9.9"}]}, ALL_OPTIONS)]
 )
 
@@ -244,7 +255,7 @@ def test_helm_lint_strict():
         if values:
             args += ["--set-json", f"scheduler={json.dumps(values['scheduler'])}",
                      "--set-json", f"certificates={json.dumps(values['certificates'])}",
-                     "--set", "dra.enabled=true,monitoring.enabled=true"]
+                     "--set", "dra.enabled=true,monitoring.enabled=true,defrag.enabled=true"]
         result = helm(*args)
         assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
 
@@ -264,11 +275,17 @@ GLOBAL_SETTINGS = {"resourceName": "nvidia.com/mig-3g.40gb", "defaultPlacement":
 DRA_SETTINGS = {"dra": {"enabled": True, "driver": "gpu.example.com",
                         "gpuDeviceClasses": ["gpu.example.com", "big-gpu.example.com"], "gpusPerNumaNode": 8,
                         "nvlinkPairs": "0+1,2+3"}}
+DEFRAG_SETTINGS = {"defrag": {"enabled": True, "interval": 10, "movesPerMinute": 0.5, "holdSeconds": 300,
+                              "maxMoves": 2, "priorityClassName": "system-cluster-critical",
+                              "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                              "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                              "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                            "limits": {"cpu": "1", "memory": "1Gi"}}}}
 MONITORING_SETTINGS = {"monitoring": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                                       "podMonitor": {"enabled": False},
                                       "dashboard": {"labels": {"grafana_dashboard": "1", "team": "gpu"}}}}
 DOCUMENTED = [values for _, _, _, _, values in CASES] + [
-    GLOBAL_SETTINGS, REPORTER_SETTINGS, DEPLOYMENT_SETTINGS, DRA_SETTINGS, MONITORING_SETTINGS,
+    GLOBAL_SETTINGS, REPORTER_SETTINGS, DEPLOYMENT_SETTINGS, DRA_SETTINGS, MONITORING_SETTINGS, DEFRAG_SETTINGS,
     {"image": {"repository": "registry.example.com/gpupair", "tag": "0.2.0", "pullPolicy": "Always"},
      "certificates": {"days": 90, "schedule": "0 4 * * *"}, "imagePullSecrets": [{"name": "regcred"}]},
     # the staged rollout's stages (deploy/README.md), and the emergency bypass
@@ -350,6 +367,57 @@ def test_dra_node_links_off_leaves_no_configmap_role_mount_or_override():
     assert "GPUPAIR_WEBHOOK_NODE_LINKS_FILE" not in env_of(webhook)
     assert [m["name"] for m in webhook["volumeMounts"]] == ["tls", "tmp"]
     assert "GPUPAIR_EXTENDER_NODE_LINKS_CONFIGMAP" not in env_of(container(objs, "Deployment", "gpupair-extender", "extender"))
+
+
+def test_defrag_is_off_by_default():
+    """No defrag object unless defrag.enabled, whatever else is on; the monitoring PodMonitor for it
+    alone stays (it selects no pod), as the monitoring component renders it without the defrag one."""
+    for values in ({}, {k: v for k, v in ALL_OPTIONS.items() if k != "defrag"}):
+        objs = helm_template(values)
+        defrag = [(o["kind"], o["metadata"]["name"]) for o in objs if "defrag" in json.dumps(o["metadata"])]
+        assert defrag == ([("PodMonitor", "gpupair-defrag")] if "monitoring" in values else []), defrag
+        assert not any("defrag" in c.get("args", []) for w in workloads(objs) for c in pod_spec(w)["containers"])
+
+
+def test_defrag_settings_reach_the_container():
+    objs = helm_template(DEFRAG_SETTINGS | GLOBAL_SETTINGS)
+    deployment = find(objs, "Deployment", "gpupair-defrag")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    spec = pod_spec(deployment)
+    assert spec["serviceAccountName"] == "gpupair-defrag"
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    (defrag,) = spec["containers"]
+    assert defrag["args"] == ["defrag", "--act"] and defrag["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    env = env_of(defrag)
+    assert {k: env[k] for k in ("GPUPAIR_DEFRAG_INTERVAL", "GPUPAIR_DEFRAG_MOVES_PER_MINUTE", "GPUPAIR_DEFRAG_HOLD_SECONDS",
+                                "GPUPAIR_DEFRAG_MAX_MOVES", "GPUPAIR_RESOURCE_NAME", "GPUPAIR_LOG_LEVEL",
+                                "GPUPAIR_DEFRAG_DRA_DRIVER")} == {
+        "GPUPAIR_DEFRAG_INTERVAL": "10", "GPUPAIR_DEFRAG_MOVES_PER_MINUTE": "0.5", "GPUPAIR_DEFRAG_HOLD_SECONDS": "300",
+        "GPUPAIR_DEFRAG_MAX_MOVES": "2", "GPUPAIR_RESOURCE_NAME": "nvidia.com/mig-3g.40gb", "GPUPAIR_LOG_LEVEL": "debug",
+        "GPUPAIR_DEFRAG_DRA_DRIVER": ""}
+    with_dra = helm_template({"defrag": {"enabled": True}, "dra": {"enabled": True, "driver": "gpu.example.com"}})
+    assert env_of(container(with_dra, "Deployment", "gpupair-defrag", "defrag"))["GPUPAIR_DEFRAG_DRA_DRIVER"] == \
+        "gpu.example.com"
+
+
+def test_the_defrag_settings_are_what_the_command_reads():
+    """Each GPUPAIR_DEFRAG_* variable the chart sets parses as `gpupair defrag` reads it: under the
+    settings above and the defaults, the parser's values are the chart's."""
+    from gpupair.command.cli_reference import command_parsers
+
+    for values in (DEFRAG_SETTINGS, {"defrag": {"enabled": True}}):
+        env = env_of(container(helm_template(values), "Deployment", "gpupair-defrag", "defrag"))
+        parser = command_parsers()["defrag"]
+        names = {a.gpupair_env.env: a.dest for a in parser._actions if hasattr(a, "gpupair_env")}
+        set_here = {k: v for k, v in env.items() if isinstance(v, str) and k.startswith("GPUPAIR_DEFRAG_")}
+        assert set(set_here) <= set(names), set(set_here) - set(names)
+        v = {**yaml.safe_load((CHART / "values.yaml").read_text())["defrag"], **values["defrag"]}
+        assert float(set_here["GPUPAIR_DEFRAG_INTERVAL"]) == v["interval"]
+        assert float(set_here["GPUPAIR_DEFRAG_MOVES_PER_MINUTE"]) == v["movesPerMinute"]
+        assert float(set_here["GPUPAIR_DEFRAG_HOLD_SECONDS"]) == v["holdSeconds"]
+        assert int(set_here["GPUPAIR_DEFRAG_MAX_MOVES"]) == v["maxMoves"]
 
 
 def test_monitoring_labels_and_parts():
@@ -437,6 +505,11 @@ BAD_VALUES = [
     ('monitoring={"enabeld": true}', "enabeld"),
     ('resourceName="gpu"', "/resourceName"),
     ('certificates={"schedule": "weekly"}', "/certificates/schedule"),
+    ('defrag={"enabled": "yes"}', "/defrag/enabled"),
+    ('defrag={"interval": 0}', "/defrag/interval"),
+    ('defrag={"movesPerMinute": 0}', "/defrag/movesPerMinute"),
+    ('defrag={"maxMoves": 17}', "/defrag/maxMoves"),
+    ('defrag={"replicas": 2}', "replicas"),
 ]
 
 
@@ -633,6 +706,13 @@ def test_the_schemas_bounds_are_the_commands():
     assert (days["minimum"], days["maximum"]) == (renew + 1, bounds("certs", "--days").high)
     score = next(a for a in parsers["extender"]._actions if "--score" in a.option_strings)
     assert props["extender"]["properties"]["score"]["enum"] == list(score.choices)
+    defrag = props["defrag"]["properties"]
+    for value, flag in (("interval", "--interval"), ("holdSeconds", "--hold-seconds"),
+                        ("movesPerMinute", "--moves-per-minute"), ("maxMoves", "--max-moves")):
+        accepted = bounds("defrag", flag)
+        low = defrag[value].get("exclusiveMinimum", defrag[value].get("minimum"))
+        assert (low, "exclusiveMinimum" in defrag[value], defrag[value]["maximum"]) == \
+            (accepted.low, accepted.low_open, accepted.high), value
 
 
 def test_the_install_docs_lead_with_helm_and_keep_kustomize():
@@ -711,9 +791,10 @@ def test_the_chart_packs_and_renders_on_its_own(tmp_path):
 
 
 def test_one_version_names_the_image_everywhere():
-    """The package's version is the image tag the chart (appVersion), deploy/ (newTag), the
-    webhook's default verifier image and the Dockerfile's build line name, and CHANGELOG.md's
-    newest entry; the chart's own version is the same number, so one release is one version."""
+    """The package's version is the image tag the chart (appVersion), deploy/ (newTag, the base's
+    and the defrag component's), the webhook's default verifier image and the Dockerfile's build
+    line name, and CHANGELOG.md's newest entry; the chart's own version is the same number, so one
+    release is one version."""
     import tomllib
 
     from gpupair.command.cli_reference import command_parsers
@@ -722,8 +803,9 @@ def test_one_version_names_the_image_everywhere():
     version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == chart["version"] == version
-    images = yaml.safe_load((DEPLOY / "base/kustomization.yaml").read_text())["images"]
-    assert [i["newTag"] for i in images] == [version]
+    for kustomization in ("base", "components/defrag"):  # a component's objects take no image from the base
+        images = yaml.safe_load((DEPLOY / kustomization / "kustomization.yaml").read_text())["images"]
+        assert [i["newTag"] for i in images] == [version], kustomization
     verifier = next(a for a in command_parsers()["webhook"]._actions if "--verifier-image" in a.option_strings)
     assert verifier.default == f"ghcr.io/gpupair/gpupair:{version}"
     assert f"docker build -t ghcr.io/gpupair/gpupair:{version} ." in (root / "Dockerfile").read_text()

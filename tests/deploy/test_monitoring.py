@@ -185,7 +185,7 @@ def test_component_renders_in_an_overlay_and_validates(rendered):
     kinds = {(o["kind"], o["metadata"]["name"]) for o in rendered if o["metadata"].get("labels", {}).get(
         "app.kubernetes.io/component") == "monitoring"}
     assert kinds == {("ServiceMonitor", "gpupair-extender"), ("ServiceMonitor", "gpupair-webhook"),
-                     ("PodMonitor", "gpupair-reporter"), ("PrometheusRule", "gpupair"),
+                     ("PodMonitor", "gpupair-reporter"), ("PodMonitor", "gpupair-defrag"), ("PrometheusRule", "gpupair"),
                      ("ConfigMap", "gpupair-grafana-dashboard")}
     for obj in rendered:
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpupair"
