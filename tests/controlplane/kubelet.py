@@ -23,7 +23,7 @@ and hands replicas out as NVIDIA's device plugin does (``distributedAlloc``: one
 the GPU with the fewest taken).
 
 One test-only knob: a pod annotated ``harness.gpupair.test/devices: "0,5"`` is given exactly
-those devices. Tests use it for other tenants' pods that hold known GPUs; nothing of gpupair's
+those devices (on a time-sliced node an index per replica: ``"0,0,1"`` holds two of GPU0's). Tests use it for other tenants' pods that hold known GPUs; nothing of gpupair's
 reads it.
 """
 
@@ -248,12 +248,12 @@ class Kubelets:
             if not ask:
                 continue
             free = node.free() - {i for _, d in containers for i in d}
-            if node.replicas:
-                devices = self._replicas(node, [d for _, d in containers], ask)
-            elif hint is not None:
+            if hint is not None:
                 devices: tuple[int, ...] | None = tuple(int(i) for i in hint.split(","))
-                if not set(devices) <= free or len(devices) != ask:
+                if len(devices) != ask or not self._room(node, [d for _, d in containers], devices, free):
                     devices = None
+            elif node.replicas:
+                devices = self._replicas(node, [d for _, d in containers], ask)
             else:
                 devices = self.policy.pick(node.layout, free, ask)
             if devices is None:
@@ -271,6 +271,16 @@ class Kubelets:
             self._publish(node)
         self._set_phase(pod, node, "Running")
         self._start_gpupair_containers(node, pod)
+
+    @staticmethod
+    def _room(node: SimNode, admitting: list[tuple[int, ...]], devices: tuple[int, ...], free: frozenset[int]) -> bool:
+        """Whether ``devices`` (on a time-sliced node, an index per replica) are there to hand out."""
+        if not node.replicas:
+            return set(devices) <= free and len(set(devices)) == len(devices)
+        taken = Counter(i for containers in node.held.values() for _, held in containers for i in held)
+        taken.update(i for held in admitting for i in held)
+        taken.update(devices)
+        return all(0 <= i < node.layout.size and count <= node.replicas for i, count in taken.items())
 
     @staticmethod
     def _replicas(node: SimNode, admitting: list[tuple[int, ...]], ask: int) -> tuple[int, ...] | None:

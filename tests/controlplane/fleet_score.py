@@ -1,0 +1,91 @@
+"""The simulator's fragmentation score (simulator/trace/models/gpupair_score.py) over the fleet
+state a real control plane shows, so a test can compare kube-scheduler's placements with the
+ones the simulator would make, node for node.
+
+The state is what the extender reads, taken from the apiserver: each node's report (its free
+GPUs, each GPU's shares in gpupair.io/shares), its allocatable CPU less the requests of the pods
+bound there, and every pod not finished as a shape of the workload (the pod watch's). The
+simulator's cluster is built from it with the nodes' own layout in place of a NUMA split, and
+graded by the simulator's score, which runs the fragmentation code the extender runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from gpupair.decide.pod.pod_request import cpu_request, gpu_request, parse_milli
+from gpupair.decide.score.fragmentation import MILLI
+from gpupair.simulator.trace.files import TraceNode, TracePod
+from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, picker
+from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
+from gpupair.simulator.trace.node_arrays import TraceCluster
+from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
+from gpupair.topology.report import FREE_KEY
+from gpupair.topology.shares import SHARES_KEY
+from tests.controlplane.api import Api
+from tests.controlplane.kubelet import GPU, SHARED, Kubelets
+
+MODEL = "seed"  # one product across the fleet: the grades depend only on products' ranks
+TERMINAL = ("Succeeded", "Failed")
+
+
+def trace_pod(pod: dict, share_milli: int) -> TracePod:
+    """The pod as the simulator's trace has it: its CPU, its whole GPUs or its shares of
+    ``share_milli`` each."""
+    name, cpu = pod["metadata"]["name"], cpu_request(pod)
+    gpus, shares = gpu_request(pod, GPU), gpu_request(pod, SHARED)
+    if gpus:
+        return TracePod(name, cpu, 0, gpus, MILLI)
+    if shares:
+        return TracePod(name, cpu, 0, shares, share_milli)
+    return TracePod(name, cpu, 0, 0, 0)
+
+
+def _left(annotations: dict[str, str], size: int) -> np.ndarray:
+    """Each GPU's milli left as the node's report shows it (nothing left before a report)."""
+    left = np.zeros(size, dtype=np.int64)
+    raw = annotations.get(FREE_KEY)
+    for index in json.loads(raw)["free"] if raw else ():
+        left[index] = MILLI
+    shares = json.loads(annotations[SHARES_KEY]) if SHARES_KEY in annotations else None
+    for index, (of, taken) in enumerate(zip(shares["of"], shares["taken"]) if shares else ()):
+        if of > 1 and 0 < taken:
+            left[index] = MILLI * (of - taken) // of
+    return left
+
+
+def simulated_grades(api: Api, sim: Kubelets, pod: dict, share_milli: int) -> dict[str, int]:
+    """The simulator's grade of ``pod`` (not created yet) on each node kube-scheduler and
+    gpupair's filter would offer it: the nodes offering what it asks, with room for it."""
+    names = list(sim.nodes)
+    layouts = {sim.nodes[name].layout for name in names}
+    assert len(layouts) == 1, "one layout across the fleet"
+    objects = {name: api.get("v1", "Node", name) for name in names}
+    nodes = [TraceNode(name, parse_milli(objects[name]["status"]["allocatable"]["cpu"], name), 1 << 30,
+                       sim.nodes[name].layout.size, MODEL) for name in names]
+    cluster = TraceCluster(nodes, NumaSplits.parse(DEFAULT_SPLITS), np.arange(len(nodes)))
+    cluster.layouts[:] = list(layouts)
+    for row, name in enumerate(names):
+        cluster.left[row, :nodes[row].gpus] = _left(objects[name]["metadata"].get("annotations") or {}, nodes[row].gpus)
+        cluster.free_mask[row] = int((cluster.left[row] == MILLI).astype(np.int64) @ cluster.bits)
+    tables = Tables(cluster.layouts, picker("device-plugin", "aligned", True), gpupair_decider("device-plugin", "aligned"))
+    score = FragmentationScore(cluster, tables)
+    for other in api.list("v1", "Pod"):
+        if (other.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        score.seen(trace_pod(other, share_milli))
+        node = other["spec"].get("nodeName")
+        if node in names:
+            cluster.cpu_left[names.index(node)] -= cpu_request(other)
+    asked = trace_pod(pod, share_milli)
+    score.seen(asked)
+    offers = np.array([sim.nodes[name].resource == (SHARED if asked.milli_per_gpu < MILLI else GPU) for name in names])
+    offers &= cluster.cpu_left >= asked.milli_cpu
+    if asked.milli_per_gpu < MILLI:
+        offers &= (cluster.left >= asked.milli_per_gpu).sum(axis=1) >= asked.gpus
+    else:
+        offers &= tables.lookup("passes", cluster.layout_id, cluster.free_mask, asked.gpus)
+    rows = np.flatnonzero(offers)
+    return dict(zip((names[row] for row in rows), score.scores(asked, rows).tolist()))
