@@ -247,3 +247,7 @@ def gpupair(control_plane: ControlPlane, deploy_renders, workdir: Path) -> Itera
         made.remove_webhook_configuration()
     if installs:  # what gpupair wrote at run time in its namespace, which the next install would find
         control_plane.admin.delete(f"/api/v1/namespaces/{NAMESPACE}/configmaps/{PLANS_CONFIGMAP}")
+    for made in installs:  # the defrag flavour's objects: later tests install gpupair without them
+        for obj in made.objects:
+            if obj["metadata"]["name"].startswith("gpupair-defrag"):
+                control_plane.admin.delete(obj)
