@@ -9,14 +9,19 @@ import itertools
 import json
 import uuid as uuidlib
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
 
+from gpupair.decide.picture.dra_picture import allocation_of, build
+from gpupair.kubewire import dra
+from gpupair.topology.report import NodeReport
 from tests.real_k8s import REAL_K8S
 
 DRA = REAL_K8S / "dra"
 DRIVER = "gpu.nvidia.com"
 FRAGMENTED = {"dra-node-1": {3, 4}, "dra-node-2": {2, 3, 4, 5}, "dra-node-3": {0, 1}, "dra-node-4": {4, 5, 6, 7}}
 _SEQ = itertools.count()
+PICTURE_AT = datetime(2026, 12, 1, 9, 32, tzinfo=timezone.utc)
 
 
 def recorded(name: str) -> Any:
@@ -117,6 +122,96 @@ def share_claim(namespace: str, name: str, node: str, shares: dict[int, str], **
         result["shareID"] = str(uuidlib.UUID(int=(next(_SEQ) + 1) << 64))
         result["consumedCapacity"] = {"memory": shares[index]}
     return obj
+
+
+# Partitionable devices (KEP-4815), as NVIDIA's DRA driver publishes a GPU with MIG: a counter set
+# per GPU, ``gpu-<minor>-counter-set`` (GetSharedCounterSetName), holding one counter per MIG
+# capacity of the largest profile, named from it (capacitiesToCounters: copyEngines -> copy-engines)
+# and one counter of 1 per memory slice, ``memory-slice-<n>`` (addCountersForMemSlices); the GPU
+# device consumes all of it (PartConsumesCounters), each MIG device (``type: mig``, one per profile
+# and placement, named gpu-<minor>-mig-<profile>-<profile id>-<placement start>) its profile's
+# capacities and the memory slices of its placement (MigSpec.PartConsumesCounters). Since 1.35 the
+# sets go in a slice of their own, published first (generateSplitResourceSlices).
+# Source: github.com/NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/partitions.go, driver.go,
+# deviceinfo.go (CommonCapacitiesMig, CommonAttributesMig). The profiles' sizes are an A100-SXM4-40GB's
+# as `nvidia-smi mig -lgip` lists them in NVIDIA's MIG user guide (memory in MiB, as NVML gives it);
+# the driver also writes encoders etc. as capacities of each MIG device, which gpupair does not read.
+A100_MIG_PROFILES = {  # profile: (profile id, placement size in memory slices, placement starts, counters)
+    "1g.5gb": (19, 1, range(7), {"multiprocessors": 14, "copy-engines": 1, "decoders": 0, "encoders": 0,
+                                 "jpeg-engines": 0, "ofa-engines": 0, "memory": "4864Mi"}),
+    "2g.10gb": (14, 2, (0, 2, 4), {"multiprocessors": 28, "copy-engines": 2, "decoders": 1, "encoders": 0,
+                                   "jpeg-engines": 0, "ofa-engines": 0, "memory": "9984Mi"}),
+    "3g.20gb": (9, 4, (0, 4), {"multiprocessors": 42, "copy-engines": 3, "decoders": 2, "encoders": 0,
+                               "jpeg-engines": 0, "ofa-engines": 0, "memory": "20096Mi"}),
+    "7g.40gb": (0, 8, (0,), {"multiprocessors": 98, "copy-engines": 7, "decoders": 5, "encoders": 0,
+                             "jpeg-engines": 1, "ofa-engines": 1, "memory": "40448Mi"}),
+}
+MEMORY_SLICES = 8
+
+
+def _counters(values: dict[str, Any], slices: Iterable[int] = ()) -> dict[str, Any]:
+    counters = {name: {"value": str(value)} for name, value in values.items()}
+    counters.update({f"memory-slice-{n}": {"value": "1"} for n in slices})
+    return counters
+
+
+def counter_set_name(index: int) -> str:
+    return f"gpu-{index}-counter-set"
+
+
+def mig_device_name(index: int, profile: str, start: int) -> str:
+    return f"gpu-{index}-mig-{profile.replace('.', '')}-{A100_MIG_PROFILES[profile][0]}-{start}"
+
+
+def partitioned_slices(node: str, partitioned: Iterable[int] = (2,), devices: Iterable[int] = range(8),
+                       generation: int = 1) -> list[dict[str, Any]]:
+    """``node_slice``'s GPUs with the GPUs ``partitioned`` split by MIG as NVIDIA's driver
+    publishes them (above): a slice of the counter sets, then the devices' slice (the driver puts
+    each GPU's devices in a slice of its own; the recorded slice holds them all, in its order)."""
+    whole = A100_MIG_PROFILES["7g.40gb"][3]
+    devices_slice = node_slice(node, name=f"{node}-gpu-devices", generation=generation, slice_count=2,
+                               devices=devices)
+    partitioned = sorted(partitioned)
+    listed = devices_slice["spec"]["devices"]
+    for index in partitioned:
+        gpu = next(d for d in listed if d["attributes"]["index"]["int"] == index)
+        gpu["consumesCounters"] = [{"counterSet": counter_set_name(index),
+                                    "counters": _counters(whole, range(MEMORY_SLICES))}]
+        for profile, (_, size, starts, values) in A100_MIG_PROFILES.items():
+            for start in starts:
+                attributes = {"type": {"string": "mig"}, "profile": {"string": profile},
+                              "parentUUID": {"string": gpu["attributes"]["uuid"]["string"]}}
+                for name in ("resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot"):
+                    if name in gpu["attributes"]:
+                        attributes[name] = copy.deepcopy(gpu["attributes"][name])
+                listed.append({"name": mig_device_name(index, profile, start), "attributes": attributes,
+                               "consumesCounters": [{"counterSet": counter_set_name(index),
+                                                     "counters": _counters(values, range(start, start + size))}]})
+    counters_slice = {"apiVersion": devices_slice["apiVersion"], "kind": "ResourceSlice",
+                      "metadata": {"name": f"{node}-gpu-counters"},
+                      "spec": {"driver": DRIVER, "nodeName": node,
+                               "pool": dict(devices_slice["spec"]["pool"]),
+                               "sharedCounters": [{"name": counter_set_name(i),
+                                                   "counters": _counters(whole, range(MEMORY_SLICES))}
+                                                  for i in partitioned]}}
+    return [counters_slice, devices_slice]
+
+
+def partition_claim(namespace: str, name: str, node: str, devices: list[str], **kwargs: Any) -> dict[str, Any]:
+    """``allocated_claim`` whose results are the partition ``devices`` (by name), as the allocator
+    writes a claim for MIG devices."""
+    obj = allocated_claim(namespace, name, node, range(len(devices)), **kwargs)
+    for result, device in zip(obj["status"]["allocation"]["devices"]["results"], devices):
+        result["device"] = device
+    return obj
+
+
+def dra_report(slices: list[dict[str, Any]], claims: list[dict[str, Any]], node: str = "dra-node-1") -> NodeReport:
+    """The node's report from DRA (gpupair/decide/picture/dra_picture.py) on these objects, as the
+    extender builds it."""
+    parsed = [dra.parse_slice(s) for s in slices]
+    allocations = [a for a in (allocation_of(dra.parse_claim(c), DRIVER) for c in claims) if a is not None]
+    return build(node, parsed, allocations, DRIVER, PICTURE_AT).report
 
 
 def busy_claims(node: str, taken: Iterable[int], namespace: str = "dra-probe") -> list[dict[str, Any]]:

@@ -95,6 +95,24 @@ class DeviceCapacity(KubeWire):
     value: str  # a quantity ("80Gi"), as the apiserver writes every resource.Quantity; requestPolicy is not read
 
 
+class Counter(KubeWire):
+    value: str  # a quantity, as the apiserver writes every resource.Quantity
+
+
+class CounterSet(KubeWire):
+    """A named set of counters a pool's devices consume from (KEP-4815, DRAPartitionableDevices,
+    beta and on by default in 1.36): NVIDIA's driver publishes one per GPU. Since 1.35 a slice
+    lists either ``sharedCounters`` or ``devices``, so the sets come in a slice of their own."""
+
+    name: str
+    counters: dict[str, Counter] = Field(default_factory=dict)
+
+
+class DeviceCounterConsumption(KubeWire):
+    counterSet: str
+    counters: dict[str, Counter] = Field(default_factory=dict)
+
+
 class SliceDevice(KubeWire):
     name: str
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
@@ -103,6 +121,8 @@ class SliceDevice(KubeWire):
     # allocations share, each consuming part of its capacities.
     capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
     allowMultipleAllocations: bool | None = None
+    # KEP-4815: what allocating the device takes of its pool's counter sets (at most two).
+    consumesCounters: list[DeviceCounterConsumption] = Field(default_factory=list)
 
     def attribute(self, name: str, driver: str) -> Any:
         """The attribute's value by its qualified or short name (short: the driver's domain)."""
@@ -130,6 +150,7 @@ class ResourceSliceSpec(KubeWire):
     nodeName: str = ""
     allNodes: bool = False
     devices: list[SliceDevice] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
+    sharedCounters: list[CounterSet] = Field(default_factory=list)
 
 
 class ResourceSlice(KubeWire):

@@ -107,6 +107,19 @@ def pinned_claim(namespace: str, name: str, index: int, memory: str = "") -> dic
             "spec": {"devices": {"requests": [request]}}}
 
 
+def mig_claim(namespace: str, name: str, node: str, index: int, profile: str) -> dict[str, Any]:
+    """A claim for one MIG device of profile ``profile`` of GPU ``index`` of ``node`` (partitioned_slices'
+    devices: ``profile`` and ``parentUUID`` as NVIDIA's driver writes them; a GPU device has no
+    ``profile``, hence the ``in`` test before reading it)."""
+    attributes = f"device.attributes['{DRIVER}']"
+    expression = (f"'profile' in {attributes} && {attributes}.profile == '{profile}' && "
+                  f"{attributes}.parentUUID == 'GPU-{node}-{index}'")
+    request = {"name": "mig", "exactly": {"allocationMode": "ExactCount", "count": 1, "deviceClassName": DRIVER,
+                                          "selectors": [{"cel": {"expression": expression}}]}}
+    return {"apiVersion": RESOURCE, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [request]}}}
+
+
 def claim_pod(namespace: str, name: str, *, template: str = "", claim: str = "", node: str = "",
               annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A pod whose container uses one claim, from ``template`` (the controller makes it) or the

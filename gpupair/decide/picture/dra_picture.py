@@ -26,6 +26,10 @@ decisions, reservations, the verbs and ``status`` work on it unchanged.
 - **Shared.** A device with ``allowMultipleAllocations`` (consumable capacity, KEP-5075) is
   taken by its results' ``consumedCapacity``, in thousandths (dra_capacity.py): partly consumed,
   it is not free and its share left is in the report's ``shares``; nothing consumed, it is free.
+- **Partitioned.** A device consuming a GPU's counter set (partitionable devices, KEP-4815:
+  NVIDIA's MIG devices) is a partition of that GPU, not a GPU of its own: an allocated one
+  takes its share of the GPU by the counters it consumes (dra_counters.py), in ``shares`` as
+  above (the larger where capacity is consumed too), and its pods are in the ledger on the GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any
 from gpupair.kubewire import dra
 from gpupair.decide.claims.claim_intent import numa_constrained
 from gpupair.decide.picture.dra_capacity import CapacityError, consumed, shared_capacity, thousandths_taken
+from gpupair.decide.picture.dra_counters import CounterError, partitions_of, read_counters, taken_by_partitions
 from gpupair.decide.score.gpu_products import ANY, Accepted, selector_accepts
 from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
@@ -110,17 +115,16 @@ def allocation_of(claim: dra.ResourceClaim, driver: str) -> Allocation | None:
                       tuple(((r.pool, r.device), r.consumedCapacity) for r in results if r.consumedCapacity))
 
 
-def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[DraDevice]:
-    """The GPUs of complete pools at their newest generation, in the order the allocator walks
-    them: pool by pool, slice by slice, each slice's devices in order. The allocator takes pools
-    from a Go map and slices as its lister lists them, neither in a set order; gpupair assumes
-    pool name, then slice name (one pool of one slice per node, as NVIDIA's driver publishes, has
-    one order only)."""
+def current_pools(slices: Iterable[dra.ResourceSlice], driver: str) -> dict[str, list[dra.ResourceSlice]]:
+    """The driver's complete pools at their newest generation, by name, each pool's slices by
+    name. The allocator takes pools from a Go map and slices as its lister lists them, neither
+    in a set order; gpupair assumes pool name, then slice name (one pool of one slice per node,
+    as NVIDIA's driver publishes without partitions, has one order only)."""
     by_pool: dict[str, list[dra.ResourceSlice]] = defaultdict(list)
     for item in slices:
         if item.spec.driver == driver:
             by_pool[item.spec.pool.name].append(item)
-    found: list[DraDevice] = []
+    pools: dict[str, list[dra.ResourceSlice]] = {}
     for pool in sorted(by_pool):
         newest = max(s.spec.pool.generation for s in by_pool[pool])
         current = sorted((s for s in by_pool[pool] if s.spec.pool.generation == newest),
@@ -129,6 +133,15 @@ def current_devices(slices: Iterable[dra.ResourceSlice], driver: str) -> list[Dr
         if len(current) < wanted:
             raise PictureError(f"DRA pool {pool} is incomplete: {len(current)} of {wanted} "
                                f"ResourceSlices at generation {newest}")
+        pools[pool] = current
+    return pools
+
+
+def current_devices(pools: dict[str, list[dra.ResourceSlice]], driver: str) -> list[DraDevice]:
+    """The GPUs of the pools (current_pools), in the order the allocator walks them: pool by
+    pool, slice by slice, each slice's devices in order."""
+    found: list[DraDevice] = []
+    for pool, current in pools.items():
         names: set[str] = set()
         for item in current:
             for device in item.spec.devices:
@@ -224,7 +237,8 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
           at: datetime, topology: NodeLayout | None = None) -> DraPicture:
     """The node's report from DRA; raises PictureError saying why there is none."""
     slices = [s for s in slices if s.spec.driver == driver]
-    devices = current_devices(slices, driver)
+    pools = current_pools(slices, driver)
+    devices = current_devices(pools, driver)
     if not devices:
         raise PictureError(f"no GPU devices of DRA driver {driver} on node {node}")
     note = ""
@@ -245,6 +259,14 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
         layout = replace(layout, walk=tuple(walk))
     tainted = frozenset(mapping[(d.pool, d.name)] for d in devices if d.tainted)
     capacities = {(d.pool, d.name): d.capacity for d in devices if d.capacity is not None}
+    allocations = list(allocations)
+    try:
+        counters = read_counters(pools)
+        partitions = partitions_of(counters, mapping)  # partition -> its GPU
+        parted = {mapping[gpu]: part for gpu, part in taken_by_partitions(
+            counters, partitions, [key for a in allocations for key in a.devices]).items()}
+    except CounterError as exc:
+        raise PictureError(str(exc)) from None
     taken: set[int] = set()
     uses: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     pods: dict[tuple[str, str], set[int]] = defaultdict(set)
@@ -255,13 +277,15 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
             if key in shared:
                 uses[key].append(used)
         held = {mapping[key] for key in allocation.devices if key in mapping}
+        held |= {mapping[partitions[key]] for key in allocation.devices if key in partitions}
         taken |= {mapping[key] for key in allocation.devices if key in mapping and key not in shared}
         for pod, uid in allocation.pods:
             if held:
                 pods[(allocation.namespace, pod)] |= held
                 if uid:
                     uids[(allocation.namespace, pod)] = uid
-    shares = _shares(node, layout.size, mapping, capacities, uses, taken, driver) if capacities else None
+    shares = _shares(node, layout.size, mapping, capacities, uses, taken, driver, parted) \
+        if capacities or parted else None
     if shares is not None:
         taken |= {i for i, part in enumerate(shares.taken) if part}
     free = frozenset(mapping.values()) - taken - tainted
@@ -284,17 +308,20 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
 
 def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
             capacities: dict[tuple[str, str], tuple[tuple[str, int], ...]],
-            uses: dict[tuple[str, str], list[dict[str, str]]], whole: set[int], driver: str) -> GpuShares:
-    """Each GPU's shares: a shared GPU (``capacities``) as MILLI, those its results consume
-    (``uses``; all of them where a result took it ``whole``); any other GPU as one share."""
+            uses: dict[tuple[str, str], list[dict[str, str]]], whole: set[int], driver: str,
+            parted: dict[int, int]) -> GpuShares:
+    """Each GPU's shares: a shared GPU (``capacities``) or a partitioned one (``parted``: what its
+    partitions take) as MILLI, those its results consume (``uses``; all of them where a result took
+    it ``whole``), the larger of the two; any other GPU as one share."""
     try:
         part = {mapping[key]: thousandths_taken(capacities[key], consumed(used, driver, f"{key[0]}/{key[1]}"))
                 for key, used in uses.items()}
     except CapacityError as exc:
         raise PictureError(f"DRA claim on node {node}: {exc}") from None
+    part = {i: max(part.get(i, 0), parted.get(i, 0)) for i in set(part) | set(parted)}
     # A shared GPU counts MILLI shares, one a thousandth of it: the report's one share model
     # (of, taken) then carries consumable capacity exactly, since milli_left is in thousandths.
-    measured = {mapping[key] for key in capacities}
+    measured = {mapping[key] for key in capacities} | set(parted)
     return GpuShares(tuple(MILLI if i in measured else 1 for i in range(size)),
                      tuple((MILLI if i in whole else part.get(i, 0)) if i in measured else int(i in whole)
                            for i in range(size)))

@@ -4,24 +4,14 @@ v1.36 apiserver stores them (the recorded slice and claims, with the v1.36 field
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from gpupair.decide.judge.decisions import Decider, NodeView
-from gpupair.decide.picture.dra_picture import PictureError, allocation_of, build
-from gpupair.kubewire import dra
+from gpupair.decide.picture.dra_picture import PictureError
 from gpupair.topology.shares import MILLI
-from tests.dra_support import DRIVER, allocated_claim, node_slice, share_claim, shared_slice
+from tests.dra_support import allocated_claim, dra_report as report, node_slice, share_claim, shared_slice
 
-AT = datetime(2026, 12, 1, 9, 32, tzinfo=timezone.utc)
 NODE = "dra-node-1"
-
-
-def report(slices, claims, node=NODE):
-    parsed = [dra.parse_slice(s) for s in slices]
-    allocations = [a for a in (allocation_of(dra.parse_claim(c), DRIVER) for c in claims) if a is not None]
-    return build(node, parsed, allocations, DRIVER, AT).report
 
 
 def test_a_partly_consumed_gpu_is_neither_free_nor_full():
