@@ -220,13 +220,14 @@ def gibibytes(milli: int) -> int:
 def dra_slice(node: str, layout) -> dict:
     """The node's GPUs as a DRA driver sharing them by memory publishes them: each with its
     index and NUMA node (no PCIe root: the links inferred are the simulator's NODE and SYS),
-    ``allowMultipleAllocations`` and 40Gi of memory in 1Gi steps (no default: a claim not asking
-    memory consumes all of it, a whole GPU)."""
+    ``allowMultipleAllocations`` and 40Gi of memory in 1Gi steps (its default all of it: a claim not
+    asking memory takes the whole GPU)."""
     devices = [{"name": f"gpu-{d.index}", "allowMultipleAllocations": True,
                 "attributes": {"index": {"int": d.index}, "type": {"string": "gpu"},
                                "resource.kubernetes.io/numaNode": {"int": d.numa_node}},
                 "capacity": {"memory": {"value": f"{GPU_MEMORY_GI}Gi",
-                                        "requestPolicy": {"validRange": {"min": "1Gi", "step": "1Gi"}}}}}
+                                        "requestPolicy": {
+                                            "default": f"{GPU_MEMORY_GI}Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}}}
                for d in layout.devices]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu"},
             "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
