@@ -255,4 +255,4 @@ def _waiting_gpus(pod: Mapping[str, Any], resource: str, picture) -> int:
     except PodRequestError:
         return 0
     demand = picture.pod_demand(pod, known_only=True)
-    return gpus + (demand.gpus if demand is not None else 0)
+    return gpus + (demand.gpus + demand.shares if demand is not None else 0)  # a capacity share: as a GPU

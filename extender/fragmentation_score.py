@@ -27,6 +27,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from gpupair.decide.devices import placement
+from gpupair.decide.picture.dra_capacity import Asked, share_milli
 from gpupair.decide.judge.decisions import preferred_band
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
@@ -34,7 +35,7 @@ from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.decide.judge.reservations import NO_HOLD
-from gpupair.extender.cache.cluster_usage import ClusterUsage
+from gpupair.extender.cache.cluster_usage import CapacityShares, ClusterUsage
 from gpupair.extender.cache.decision_tables import host_priorities_json
 from gpupair.extender.evaluation import Evaluator, Offer
 from gpupair.extender.cache.score_rows import ScoreRows, share_columns
@@ -79,19 +80,21 @@ class Scored:
     partial: np.ndarray  # [n, MAX_GPUS]: milli left on each partly taken shared GPU
     share_of: np.ndarray  # the shares a GPU of the node is split into; 0: it shares none
     replicated: np.ndarray  # its shares are replicas of the whole-GPU resource
+    capacity: np.ndarray  # its GPUs' consumable capacities (DRA), an index into ``capacities``; 0: none
     layouts: list[NodeLayout]
     products: list[str]
+    capacities: list[tuple]
 
     def take(self, keep: np.ndarray) -> Scored:
-        return Scored(*(getattr(self, name)[keep] for name in _COLUMNS), self.layouts, self.products)
+        return Scored(*(getattr(self, name)[keep] for name in _COLUMNS), self.layouts, self.products, self.capacities)
 
     def joined(self, other: Scored) -> Scored:
         return Scored(*(np.concatenate([getattr(self, name), getattr(other, name)]) for name in _COLUMNS),
-                      self.layouts, self.products)
+                      self.layouts, self.products, self.capacities)
 
 
 _COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "product", "preferred_met", "partial", "share_of",
-            "replicated")
+            "replicated", "capacity")
 
 
 class LeastFragmentation:
@@ -110,7 +113,8 @@ class LeastFragmentation:
         except PodRequestError:
             cpu = 0
         scores = fragmentation_scores(self.evaluator, self.usage, offer, max(gpus, 0), cpu, intent,
-                                      self.usage.shares_asked(args.Pod), rows=self.rows)
+                                      self.usage.shares_asked(args.Pod), rows=self.rows,
+                                      capacity=self.usage.capacity_asked(args.Pod))
         if scores is not None:
             return host_priorities_json(offer.names, scores)
         # Nothing to grade yet (no workload, or no node's CPU known): best fit, as --score best-fit.
@@ -121,14 +125,16 @@ class LeastFragmentation:
 
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
                          intent: Intent = Intent.REQUIRED, shares: int = 0,
-                         rows: ScoreRows | None = None) -> list[int] | None:
+                         rows: ScoreRows | None = None, capacity: CapacityShares | None = None) -> list[int] | None:
     """0-10 per offered name, in order; None where it grades no node: no workload learned yet,
     or no offered node with a usable report and a known CPU (Nodes mode, whose nodes the node
     cache does not hold). The caller then scores by best fit, so a ``preferred`` pod keeps its
     tiers. ``shares``: GPU shares the pod asks (``--shared-resources``); a pod asking whole
     GPUs of a node whose GPUs are replicated (time-slicing without renameByDefault) takes shares
-    there too. A share is graded on the GPU it is foreseen to land on (share_pick.py). ``rows``:
-    read a cached offer from them; None, node by node (both give the same grades)."""
+    there too. ``capacity``: the shares the pod's DRA claims ask by consumable capacity, and what
+    each asks, sized per node on its GPUs' capacities (dra_capacity.share_milli). A share is
+    graded on the GPU it is foreseen to land on (share_pick.py). ``rows``: read a cached offer
+    from them; None, node by node (both give the same grades)."""
     names = offer.names
     if not usage.workload or not names:
         return None
@@ -143,11 +149,14 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     models = sorted(scored.products[code] for code in present.tolist())
     rank = np.zeros(len(scored.products), dtype=np.int64)
     rank[present] = [models.index(scored.products[code]) for code in present.tolist()]
-    sharing = scored.share_of[scored.share_of > 0]
+    sharing = scored.share_of[(scored.share_of > 0) & (scored.capacity == 0)]
     share_milli = MILLI // int(np.bincount(sharing).argmax()) if len(sharing) else MILLI
-    graded = fragmentation_grades(usage.measure(models, share_milli), node_rows(
+    sized = scored.capacity[scored.capacity > 0]
+    typical = scored.capacities[int(np.bincount(sized).argmax())] if len(sized) else ()
+    measure = usage.measure(models, share_milli, (lambda asked: sized_share(typical, asked)) if typical else None)
+    graded = fragmentation_grades(measure, node_rows(
         scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product],
-        scored.partial, _share_asks(scored, gpus, shares)), cpu)
+        scored.partial, _share_asks(scored, gpus, shares, capacity)), cpu)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
         graded = np.array([preferred_band(grade, met) for grade, met
@@ -156,9 +165,24 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     return scores.tolist()
 
 
-def _share_asks(scored: Scored, gpus: int, shares: int) -> ShareAsk | None:
+def sized_share(capacities: tuple, asked: Asked) -> int:
+    """The milli a share asking ``asked`` takes of a GPU with one of ``capacities`` (the most,
+    where a node's GPUs differ); more than a GPU where one cannot serve it, so none holds it."""
+    sizes = [share_milli(each, asked) for each in capacities]
+    return MILLI + 1 if not sizes or None in sizes else max(size for size in sizes if size is not None)
+
+
+def _share_asks(scored: Scored, gpus: int, shares: int, capacity: CapacityShares | None = None) -> ShareAsk | None:
     """Where the pod takes shares, how many and of what size, per scored node. On a node whose
-    reporter publishes no shares, where it lands is not foreseen (it changes nothing seen)."""
+    reporter publishes no shares, where it lands is not foreseen (it changes nothing seen). A
+    share by DRA consumable capacity is sized on each node's GPUs."""
+    if capacity is not None:
+        count, asked = capacity
+        rows = scored.capacity > 0
+        if not rows.any():
+            return None
+        sized = np.array([0, *(sized_share(each, asked) for each in scored.capacities[1:])], dtype=np.int64)
+        return ShareAsk(rows, sized[scored.capacity], count)
     rows = ((shares > 0) & (scored.share_of > 0)) | ((gpus > 0) & scored.replicated)
     if not rows.any():
         return None
@@ -185,7 +209,8 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
     at = slot[index]
     scored = Scored(index, rows.layout[at], rows.free_mask[at], np.zeros(len(index), dtype=np.int64),
                     rows.cpu_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.partial[at],
-                    rows.share_of[at], rows.replicated[at], rows.layouts, rows.products)
+                    rows.share_of[at], rows.replicated[at], rows.capacity[at], rows.layouts, rows.products,
+                    rows.capacities)
     if gpus > 0 and len(index):
         passes, scored.plan_mask, scored.preferred_met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
         scored = scored.take(np.flatnonzero(passes))
@@ -205,21 +230,22 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
             continue
         extra.append((position, rows.layout_code(state.layout), state.free_mask, _mask(plan), int(rows.cpu_left[row]),
                       int(rows.product[row]), preferred_met, rows.partial[row], int(rows.share_of[row]),
-                      bool(rows.replicated[row])))
+                      bool(rows.replicated[row]), int(rows.capacity[row])))
     if extra:
-        joined = scored.joined(_columns(extra, rows.layouts, rows.products))
+        joined = scored.joined(_columns(extra, rows.layouts, rows.products, rows.capacities))
         scored = joined.take(np.argsort(joined.index, kind="stable"))  # the offer's order, as the per-node path keeps it
     return scored
 
 
-def _columns(found: list[tuple], layouts: list[NodeLayout], products: list[str]) -> Scored:
+def _columns(found: list[tuple], layouts: list[NodeLayout], products: list[str], capacities: list[tuple]) -> Scored:
     """Scored from one tuple per node: (index, layout, free mask, plan mask, CPU left, product,
-    preferred met, partial, share count, replicated)."""
-    columns = list(zip(*found)) or [()] * 10
+    preferred met, partial, share count, replicated, capacity)."""
+    columns = list(zip(*found)) or [()] * 11
     ints = (np.array(column, dtype=np.int64) for column in columns[:6])
     partial = np.array(columns[7], dtype=np.int64).reshape(len(found), MAX_GPUS)
     return Scored(*ints, np.array(columns[6], dtype=bool), partial, np.array(columns[8], dtype=np.int64),
-                  np.array(columns[9], dtype=bool), layouts, products)
+                  np.array(columns[9], dtype=bool), np.array(columns[10], dtype=np.int64), layouts, products,
+                  capacities)
 
 
 def _by_shape(evaluator: Evaluator, rows: ScoreRows, names: list[str], index: np.ndarray, at: np.ndarray, gpus: int,
@@ -260,7 +286,8 @@ def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int
     now, holds = evaluator.clock(), evaluator.reservations.by_node()
     layouts: list[NodeLayout] = []
     products: list[str] = []
-    found: list[tuple[int, int, int, int, int, int, bool]] = []
+    capacities: list[tuple] = [()]
+    found: list[tuple] = []
     for index, name in enumerate(names):
         plan: tuple[int, ...] = ()
         preferred_met = True
@@ -283,9 +310,12 @@ def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int
             layouts.append(state.layout)
         if product not in products:
             products.append(product)
+        partial, share_of, replicated, capacity = share_columns(entry.report)
+        if capacity not in capacities:
+            capacities.append(capacity)
         found.append((index, layouts.index(state.layout), state.free_mask, _mask(plan), cpu_left,
-                      products.index(product), preferred_met, *share_columns(entry.report)))
-    return _columns(found, layouts, products)
+                      products.index(product), preferred_met, partial, share_of, replicated, capacities.index(capacity)))
+    return _columns(found, layouts, products, capacities)
 
 
 @dataclass

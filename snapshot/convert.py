@@ -248,7 +248,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             out.findings.append(Finding("pod-unreadable", name, f"left out: {error}"))
             continue
         if demand is not None:
-            whole += demand.gpus
+            whole += demand.gpus + demand.shares  # a share by capacity: written as a whole GPU, as before
             accepted = accepted.both(demand.accepts)
         if whole:
             gpus, milli = whole, MILLI

@@ -143,7 +143,8 @@ def claim_asks(picture: NodeSource) -> ClaimAsk:
     """What a pod's own claims ask, by the claims listed (``ClaimAsk``)."""
     def ask(pod: Mapping[str, Any]) -> tuple[int, list[ClaimIntent | None]]:
         demand = picture.pod_demand(pod, known_only=True)
-        return (demand.gpus if demand is not None else 0), list(picture.pod_claim_intents(pod))
+        gpus = demand.gpus + demand.shares if demand is not None else 0  # a capacity share: as a GPU
+        return gpus, list(picture.pod_claim_intents(pod))
     return ask
 
 

@@ -4,6 +4,9 @@ the cluster, each with the GPU products it accepts (gpupair/decide/score/gpu_pro
 asking GPU shares (``shared``: time-slicing's ``nvidia.com/gpu.shared``) counts as a shape of that
 many shares, each as large as a share of the GPUs scored (the reporters' ``gpupair.io/shares``:
 a GPU of four replicas, 250 milli); a share is known by what it asks, not by the node it lands on.
+A pod whose DRA claims ask shares by consumable capacity (``capacity.requests``, KEP-5075) counts
+as a shape of that many shares, each sized on the GPUs scored (the most common capacities among
+them: 8Gi of a 32Gi GPU, 250 milli), as the allocator would size it (dra_capacity.share_milli).
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
 CPU and labels, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
@@ -18,6 +21,7 @@ from typing import Any
 
 from collections.abc import Callable, Sequence
 
+from gpupair.decide.picture.dra_capacity import Asked
 from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
@@ -27,6 +31,9 @@ log = logging.getLogger("gpupair.extender.usage")
 
 TERMINAL = ("Succeeded", "Failed")
 SHARE = -1  # a learned shape's milli per GPU where it asks shares: resolved when measured
+# Below: a shape asking shares by DRA consumable capacity, SHARE less the ask's number (ClusterUsage._asks)
+
+CapacityShares = tuple[int, Asked]  # shares a pod's DRA claims ask by capacity, and what each asks
 
 
 def claims_accept(picture: Any) -> Callable[[Any], Accepted]:
@@ -38,15 +45,28 @@ def claims_accept(picture: Any) -> Callable[[Any], Accepted]:
     return accepts
 
 
+def claims_share(picture: Any) -> Callable[[Any], CapacityShares | None]:
+    """The shares a pod's DRA claims ask by consumable capacity, from the claim watch (none for
+    a claim not seen yet)."""
+    def shares(pod: Any) -> CapacityShares | None:
+        demand = picture.pod_demand(pod, known_only=True)
+        return (demand.shares, demand.asked) if demand is not None and demand.shares else None
+    return shares
+
+
 class ClusterUsage:
     def __init__(self, gpus_of, claims_accept: Callable[[Any], Accepted] | None = None,
-                 shared: Sequence[str] = SHARED_RESOURCE_NAMES) -> None:
+                 shared: Sequence[str] = SHARED_RESOURCE_NAMES,
+                 claims_share: Callable[[Any], CapacityShares | None] | None = None) -> None:
         """``gpus_of``: a pod's GPU count as the extender reads it (PodRequests.of);
         ``claims_accept``: the products its DRA claims' selectors accept; ``shared``: the
-        extended resources of GPU shares."""
+        extended resources of GPU shares; ``claims_share``: the shares its DRA claims ask by
+        consumable capacity."""
         self._gpus_of = gpus_of
         self._shared = tuple(shared)
         self._claims_accept = claims_accept
+        self._claims_share = claims_share
+        self._asks: dict[Asked, int] = {}  # each capacity ask seen -> its number in a shape (below SHARE)
         self.allocatable: dict[str, int] = {}  # node -> CPU millicores
         self.labels: dict[str, str] = {}  # node -> its GFD product label, normalised
         self._rules: dict[tuple[str, ...], Accepted] = {}  # shape models key -> the rule, where it needs the nodes'
@@ -88,14 +108,20 @@ class ClusterUsage:
         """The node's GPU product: its report's (``reported``), else its label's."""
         return node_product(reported, self.labels.get(name, ""))
 
-    def measure(self, models: Sequence[str], share_milli: int = MILLI) -> Fragmentation:
+    def measure(self, models: Sequence[str], share_milli: int = MILLI,
+                size: Callable[[Asked], int] | None = None) -> Fragmentation:
         """The workload's measure over nodes of ``models`` whose GPUs split into shares of
-        ``share_milli``, each shape's accepted products resolved against them where its rule
-        needs them (a NotIn without an In)."""
+        ``share_milli``, a capacity ask's share sized by ``size`` (None: no GPU scored is shared
+        by capacity, and it counts as a GPU, as the allocator takes one there), each shape's
+        accepted products resolved against them where its rule needs them (a NotIn without an In)."""
+        asks = {number: asked for asked, number in self._asks.items()}
+
         def resolved(shape: tuple) -> tuple:
             cpu, milli, gpus, accepted = shape
             if accepted[:1] == (RULE,):
                 accepted = self._rules[accepted].among(models)
+            if milli < SHARE:
+                milli = min(size(asks[milli]), MILLI) if size is not None else MILLI
             return (cpu, share_milli if milli == SHARE else milli, gpus, accepted)
 
         return Fragmentation([(resolved(shape), share) for shape, share in self.workload.learned()], models)
@@ -106,6 +132,10 @@ class ClusterUsage:
             return sum(gpu_request(pod, name) for name in self._shared)
         except PodRequestError:
             return 0
+
+    def capacity_asked(self, pod: dict[str, Any]) -> CapacityShares | None:
+        """The shares ``pod``'s DRA claims ask by consumable capacity, and what each asks."""
+        return self._claims_share(pod) if self._claims_share is not None else None
 
     def cpu_left(self, name: str) -> int | None:
         """Allocatable less the requests of the pods bound there; None when unknown."""
@@ -133,13 +163,17 @@ class ClusterUsage:
             shares = 0 if gpus else sum(gpu_request(pod, name) for name in self._shared)
         except PodRequestError:
             return  # the verbs say why when the pod reaches them
+        share = SHARE
+        asked = None if gpus or shares else self.capacity_asked(pod)
+        if asked is not None:
+            shares, share = asked[0], self._asks.setdefault(asked[1], SHARE - 1 - len(self._asks))
         node = str(spec.get("nodeName") or "")
         known = self._pods.get(uid)
         if known is not None and known[0] == node:
             return
         self.pod_gone(uid)
         accepted = self._accepted(pod) if gpus or shares else ANY
-        shape = (cpu, MILLI if gpus else SHARE if shares else 0, gpus or shares, accepted.key())
+        shape = (cpu, MILLI if gpus else share if shares else 0, gpus or shares, accepted.key())
         if shape[3][:1] == (RULE,):
             self._rules.setdefault(shape[3], accepted)
         self._pods[uid] = (node, cpu, shape)

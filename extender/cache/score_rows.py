@@ -54,6 +54,11 @@ class ScoreRows:
         self.partial = np.zeros((0, MAX_GPUS), dtype=np.int64)
         self.share_of = np.zeros(0, dtype=np.int64)
         self.replicated = np.zeros(0, dtype=bool)
+        # DRA consumable capacity: the node's shared GPUs' capacities, an index into ``capacities``
+        # (0: none), so a claim asking some of them is sized per node
+        self.capacity = np.zeros(0, dtype=np.int64)
+        self.capacities: list[tuple] = [()]
+        self._capacity_codes: dict[tuple, int] = {(): 0}
         self.layouts: list[NodeLayout] = []
         self._layout_codes: dict[NodeLayout, int] = {}
         self.products: list[str] = []
@@ -93,6 +98,9 @@ class ScoreRows:
     def product_code(self, product: str) -> int:
         return _code(self._product_codes, self.products, product)
 
+    def capacity_code(self, capacities: tuple) -> int:
+        return _code(self._capacity_codes, self.capacities, capacities)
+
     # ---- internals
 
     def _read_marked(self) -> None:
@@ -124,7 +132,8 @@ class ScoreRows:
         self.cpu_left[slot] = cpu_left
         self.product[slot] = self.product_code(self._usage.product(name, report.product))
         self.shape[slot] = entry.decision_shape
-        self.partial[slot], self.share_of[slot], self.replicated[slot] = share_columns(report)
+        self.partial[slot], self.share_of[slot], self.replicated[slot], capacities = share_columns(report)
+        self.capacity[slot] = self.capacity_code(capacities)
 
     def _grow(self) -> int:
         slot = len(self.entries)
@@ -132,7 +141,7 @@ class ScoreRows:
         if slot >= len(self.usable):
             size = max(1024, 2 * len(self.usable))
             for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "product", "shape", "partial",
-                          "share_of", "replicated"):
+                          "share_of", "replicated", "capacity"):
                 old = getattr(self, field)
                 new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
                 new[:len(old)] = old
@@ -140,18 +149,20 @@ class ScoreRows:
         return slot
 
 
-def share_columns(report: NodeReport) -> tuple[np.ndarray, int, bool]:
+def share_columns(report: NodeReport) -> tuple[np.ndarray, int, bool, tuple]:
     """A report's shared GPUs as the rows keep them: the milli left on each partly taken GPU,
-    the shares a GPU is split into (0: none shared) and whether they are replicas of the
-    whole-GPU resource."""
+    the shares a GPU is split into (0: none shared), whether they are replicas of the
+    whole-GPU resource, and the distinct capacities of its GPUs shared by DRA consumable capacity
+    (``()``: none)."""
     partial = np.zeros(MAX_GPUS, dtype=np.int64)
     shares = report.shares
     if shares is None:
-        return partial, 0, False
+        return partial, 0, False, ()
     for index in range(len(shares.of)):
         if shares.partly_taken(index):
             partial[index] = shares.milli_left(index)
-    return partial, max(shares.of), shares.replicated
+    capacities = tuple(sorted({each for each in shares.capacity if each is not None}))
+    return partial, max(shares.of), shares.replicated, capacities
 
 
 def _code(codes: dict, values: list, value: Any) -> int:

@@ -83,9 +83,10 @@ def wire_usage(caches: Caches, picture: NodePicture, *, claims: bool,
     """What the fragmentation score keeps: each node's CPU and the cluster's workload, fed by the
     node cache and the pod watch, and (with a node cache) the score's inputs as rows. ``claims``:
     a DRA driver's claims say which products a pod accepts too."""
-    from gpupair.extender.cache.cluster_usage import ClusterUsage, claims_accept  # numpy, only for this score
+    from gpupair.extender.cache.cluster_usage import ClusterUsage, claims_accept, claims_share  # numpy, only for this score
 
-    usage = ClusterUsage(caches.requests.of, claims_accept(picture) if claims else None, shared_resources)
+    usage = ClusterUsage(caches.requests.of, claims_accept(picture) if claims else None, shared_resources,
+                         claims_share(picture) if claims else None)
     rows = None
     if caches.nodes is not None:
         from gpupair.extender.cache.score_rows import ScoreRows

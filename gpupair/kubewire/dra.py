@@ -91,8 +91,23 @@ class DeviceTaint(KubeWire):
     effect: str
 
 
+class CapacityRequestPolicyRange(KubeWire):
+    min: str | None = None
+    max: str | None = None
+    step: str | None = None
+
+
+class CapacityRequestPolicy(KubeWire):
+    """How the allocator rounds what a request asks of a capacity (KEP-5075)."""
+
+    default: str | None = None
+    validValues: list[str] = Field(default_factory=list)
+    validRange: CapacityRequestPolicyRange | None = None
+
+
 class DeviceCapacity(KubeWire):
-    value: str  # a quantity ("80Gi"), as the apiserver writes every resource.Quantity; requestPolicy is not read
+    value: str  # a quantity ("80Gi"), as the apiserver writes every resource.Quantity
+    requestPolicy: CapacityRequestPolicy | None = None
 
 
 class Counter(KubeWire):
@@ -162,11 +177,16 @@ class DeviceSelector(KubeWire):
     cel: dict[str, Any] | None = None
 
 
+class CapacityRequirements(KubeWire):
+    requests: dict[str, str] = Field(default_factory=dict)  # capacity name -> quantity (KEP-5075)
+
+
 class ExactDeviceRequest(KubeWire):
     deviceClassName: str
     allocationMode: str = "ExactCount"
     count: int = 1
     selectors: list[DeviceSelector] = Field(default_factory=list)
+    capacity: CapacityRequirements | None = None
 
 
 class DeviceSubRequest(KubeWire):
@@ -174,6 +194,7 @@ class DeviceSubRequest(KubeWire):
     deviceClassName: str
     allocationMode: str = "ExactCount"
     count: int = 1
+    capacity: CapacityRequirements | None = None
 
 
 class DeviceRequest(KubeWire):

@@ -18,8 +18,8 @@ allocation ledger is; a missing or mismatched one leaves the report usable, ever
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +47,20 @@ class _SharesModel(BaseModel):
     replicated: bool = False
 
 
+class SharedCapacity(NamedTuple):
+    """One capacity of a DRA device several claims share (KEP-5075), as its ResourceSlice
+    publishes it: every amount in thousandths of the capacity's unit, None where not set."""
+
+    name: str  # with the driver's domain, as consumedCapacity is matched
+    value: int
+    published: str = ""  # the key as the slice writes it: v1.36's allocator matches a request's name to it
+    default: int | None = None  # requestPolicy.default: what a request not naming it consumes
+    valid_values: tuple[int, ...] = ()  # requestPolicy.validValues, ascending
+    minimum: int | None = None  # requestPolicy.validRange
+    maximum: int | None = None
+    step: int | None = None
+
+
 @dataclass(frozen=True)
 class GpuShares:
     """Per GPU (by layout index): the shares it is offered as (1: whole) and those held."""
@@ -54,6 +68,9 @@ class GpuShares:
     of: tuple[int, ...]
     taken: tuple[int, ...]
     replicated: bool = False  # shares under the whole-GPU resource name
+    # DRA consumable capacity: per GPU, its capacities (None: not shared that way), so a claim
+    # asking some of them is sized on it (gpupair/decide/picture/dra_capacity.py); never published
+    capacity: tuple[tuple[SharedCapacity, ...] | None, ...] = field(default=(), compare=False)
 
     @property
     def shared(self) -> bool:

@@ -12,7 +12,11 @@ pods). Two kinds of state: whole GPUs, where the simulator runs as ``whole-gpus`
 with a share taken looks taken), as the extender sees a node that publishes no shares; and
 time-sliced, every GPU split into four replicas, each share pod asking one, the reporters
 publishing each GPU's shares (gpupair.io/shares), where both see each GPU's share and foresee
-where a share pod lands (gpupair/decide/score/share_pick.py).
+where a share pod lands (gpupair/decide/score/share_pick.py); and DRA consumable capacity, every GPU
+a device of 40Gi of memory several claims share (KEP-5075), each pod's GPUs a claim allocated as
+kube-scheduler's allocator writes it (a share's ``consumedCapacity``), a share pod's claim asking
+memory (``capacity.requests``), which the extender sizes on the node's GPUs as the allocator does
+(gpupair/decide/picture/dra_capacity.py) and the simulator is handed as the pod's milli.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
 from gpupair.topology import report
 from gpupair.topology.report import encode_annotations
 from gpupair.topology.shares import SHARES_KEY, GpuShares, encode_shares
+from tests.dra_support import DRIVER
 from tests.extender_support import NOW, args_body, host_scores, make_extender
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,14 +64,17 @@ class Fleet:
     """A fleet state held twice: as the simulator's arrays and as the Kubernetes objects the
     extender reads."""
 
-    def __init__(self, placed: int, pending: int, seed: int, replicas: int = 0):
+    def __init__(self, placed: int, pending: int, seed: int, replicas: int = 0, dra: bool = False):
         """``replicas``: every GPU time-sliced into that many, each share pod asking one (a
-        quarter GPU at 4), and the reporters publishing each GPU's shares; 0: whole GPUs only."""
+        quarter GPU at 4), and the reporters publishing each GPU's shares; 0: whole GPUs only.
+        ``dra``: every GPU a DRA device shared by consumable capacity (``dra_slice``), each pod's
+        GPUs a claim (``dra_claim``)."""
         nodes = fleet_nodes()
         self.replicas = replicas
+        self.dra = dra
         self.cluster = TraceCluster(nodes, NumaSplits.parse(DEFAULT_SPLITS), np.arange(len(nodes)))
         self.tables = Tables(self.cluster.layouts, picker(PATH, "aligned", True), gpupair_decider(PATH, "aligned"))
-        self.score = FragmentationScore(self.cluster, self.tables, whole_only=not replicas)
+        self.score = FragmentationScore(self.cluster, self.tables, whole_only=not (replicas or dra))
         self.pod_objects: list[dict] = []
         rng = np.random.default_rng(seed)
         pods = [self.as_asked(pod) for pod in read_pods(PODS)]
@@ -77,16 +85,19 @@ class Fleet:
             devices = self._devices(pod, row) if row is not None else ()
             if row is not None:
                 self.cluster.place(row, pod, devices)
-            self.pod_objects.append(pod_object(pod, f"p{number}", self.cluster.names[row] if row is not None else "", devices))
+            self.pod_objects.append(pod_object(pod, f"p{number}", self.cluster.names[row] if row is not None else "", devices,
+                                               dra=dra))
         for number, pod in enumerate(pods[placed:placed + pending], start=placed):
             self.score.seen(pod)
-            self.pod_objects.append(pod_object(pod, f"p{number}", "", ()))
+            self.pod_objects.append(pod_object(pod, f"p{number}", "", (), dra=dra))
 
     def as_asked(self, pod: TracePod) -> TracePod:
-        """The pod as a time-sliced fleet serves it: a share is one replica."""
-        if not self.replicas or not pod.gpus or pod.milli_per_gpu == MILLI:
+        """The pod as a time-sliced fleet serves it: a share is one replica; on DRA, its memory
+        in whole Gi (the devices' step), the milli the allocator then consumes."""
+        if not (self.replicas or self.dra) or not pod.gpus or pod.milli_per_gpu == MILLI:
             return pod
-        return TracePod(pod.name, pod.milli_cpu, pod.memory_mib, pod.gpus, MILLI // self.replicas, pod.models)
+        milli = MILLI // self.replicas if self.replicas else MILLI_PER_GI * gibibytes(pod.milli_per_gpu)
+        return TracePod(pod.name, pod.milli_cpu, pod.memory_mib, pod.gpus, milli, pod.models)
 
     def _devices(self, pod: TracePod, row: int) -> tuple[int, ...]:
         if not pod.gpus:
@@ -107,7 +118,7 @@ class Fleet:
                 if pod["spec"].get("nodeName") == name and pod["metadata"]["annotations"]["devices"] != "[]":
                     holders[pod["metadata"]["name"]] = set(json.loads(pod["metadata"]["annotations"]["devices"]))
             layout = c.layouts[int(c.layout_id[row])]
-            annotations = encode_annotations(layout, c.free_devices(row), 1, NOW)
+            annotations = {} if self.dra else encode_annotations(layout, c.free_devices(row), 1, NOW)
             if self.replicas:  # each GPU's replicas, those taken by what is left of it
                 of = [self.replicas] * layout.size
                 taken = [(MILLI - int(left)) * self.replicas // MILLI for left in c.left[row][:layout.size]]
@@ -116,16 +127,28 @@ class Fleet:
             objects.append({"apiVersion": "v1", "kind": "Node",
                             "metadata": {"name": name, "labels": {PRODUCT_LABEL: c.models[int(c.model[row])]},
                                          "annotations": annotations},
-                            "status": {"allocatable": {"cpu": f"{int(c.cpu_capacity[row])}m",
-                                                       "nvidia.com/gpu": str(int(c.gpus[row]))}}})
+                            "status": {"allocatable": {"cpu": f"{int(c.cpu_capacity[row])}m", **(
+                                {} if self.dra else {"nvidia.com/gpu": str(int(c.gpus[row]))})}}})
         return objects
+
+    def dra_objects(self) -> tuple[list[dict], list[dict]]:
+        """Every node's ResourceSlice and every GPU pod's claim (allocated where it was placed)."""
+        c = self.cluster
+        slices = [dra_slice(c.names[row], c.layouts[int(c.layout_id[row])]) for row in range(len(c))]
+        claims = [dra_claim(pod) for pod in self.pod_objects if pod["metadata"]["annotations"].get("asks")]
+        return slices, claims
 
     def extender_grades(self, pod: TracePod, rows, node_cache: bool) -> list[int]:
         """The extender's prioritize: the Nodes sent in the request, or (``node_cache``) their
         names, the Nodes coming from its node cache, as gpupair ships it."""
-        extender = make_extender(fragmentation=True, node_cache=node_cache)
+        extender = make_extender(fragmentation=True, node_cache=node_cache, **({"dra_driver": DRIVER} if self.dra else {}))
         usage = extender.score.usage
         nodes = self.node_objects(range(len(self.cluster)))
+        scored = pod_object(pod, "scored", "", (), dra=self.dra)
+        if self.dra:
+            slices, claims = self.dra_objects()
+            extender.dra.slices.replace(slices)
+            extender.dra.claims.replace([*claims, *([dra_claim(scored)] if scored["metadata"]["annotations"]["asks"] else [])])
         if node_cache:
             extender.node_cache.replace(nodes)
         else:
@@ -133,7 +156,6 @@ class Fleet:
                 usage.node_seen(node["metadata"]["name"], node)
         for pod_object_ in self.pod_objects:
             usage.pod_seen(pod_object_)
-        scored = pod_object(pod, "scored", "", ())
         usage.pod_seen(scored)
         offered = [nodes[row] for row in rows]
         body = args_body(scored, names=[node["metadata"]["name"] for node in offered]) if node_cache else \
@@ -158,15 +180,21 @@ class Fleet:
         return rows
 
 
-def pod_object(pod: TracePod, name: str, node: str, devices) -> dict:
+def pod_object(pod: TracePod, name: str, node: str, devices, dra: bool = False) -> dict:
     """The trace pod as the API serves it: its CPU request, its GPUs (a share asks one of
-    time-slicing's renamed resource, as docs/simulate.md models it), its models as a nodeSelector
-    (one) or required node affinity (several)."""
-    resources = {"requests": {"cpu": f"{pod.milli_cpu}m"}}
-    if pod.gpus:
+    time-slicing's renamed resource, as docs/simulate.md models it; with ``dra``, a claim
+    ``dra_claim`` makes of what the ``asks`` annotation says), its models as a nodeSelector (one)
+    or required node affinity (several)."""
+    resources: dict = {"requests": {"cpu": f"{pod.milli_cpu}m"}}
+    spec: dict = {"containers": [{"name": "main", "image": "job:1", "resources": resources}]}
+    asks = ""
+    if pod.gpus and dra:
+        asks = json.dumps([pod.gpus, gibibytes(pod.milli_per_gpu) if pod.milli_per_gpu < MILLI else 0])
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
+        resources["claims"] = [{"name": "gpus"}]
+    elif pod.gpus:
         shared = pod.milli_per_gpu < MILLI
         resources["limits"] = {"nvidia.com/gpu.shared" if shared else "nvidia.com/gpu": str(pod.gpus)}
-    spec: dict = {"containers": [{"name": "main", "image": "job:1", "resources": resources}]}
     if len(pod.models) == 1:
         spec["nodeSelector"] = {PRODUCT_LABEL: pod.models[0]}
     elif pod.models:
@@ -176,8 +204,56 @@ def pod_object(pod: TracePod, name: str, node: str, devices) -> dict:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "trace", "uid": f"uid-{name}",
-                         "annotations": {"devices": json.dumps(list(devices))}},
+                         "annotations": {"devices": json.dumps(list(devices)), "asks": asks}},
             "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+GPU_MEMORY_GI = 40  # each DRA GPU's memory capacity: a Gi is 25 milli, so shares add up exactly
+MILLI_PER_GI = MILLI // GPU_MEMORY_GI
+
+
+def gibibytes(milli: int) -> int:
+    """A trace share as the memory a DRA claim asks for it: whole Gi, rounded up."""
+    return -(-milli // MILLI_PER_GI)
+
+
+def dra_slice(node: str, layout) -> dict:
+    """The node's GPUs as a DRA driver sharing them by memory publishes them: each with its
+    index and NUMA node (no PCIe root: the links inferred are the simulator's NODE and SYS),
+    ``allowMultipleAllocations`` and 40Gi of memory in 1Gi steps (its default all of it: a claim not
+    asking memory takes the whole GPU)."""
+    devices = [{"name": f"gpu-{d.index}", "allowMultipleAllocations": True,
+                "attributes": {"index": {"int": d.index}, "type": {"string": "gpu"},
+                               "resource.kubernetes.io/numaNode": {"int": d.numa_node}},
+                "capacity": {"memory": {"value": f"{GPU_MEMORY_GI}Gi",
+                                        "requestPolicy": {
+                                            "default": f"{GPU_MEMORY_GI}Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}}}
+               for d in layout.devices]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def dra_claim(pod: dict) -> dict:
+    """The pod's claim: its GPUs of the driver's class, a share asking its memory; allocated on
+    the pod's devices where it was placed, each share's consumedCapacity its memory (a whole
+    GPU's all of it), as the allocator writes it."""
+    name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
+    count, gibs = json.loads(pod["metadata"]["annotations"]["asks"])
+    request: dict = {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": count}
+    if gibs:
+        request["capacity"] = {"requests": {"memory": f"{gibs}Gi"}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": f"{name}-gpus", "namespace": "trace"},
+             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": request}]}}, "status": {}}
+    if node:
+        used = {"memory": f"{gibs or GPU_MEMORY_GI}Gi"}
+        results = [{"request": "gpus", "driver": DRIVER, "pool": node, "device": f"gpu-{device}",
+                    "shareID": f"{name}-{device}", "consumedCapacity": used}
+                   for device in json.loads(pod["metadata"]["annotations"]["devices"])]
+        claim["status"] = {"allocation": {"devices": {"results": results}},
+                           "reservedFor": [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}]}
+    return claim
 
 
 PROBES = [
@@ -193,14 +269,20 @@ PROBES = [
 
 STATES = {"filling": (50, 40, 1), "busy": (100, 60, 8)}  # pods placed, pods waiting, seed
 SHARED_STATES = {"time-sliced": (100, 60, 8, 4), "time-sliced-filling": (50, 40, 1, 4)}  # and replicas a GPU
+DRA_STATES = {"dra-capacity": (100, 60, 8, 0, True), "dra-capacity-filling": (50, 40, 1, 0, True)}
 SHARE_PROBES = [TracePod("one-replica", 2000, 0, 1, MILLI // 4), TracePod("two-replicas", 4000, 0, 2, MILLI // 4),
                 TracePod("pinned-replica", 2000, 0, 1, MILLI // 4, ("T4",))]
+# On DRA the probes ask shares of one GPU's memory (and a CPU-only pod): a whole-GPU claim is placed by
+# the allocator's first fit there, which the simulator's device-plugin tables do not model.
+CAPACITY_PROBES = [TracePod("quarter-memory", 2000, 0, 1, 10 * MILLI_PER_GI),
+                   TracePod("most-memory", 4000, 0, 1, 30 * MILLI_PER_GI),
+                   TracePod("pinned-memory", 2000, 0, 1, 8 * MILLI_PER_GI, ("T4",)), PROBES[4]]
 _built: dict[str, Fleet] = {}
 
 
 def state(name: str) -> Fleet:
     if name not in _built:
-        _built[name] = Fleet(*{**STATES, **SHARED_STATES}[name])
+        _built[name] = Fleet(*{**STATES, **SHARED_STATES, **DRA_STATES}[name])
     return _built[name]
 
 
@@ -209,7 +291,8 @@ def state(name: str) -> Fleet:
 # there the extender reads each GPU's shares from gpupair.io/shares and foresees where a share
 # pod lands, as the simulator's share-aware score does.
 CASES = [(name, pod) for name in STATES for pod in PROBES + SHARE_PROBES[:1] if not (name == "busy" and pod.gpus == 8)] + \
-    [(name, pod) for name in SHARED_STATES for pod in PROBES + SHARE_PROBES if pod.gpus < 8]
+    [(name, pod) for name in SHARED_STATES for pod in PROBES + SHARE_PROBES if pod.gpus < 8] + \
+    [(name, pod) for name in DRA_STATES for pod in CAPACITY_PROBES]
 
 
 @pytest.mark.parametrize("name, pod", CASES, ids=[f"{name}-{pod.name}" for name, pod in CASES])

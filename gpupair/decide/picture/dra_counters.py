@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from gpupair.decide.pod.pod_request import PodRequestError, parse_milli
 from gpupair.decide.picture.dra_capacity import thousandths_taken
 from gpupair.kubewire import dra
+from gpupair.topology.shares import SharedCapacity
 
 Key = tuple[str, str]  # (pool, device or counter set name)
 INDEXED = re.compile(r"^(?P<stem>.+)-\d+$")  # memory-slice-3: one of the memory-slice counters
@@ -120,7 +121,7 @@ def _set_taken(values: Mapping[str, int], used: Mapping[str, int]) -> int:
         family_value[family] += value
         family_used[family] += used.get(counter, 0)
     # A counter of zero measures nothing: no device can consume from it.
-    measured = tuple((family, value) for family, value in sorted(family_value.items()) if value > 0)
+    measured = tuple(SharedCapacity(family, value) for family, value in sorted(family_value.items()) if value > 0)
     return thousandths_taken(measured, family_used)
 
 

@@ -42,14 +42,16 @@ from typing import Any
 
 from gpupair.kubewire import dra
 from gpupair.decide.claims.claim_intent import numa_constrained
-from gpupair.decide.picture.dra_capacity import CapacityError, consumed, shared_capacity, thousandths_taken
+from gpupair.decide.picture.dra_capacity import (
+    Asked, CapacityError, capacity_asked, consumed, shared_capacity, thousandths_taken,
+)
 from gpupair.decide.picture.dra_counters import CounterError, partitions_of, read_counters, taken_by_partitions
 from gpupair.decide.score.gpu_products import ANY, Accepted, selector_accepts
 from gpupair.kubewire.defaults import DRA_DRIVER
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, NodeState, normalize_pci
 from gpupair.topology.nics import Nic, NicLayout
 from gpupair.topology.report import Ledger, NodeReport, encode_topology, fingerprint
-from gpupair.topology.shares import MILLI, GpuShares
+from gpupair.topology.shares import MILLI, GpuShares, SharedCapacity
 
 SAME_ROOT, SAME_NUMA, CROSS_NUMA = "PHB", "NODE", "SYS"
 GPU_TYPES = ("gpu",)  # the NVIDIA driver's ``type`` attribute; devices without one count as GPUs
@@ -74,7 +76,7 @@ class DraDevice:
     pcie_root: str
     tainted: bool = False
     product: str = ""  # productName (NVIDIA's driver publishes NVML's name); "" when not published
-    capacity: tuple[tuple[str, int], ...] | None = None  # shared by allocations (dra_capacity.py); None: taken whole
+    capacity: tuple[SharedCapacity, ...] | None = None  # shared by allocations (dra_capacity.py); None: taken whole
 
 
 @dataclass(frozen=True)
@@ -307,12 +309,13 @@ def build(node: str, slices: Iterable[dra.ResourceSlice], allocations: Iterable[
 
 
 def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
-            capacities: dict[tuple[str, str], tuple[tuple[str, int], ...]],
+            capacities: dict[tuple[str, str], tuple[SharedCapacity, ...]],
             uses: dict[tuple[str, str], list[dict[str, str]]], whole: set[int], driver: str,
             parted: dict[int, int]) -> GpuShares:
     """Each GPU's shares: a shared GPU (``capacities``) or a partitioned one (``parted``: what its
     partitions take) as MILLI, those its results consume (``uses``; all of them where a result took
-    it ``whole``), the larger of the two; any other GPU as one share."""
+    it ``whole``), the larger of the two; any other GPU as one share. A shared GPU's capacities
+    travel with its shares, for sizing a claim that asks part of one."""
     try:
         part = {mapping[key]: thousandths_taken(capacities[key], consumed(used, driver, f"{key[0]}/{key[1]}"))
                 for key, used in uses.items()}
@@ -321,10 +324,12 @@ def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
     part = {i: max(part.get(i, 0), parted.get(i, 0)) for i in set(part) | set(parted)}
     # A shared GPU counts MILLI shares, one a thousandth of it: the report's one share model
     # (of, taken) then carries consumable capacity exactly, since milli_left is in thousandths.
-    measured = {mapping[key] for key in capacities} | set(parted)
+    measured = {mapping[key]: capacity for key, capacity in capacities.items()}
+    measured.update({i: None for i in parted if i not in measured})
     return GpuShares(tuple(MILLI if i in measured else 1 for i in range(size)),
                      tuple((MILLI if i in whole else part.get(i, 0)) if i in measured else int(i in whole)
-                           for i in range(size)))
+                           for i in range(size)),
+                     capacity=tuple(measured.get(i) for i in range(size)))
 
 
 def claim_names(pod: Any, extended: bool = True) -> list[str]:
@@ -359,6 +364,8 @@ class Demand:
     match_attributes: tuple[str, ...] = ()  # matchAttribute constraints over its GPU requests
     accepts: Accepted = ANY  # the GPU products its requests' CEL selectors accept (gpupair/decide/score/gpu_products.py)
     note: str = ""  # a selector on productName not read, counted as any product
+    shares: int = 0  # devices asked with capacity.requests (KEP-5075): shares, not whole GPUs
+    asked: Asked = ()  # what each share asks of its device's capacities (several asks: the most of each)
 
 
 def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str], driver: str = DRA_DRIVER) -> Demand:
@@ -366,10 +373,22 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str], driver: 
     first subrequest, the one the allocator tries first) and the allocator's pick for them. The
     webhook's ``preferred`` rewrite (a constrained first subrequest, an unconstrained second) is
     dra-first-available; its ``nvlink`` rewrite (subrequests ``nvlink-<n>``, then perhaps ``any``)
-    dra-nvlink-pairs(-or-first-fit)."""
+    dra-nvlink-pairs(-or-first-fit). A request asking ``capacity.requests`` asks shares of
+    devices several claims share, sized on each device (dra_capacity.share_milli): counted in
+    ``shares``, not ``gpus``."""
     gpus, policies, matched = 0, set(), []
     accepts, notes = ANY, []
+    shares, asks = 0, []
     for request in claim.spec.devices.requests:
+        first = request.exactly or (request.firstAvailable[0] if request.firstAvailable else None)
+        if first is not None and first.capacity is not None and first.capacity.requests \
+                and first.deviceClassName in gpu_classes and first.allocationMode == "ExactCount":
+            shares += first.count
+            asks.append(capacity_asked(first.capacity.requests, f"request {request.name}"))
+            for selector in request.exactly.selectors if request.exactly is not None else ():
+                found, why = selector_accepts((selector.cel or {}).get("expression"), driver)
+                accepts, notes = accepts.both(found), [*notes, why] if why else notes
+            continue
         if request.exactly is not None:
             asked = request.exactly
             if asked.deviceClassName not in gpu_classes or asked.allocationMode != "ExactCount":
@@ -396,10 +415,20 @@ def claim_demand(claim: dra.ResourceClaim, gpu_classes: frozenset[str], driver: 
                 policies.add("dra-first-available")
             else:
                 policies.add("dra-first-fit-numa")
-    attributes, note = tuple(dict.fromkeys(matched)), "; ".join(notes)
+    attributes, note, asked = tuple(dict.fromkeys(matched)), "; ".join(notes), most_asked(asks)
     if len(policies) == 1:
-        return Demand(gpus, policies.pop(), attributes, accepts, note)
-    return Demand(gpus, "dra-first-fit", attributes, accepts, note)  # several GPU requests: the unconstrained walk bounds them
+        return Demand(gpus, policies.pop(), attributes, accepts, note, shares, asked)
+    # several GPU requests: the unconstrained walk bounds them
+    return Demand(gpus, "dra-first-fit", attributes, accepts, note, shares, asked)
+
+
+def most_asked(asks: Iterable[Asked]) -> Asked:
+    """Several share requests' asks as one: the most any asks of each capacity."""
+    most: dict[str, int] = {}
+    for asked in asks:
+        for name, amount in asked:
+            most[name] = max(most.get(name, 0), amount)
+    return tuple(sorted(most.items()))
 
 
 def nics_from_slices(slices: Iterable[dra.ResourceSlice], drivers: frozenset[str], layout: NodeLayout) -> NicLayout | None:

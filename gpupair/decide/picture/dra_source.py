@@ -29,7 +29,7 @@ from gpupair.decide.claims.claim_intent import ClaimIntent, claim_intent, gpu_re
 from gpupair.decide.claims.claim_explain import FreeDevice, why_unallocatable
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
 from gpupair.decide.picture.dra_picture import (
-    Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, nics_from_slices,
+    Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, most_asked, nics_from_slices,
 )
 from gpupair.topology.nics import NICS_KEY
 from gpupair.decide.score.gpu_products import ANY
@@ -167,7 +167,8 @@ class DraNodes:
         for demand in demands:
             accepts = accepts.both(demand.accepts)
         return Demand(sum(d.gpus for d in demands), policies.pop() if len(policies) == 1 else "dra-first-fit",
-                      tuple(dict.fromkeys(a for d in demands for a in d.match_attributes)), accepts)
+                      tuple(dict.fromkeys(a for d in demands for a in d.match_attributes)), accepts,
+                      shares=sum(d.shares for d in demands), asked=most_asked(d.asked for d in demands))
 
     def why_unallocatable(self, pod: Any) -> str:
         """gpupair's reason no DRA node can allocate the pod's GPU claims (claim_explain), from
@@ -383,7 +384,7 @@ class DraNodes:
         self._known.add(key)
         if claim.metadata.annotations.get(dra.EXTENDED_RESOURCE_CLAIM_KEY) != "true":
             demand = claim_demand(claim, self.gpu_classes, self.driver)
-            if demand.gpus:
+            if demand.gpus or demand.shares:
                 self._demands[key] = demand
                 if demand.note:
                     self.log.info("claim's product selector read as any product",
