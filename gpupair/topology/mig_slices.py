@@ -11,10 +11,25 @@ the GPU, not one device of however many the GPU was cut into.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
 MIG_PREFIX = "MIG-"
+# Most GPUs that do MIG (A100, H100, H200, B200) have 7 compute slices; the A30 has 4.
+COMMON_GPU_SLICES = 7
+# A MIG profile's resource as the device plugin names it (mig.strategy mixed):
+# "nvidia.com/mig-3g.20gb", or "nvidia.com/mig-1c.3g.20gb" for a compute instance of a GPU instance.
+_PROFILE = re.compile(r"^nvidia\.com/mig-(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.[0-9a-z.+]+$")
+
+
+def profile_slices(resource_name: str) -> int | None:
+    """The compute slices a device of a MIG profile's resource takes (3 for
+    ``nvidia.com/mig-3g.20gb``, 1 for ``nvidia.com/mig-1c.3g.20gb``); None for any other name."""
+    found = _PROFILE.match(resource_name)
+    if found is None:
+        return None
+    return int(found["c"] or found["g"]) or None
 
 
 @dataclass(frozen=True)
