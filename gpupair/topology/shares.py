@@ -95,7 +95,7 @@ def count_shares(size: int, offered: list[tuple[int, int]], held: list[tuple[int
     sizes = tuple(whole.get(i, 0) if whole and whole.get(i, 0) > of[i] else 0 for i in range(size))
     if not any(count > 1 for count in of) and not any(sizes):
         return None
-    return GpuShares(tuple(of), tuple(taken), replicated, sizes if any(sizes) else None)
+    return GpuShares(tuple(of), tuple(taken), replicated, whole=sizes if any(sizes) else None)
 
 
 def encode_shares(shares: GpuShares, topology_fingerprint: str, generation: int) -> str:
@@ -126,4 +126,4 @@ def decode_shares(text: object, size: int, topology_fingerprint: str, generation
         if taken and index in free:
             raise SharesError(f"{SHARES_KEY} GPU {index} has {taken} shares taken but is listed free")
     return GpuShares(tuple(model.of), tuple(model.taken), model.replicated,
-                     tuple(model.whole) if model.whole is not None else None)
+                     whole=tuple(model.whole) if model.whole is not None else None)

@@ -46,5 +46,5 @@ def test_a_whole_that_cannot_hold_what_is_offered_is_refused(whole, why):
 
 def test_the_largest_mig_node_fits_the_size_limit():
     size = limits.MAX_GPUS
-    shares = GpuShares((1000,) * size, (999,) * size, True, (1024,) * size)
+    shares = GpuShares((1000,) * size, (999,) * size, True, whole=(1024,) * size)
     assert len(encode_shares(shares, FINGERPRINT, 10**12)) <= MAX_SHARES_BYTES
