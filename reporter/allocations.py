@@ -8,8 +8,8 @@ Device ids are whatever the device plugin advertised to the kubelet. The NVIDIA 
 plugin advertises GPU UUIDs (``GPU-8a7c...``); other plugins and older setups use NVML
 indices (``"0"``, ``"1"``). With time-slicing or MPS each GPU is advertised several times as
 ``<id>::<replica>``; MIG devices by index are ``<gpu>:<mig>``, by UUID ``MIG-GPU-<uuid>/<gi>/<ci>``
-(drivers before R470) or ``MIG-<uuid>`` (which names no parent GPU and so cannot be mapped
-without NVML).
+(drivers before R470) or ``MIG-<uuid>``, which names no parent GPU: NVML's MIG devices
+(gpupair.topology.mig_slices) map it, and size all three spellings in compute slices.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -26,6 +26,7 @@ import grpc.aio
 
 from gpupair.kubewire import defaults
 from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.topology.mig_slices import MIG_PREFIX, MigDevice, MigDevices
 from gpupair.topology.shares import GpuShares, count_shares
 from gpupair.reporter.podresources import api_pb2, api_pb2_grpc
 
@@ -48,27 +49,44 @@ def strip_replica(device_id: str) -> str:
     return device_id.split(_REPLICA_SEPARATOR, 1)[0]
 
 
-def _index_of(device_id: str, layout: NodeLayout, uuids: dict[str, int]) -> int | None:
+def _resolve(device_id: str, layout: NodeLayout, uuids: dict[str, int],
+             mig: MigDevices | None) -> tuple[int | None, MigDevice | None]:
+    """The layout index a device id names, and the MIG device where NVML knows it."""
     base = strip_replica(device_id.strip())
-    if base.upper().startswith("MIG-GPU-"):  # pre-R470 MIG id: MIG-GPU-<uuid>/<gi>/<ci>
-        base = base[len("MIG-") :].split("/", 1)[0]
-    if base.upper().startswith("GPU-"):
-        return uuids.get(base.lower())
-    if ":" in base:  # MIG by index: "<gpu>:<mig>" lives on GPU <gpu>
-        base = base.split(":", 1)[0]
-    if base.isdecimal() and int(base) < layout.size:
-        return int(base)
-    return None
+    upper = base.upper()
+    if upper.startswith("MIG-GPU-"):  # pre-R470 MIG id: MIG-GPU-<uuid>/<gi>/<ci>
+        parent, _, instances = base[len(MIG_PREFIX):].partition("/")
+        index = uuids.get(parent.lower())
+        gi, _, ci = instances.partition("/")
+        found = (mig.by_instance(index, int(gi), int(ci))
+                 if mig and index is not None and gi.isdecimal() and ci.isdecimal() else None)
+        return index, found
+    if upper.startswith(MIG_PREFIX):  # R470 and newer: MIG-<uuid>, which only NVML places
+        found = mig.by_uuid(base) if mig else None
+        return (found.gpu, found) if found is not None else (None, None)
+    if upper.startswith("GPU-"):
+        return uuids.get(base.lower()), None
+    gpu, _, mig_index = base.partition(":")  # MIG by index: "<gpu>:<mig>" lives on GPU <gpu>
+    if not gpu.isdecimal() or int(gpu) >= layout.size:
+        return None, None
+    found = mig.by_index(int(gpu), int(mig_index)) if mig and mig_index.isdecimal() else None
+    return int(gpu), found
 
 
-def device_indices(ids: Iterable[str], layout: NodeLayout) -> tuple[list[int], list[str]]:
+def _resolver(layout: NodeLayout, mig: MigDevices | None) -> Callable[[str], tuple[int | None, MigDevice | None]]:
+    uuids = {uuid.lower(): index for uuid, index in layout.by_uuid().items()}
+    return lambda device_id: _resolve(device_id, layout, uuids, mig)
+
+
+def device_indices(ids: Iterable[str], layout: NodeLayout,
+                   mig: MigDevices | None = None) -> tuple[list[int], list[str]]:
     """Each device-plugin id's layout index, in order (two replicas of one GPU give its index
     twice), and the ids that match no device, each once in their spelling."""
-    uuids = {uuid.lower(): index for uuid, index in layout.by_uuid().items()}
+    resolve = _resolver(layout, mig)
     indices: list[int] = []
     unknown: list[str] = []
     for device_id in ids:
-        index = _index_of(device_id, layout, uuids)
+        index, _ = resolve(device_id)
         if index is not None:
             indices.append(index)
         elif device_id not in unknown:
@@ -76,21 +94,38 @@ def device_indices(ids: Iterable[str], layout: NodeLayout) -> tuple[list[int], l
     return indices, unknown
 
 
-def map_device_ids(ids: Iterable[str], layout: NodeLayout) -> tuple[set[int], list[str]]:
+def map_device_ids(ids: Iterable[str], layout: NodeLayout,
+                   mig: MigDevices | None = None) -> tuple[set[int], list[str]]:
     """Map device-plugin ids to layout indices; returns (indices, ids that match no device).
     Replicas of one GPU collapse to its index."""
-    indices, unknown = device_indices(ids, layout)
+    indices, unknown = device_indices(ids, layout, mig)
     return set(indices), unknown
 
 
 def share_counts(layout: NodeLayout, allocatable_ids: Iterable[str], allocated_ids: Iterable[str],
-                 replicated: bool = False) -> GpuShares | None:
-    """Each GPU's shares offered and held, one id a share (``<id>::<n>`` replicas, MIG slices);
-    None where no GPU is offered more than once."""
-    def indices(ids: Iterable[str]) -> list[int]:
-        return device_indices(dict.fromkeys(ids), layout)[0]
+                 replicated: bool = False, mig: MigDevices | None = None) -> GpuShares | None:
+    """Each GPU's shares offered and held; None where every GPU is offered once.
 
-    return count_shares(layout.size, indices(allocatable_ids), indices(allocated_ids), replicated)
+    One id a share (``<id>::<n>`` replicas, MIG devices NVML does not know), except on a GPU in
+    MIG mode whose every device NVML sized: there a device is its compute slices, out of the
+    GPU's. A held id counts as offered too: the kubelet drops a device that turned unhealthy from
+    what it offers, not from the pod that holds it.
+    """
+    resolve = _resolver(layout, mig)
+    allocated = list(dict.fromkeys(allocated_ids))
+    found = {device_id: resolve(device_id) for device_id in dict.fromkeys([*allocatable_ids, *allocated])}
+    found = {device_id: hit for device_id, hit in found.items() if hit[0] is not None}
+    sized: dict[int, bool] = {}
+    for index, device in found.values():
+        sized[index] = sized.get(index, True) and device is not None
+    whole = {index: mig.slices_of(index) for index, ok in sized.items() if ok and mig and mig.slices_of(index)}
+
+    def shares(device_id: str) -> tuple[int, int]:
+        index, device = found[device_id]
+        return index, device.slices if index in whole and device is not None else 1
+
+    return count_shares(layout.size, [shares(i) for i in found], [shares(i) for i in allocated if i in found],
+                        replicated, whole)
 
 
 def is_replica(device_id: str) -> bool:
@@ -119,10 +154,11 @@ class FreeDevices:
 
 
 def free_devices(
-    layout: NodeLayout, allocatable_ids: Iterable[str], allocated_ids: Iterable[str]
+    layout: NodeLayout, allocatable_ids: Iterable[str], allocated_ids: Iterable[str],
+    mig: MigDevices | None = None,
 ) -> FreeDevices:
-    allocatable, unknown = map_device_ids(allocatable_ids, layout)
-    allocated, unknown_allocated = map_device_ids(allocated_ids, layout)
+    allocatable, unknown = map_device_ids(allocatable_ids, layout, mig)
+    allocated, unknown_allocated = map_device_ids(allocated_ids, layout, mig)
     unknown += [device_id for device_id in unknown_allocated if device_id not in unknown]
     return FreeDevices(
         layout=layout,
@@ -236,16 +272,27 @@ class PodResourcesClient:
 
     async def allocatable(self, resource_name: str = NVIDIA_GPU) -> tuple[str, ...]:
         """Device ids of ``resource_name`` the kubelet may hand out (healthy ones only)."""
+        return (await self.allocatable_resources()).get(resource_name, ())
+
+    async def allocatable_resources(self) -> dict[str, tuple[str, ...]]:
+        """Every device resource the kubelet may hand out, with its device ids, from one call."""
         request = api_pb2.AllocatableResourcesRequest()
         response = await self._call("GetAllocatableResources", request)
-        return tuple(_device_ids(response.devices, resource_name))
+        names = dict.fromkeys(entry.resource_name for entry in response.devices)
+        return {name: tuple(_device_ids(response.devices, name)) for name in names}
 
     async def allocated(self, resource_name: str = NVIDIA_GPU) -> list[PodDevices]:
         """Every container on the node that holds devices of ``resource_name``."""
+        return await self.allocated_matching(lambda name: name == resource_name)
+
+    async def allocated_matching(self, wanted: Callable[[str], bool]) -> list[PodDevices]:
+        """Every container's devices of each resource ``wanted`` accepts, from one List."""
         response = await self._call("List", api_pb2.ListPodResourcesRequest())
         found: list[PodDevices] = []
         for pod in response.pod_resources:
-            found.extend(pod_devices_from(pod, resource_name))
+            names = dict.fromkeys(entry.resource_name for container in pod.containers for entry in container.devices)
+            for name in filter(wanted, names):
+                found.extend(pod_devices_from(pod, name))
         return found
 
     async def pod_devices(

@@ -2,7 +2,8 @@
 
 The layout is discovered once; a discovery that left something unknown (or failed outright)
 is retried every ``rediscover_after`` seconds, not every scan, so a broken GPU does not flood
-the logs. A scan runs every ``scan_interval`` seconds and at once when ``wake`` is set (the
+the logs. So is one whose MIG devices the kubelet names ids of that NVML did not list: the
+GPU was carved anew since (NVIDIA's MIG manager does it while the node runs). A scan runs every ``scan_interval`` seconds and at once when ``wake`` is set (the
 kubelet checkpoint changed). Nothing here raises out of ``run``: a failed scan is logged,
 counted and retried at the next tick.
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 from gpupair.topology import report
 from gpupair.topology.layout import NodeLayout
+from gpupair.topology.mig_slices import MIG_PREFIX
 from gpupair.topology.nics import NicLayout
 from typing import TYPE_CHECKING
 
@@ -67,6 +69,7 @@ class ReporterLoop:
         self._clock = clock
         self.discovery: DiscoveryResult | None = None
         self._discovered_at: float | None = None
+        self._mig_unknown = False  # the kubelet named MIG devices the discovery lacks
         self._written_layout: str | None = None
         self.last_scan: ScanResult | None = None
         self.last_outcome: Outcome | None = None
@@ -94,7 +97,7 @@ class ReporterLoop:
 
     async def refresh_topology(self) -> DiscoveryResult | None:
         now = self._clock()
-        fresh = self.discovery is not None and self.discovery.complete
+        fresh = self.discovery is not None and self.discovery.complete and not self._mig_unknown
         recent = self._discovered_at is not None and now - self._discovered_at < self.rediscover_after
         if fresh or recent:
             return self.discovery
@@ -105,6 +108,7 @@ class ReporterLoop:
             self.metrics.discoveries.labels(result="failed").inc()
             log.error("no GPU layout: %s", error, extra={"source": self.topology.description})
             return self.discovery
+        self._mig_unknown = False
         self.metrics.count_nvml_errors(result.errors)
         self.metrics.discoveries.labels(result="complete" if result.complete else "partial").inc()
         self.metrics.unknown_links.set(len(result.unknown_links))
@@ -133,12 +137,14 @@ class ReporterLoop:
                 self.metrics.scans.labels(result="podresources_error").inc()
                 log.warning("cannot read allocations: %s", error)
                 return None
-            scan = compute(discovery.layout, allocations, discovery.lost, discovery.nics, discovery.product)
+            scan = compute(discovery.layout, allocations, discovery.lost, discovery.nics, discovery.product,
+                           discovery.mig)
             self.metrics.scan_seconds.observe(time.perf_counter() - started)
             self.metrics.scans.labels(result="ok").inc()
             if scan.unknown_ids:
                 log.warning("the kubelet names devices this node's layout lacks",
                             extra={"ids": list(scan.unknown_ids)})
+            self._mig_unknown = any(i.upper().startswith(MIG_PREFIX) for i in scan.unknown_ids)
             self.metrics.set_free(scan.free_by_numa(), len(scan.unhealthy))
             self.last_scan = scan
             if self.publisher is not None:

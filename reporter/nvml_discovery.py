@@ -20,6 +20,12 @@ Where the answers come from:
 - Product: ``nvmlDeviceGetName`` ("NVIDIA H200"), the node's when every GPU gives the same name
   (a node of mixed products, or with a GPU that gives none, has none: GFD's label would be
   whichever it met first); Not Supported is no error, the extender then reads GFD's label.
+- MIG devices, on a GPU whose ``nvmlDeviceGetMigMode`` is enabled (GPUs without MIG answer Not
+  Supported): each ``nvmlDeviceGetMigDeviceHandleByIndex`` below ``nvmlDeviceGetMaxMigDeviceCount``
+  (Not Found where no device has that index), its UUID, GPU and compute instance ids and, from
+  ``nvmlDeviceGetAttributes``, its compute slices; the GPU's slices in all are the largest
+  ``sliceCount`` among the GPU instance profiles it supports (7 on an A100, 4 on an A30). They
+  place the kubelet's ``MIG-<uuid>`` ids and size MIG shares (gpupair.topology.mig_slices).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 from gpupair.topology import links
 from gpupair.topology.nics import NicLayout
 from gpupair.topology.layout import NO_NUMA, Device, NodeLayout, normalize_pci, sysfs_pci
+from gpupair.topology.mig_slices import MigDevice, MigDevices
 
 log = logging.getLogger("gpupair.reporter.nvml_discovery")
 
@@ -49,13 +56,21 @@ DEFAULT_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS in older bindings
 # NVML return codes that mean "this query does not apply here", not "something is wrong".
 ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
+ERROR_NOT_FOUND = 6
 ERROR_FUNCTION_NOT_FOUND = 13
 _NOT_APPLICABLE = frozenset({ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND})
 # nvmlDeviceGetNvLinkState: Invalid Argument for a link number the GPU does not have,
 # Not Supported for a GPU without NVLink.
 _NO_SUCH_LINK = frozenset({ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND})
+# nvmlDeviceGetGpuInstanceProfileInfo: a profile the GPU does not have, or a driver without the call
+_NO_SUCH_PROFILE = frozenset({ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND})
 
 DEFAULT_SYSFS = "/sys"
+MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
+# NVML_GPU_INSTANCE_PROFILE_<n>_SLICE as nvml.h numbers them, the largest first: the first a GPU
+# supports gives its compute slices in all.
+WHOLE_GPU_PROFILES = (("8_SLICE", 0x5), ("7_SLICE", 0x4), ("6_SLICE", 0x6), ("4_SLICE", 0x3),
+                      ("3_SLICE", 0x2), ("2_SLICE", 0x1), ("1_SLICE", 0x0))
 
 
 class NvmlUnavailable(RuntimeError):
@@ -81,6 +96,7 @@ class DiscoveryResult:
     driver_version: str = ""
     nics: NicLayout | None = None  # RDMA NICs and GPU x NIC links (sysfs or a topo -m file)
     product: str = ""  # the GPUs' product name as NVML gives it; "" when unknown or mixed
+    mig: MigDevices = MigDevices()  # the MIG devices of GPUs in MIG mode
 
     @property
     def complete(self) -> bool:
@@ -187,6 +203,7 @@ def _discover(session: _Session, sysfs_root: str) -> DiscoveryResult:
     devices: list[Device] = []
     lost: set[int] = set()
     names: set[str] = set()
+    migs: list[tuple[int, int, list[MigDevice]]] = []
     for index in range(count):
         handle, error = session.call("nvmlDeviceGetHandleByIndex", f"GPU{index}", index)
         if error is not None:
@@ -196,6 +213,9 @@ def _discover(session: _Session, sysfs_root: str) -> DiscoveryResult:
         if error is None:
             name, _ = session.call("nvmlDeviceGetName", f"GPU{index}", handle, quiet=_NOT_APPLICABLE)
             names.add(_text(name).strip() if name is not None else "")
+            mig = _mig_devices(session, index, handle)
+            if mig is not None:
+                migs.append(mig)
     if len(names - {""}) > 1:
         log.warning("GPUs of several products: none published", extra={"products": sorted(names)})
 
@@ -226,6 +246,8 @@ def _discover(session: _Session, sysfs_root: str) -> DiscoveryResult:
         lost=frozenset(lost),
         driver_version=_text(driver) if driver is not None else "",
         product=names.pop() if len(names) == 1 else "",
+        mig=MigDevices(tuple(device for _, _, found in migs for device in found),
+                       tuple((index, slices) for index, slices, _ in migs)),
     )
     log.info(
         "NVML discovery done",
@@ -235,6 +257,7 @@ def _discover(session: _Session, sysfs_root: str) -> DiscoveryResult:
             "unknown_links": len(unknown),
             "lost": sorted(lost),
             "driver": result.driver_version,
+            "mig_devices": len(result.mig.devices),
         },
     )
     return result
@@ -268,6 +291,43 @@ def _device(session: _Session, index: int, handle: Any, sysfs_root: str) -> Devi
         numa_node=numa if numa >= 0 else NO_NUMA,
         pcie_root=read_sysfs_pcie_root(bus_id, sysfs_root) if bus_id else "",
     )
+
+
+def _mig_devices(session: _Session, index: int, handle: Any) -> tuple[int, int, list[MigDevice]] | None:
+    """GPU ``index``'s compute slices in all and its MIG devices; None where MIG is off or unknown."""
+    target = f"GPU{index}"
+    mode, error = session.call("nvmlDeviceGetMigMode", target, handle, quiet=_NOT_APPLICABLE)
+    if error is not None or mode is None or mode[0] != MIG_ENABLED:
+        return None
+    most, error = session.call("nvmlDeviceGetMaxMigDeviceCount", target, handle)
+    if error is not None:
+        return None
+    # Without the profile call, the most MIG devices a GPU can have: one per slice on every MIG GPU.
+    slices = int(most)
+    for name, profile in WHOLE_GPU_PROFILES:
+        constant = getattr(session.nvml, f"NVML_GPU_INSTANCE_PROFILE_{name}", profile)
+        info, error = session.call("nvmlDeviceGetGpuInstanceProfileInfo", target, handle, constant,
+                                   quiet=_NO_SUCH_PROFILE)
+        if error is None and info is not None and info.sliceCount:
+            slices = int(info.sliceCount)
+            break
+    found = []
+    for mig_index in range(int(most)):
+        mig_target = f"GPU{index} MIG {mig_index}"
+        mig, error = session.call("nvmlDeviceGetMigDeviceHandleByIndex", mig_target, handle, mig_index,
+                                  quiet=frozenset({ERROR_NOT_FOUND}))
+        if error is not None:
+            continue  # Not Found: no MIG device has this index (the rest of the GPU is not carved)
+        uuid, uuid_error = session.call("nvmlDeviceGetUUID", mig_target, mig)
+        attributes, attributes_error = session.call("nvmlDeviceGetAttributes", mig_target, mig)
+        gpu_instance, gi_error = session.call("nvmlDeviceGetGpuInstanceId", mig_target, mig)
+        compute_instance, ci_error = session.call("nvmlDeviceGetComputeInstanceId", mig_target, mig)
+        if uuid_error or attributes_error or gi_error or ci_error:
+            continue
+        # A compute instance smaller than its GPU instance (1c.3g.20gb) takes its own slices.
+        size = int(attributes.computeInstanceSliceCount or attributes.gpuInstanceSliceCount)
+        found.append(MigDevice(_text(uuid), index, mig_index, int(gpu_instance), int(compute_instance), size))
+    return index, slices, found
 
 
 def _pcie_class(session: _Session, a: Any, b: Any, i: int, j: int) -> str | None:

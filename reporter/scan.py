@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from gpupair.kubewire.defaults import MIG_RESOURCE_PREFIX
 from gpupair.topology import report
 from gpupair.topology.nics import NICS_KEY, NicLayout, encode_nics
 from gpupair.topology.layout import NodeLayout, NodeState
+from gpupair.topology.mig_slices import MigDevices
 from gpupair.topology.shares import SHARES_KEY, GpuShares, encode_shares
 from gpupair.reporter.allocations import (
     PodDevices, PodResourcesClient, flatten_device_ids, free_devices, is_replica, map_device_ids, share_counts,
@@ -74,18 +76,19 @@ class ScanResult:
 
 
 def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = (),
-            nics: NicLayout | None = None, product: str = "") -> ScanResult:
+            nics: NicLayout | None = None, product: str = "", mig: MigDevices | None = None) -> ScanResult:
     """Free = allocatable - allocated - unhealthy.
 
     Unhealthy: devices in the layout the kubelet does not offer (it drops unhealthy ones from
-    allocatable) and devices NVML could not open (``lost``).
+    allocatable) and devices NVML could not open (``lost``). ``mig``: NVML's MIG devices, which
+    place ``MIG-<uuid>`` ids and size MIG shares.
     """
     allocatable = (
         allocations.allocatable
         if allocations.allocatable is not None
         else tuple(str(device.index) for device in layout.devices)
     )
-    found = free_devices(layout, allocatable, allocations.allocated)
+    found = free_devices(layout, allocatable, allocations.allocated, mig)
     lost = frozenset(lost)
     return ScanResult(
         layout=layout,
@@ -93,20 +96,20 @@ def compute(layout: NodeLayout, allocations: Allocations, lost: Iterable[int] = 
         unhealthy=found.unavailable | lost,
         allocated=found.allocated,
         unknown_ids=found.unknown_ids,
-        holders=holdings(layout, allocations.pods) if allocations.pods is not None else None,
+        holders=holdings(layout, allocations.pods, mig) if allocations.pods is not None else None,
         nics=nics,
         product=product,
-        shares=share_counts(layout, allocatable, allocations.allocated, allocations.replicated),
+        shares=share_counts(layout, allocatable, allocations.allocated, allocations.replicated, mig),
     )
 
 
 def holdings(
-    layout: NodeLayout, pods: Iterable[tuple[str, str, tuple[str, ...]]]
+    layout: NodeLayout, pods: Iterable[tuple[str, str, tuple[str, ...]]], mig: MigDevices | None = None
 ) -> tuple[report.PodHolding, ...]:
     """Each pod's device ids as layout indices, one entry per pod holding any known device."""
     out = []
     for namespace, name, ids in pods:
-        indices, _ = map_device_ids(ids, layout)
+        indices, _ = map_device_ids(ids, layout, mig)
         if indices:
             out.append(report.PodHolding(namespace, name, frozenset(indices)))
     return tuple(sorted(out, key=lambda h: (h.namespace, h.name)))
@@ -141,25 +144,30 @@ class StaticAllocations:
 
 
 class PodResourcesAllocations:
-    """What the kubelet offers and what its containers hold, for the GPU resource and the
-    resources of GPU shares (``shared_names``: time-slicing's ``nvidia.com/gpu.shared``), whose
-    ids name the same GPUs."""
+    """What the kubelet offers and what its containers hold, for the GPU resource, the resources
+    of GPU shares (``shared_names``: time-slicing's ``nvidia.com/gpu.shared``) and every MIG
+    profile's resource (``nvidia.com/mig-3g.20gb``, mig.strategy mixed), whose ids name the same
+    GPUs. One GetAllocatableResources and one List a read, whatever the number of names."""
 
     def __init__(self, client: PodResourcesClient, resource_name: str, shared_names: Iterable[str] = ()) -> None:
         self.client = client
         self.resource_name = resource_name
         self.shared_names = tuple(name for name in shared_names if name != resource_name)
-        names = ", ".join((resource_name, *self.shared_names))
+        names = ", ".join((resource_name, *self.shared_names, f"{MIG_RESOURCE_PREFIX}*"))
         self.description = f"kubelet PodResources at {client.socket_path} ({names})"
 
+    def reads(self, resource_name: str) -> bool:
+        return (resource_name == self.resource_name or resource_name in self.shared_names
+                or resource_name.startswith(MIG_RESOURCE_PREFIX))
+
     async def read(self) -> Allocations:
-        allocatable = list(await self.client.allocatable(self.resource_name))
-        replicated = any(map(is_replica, allocatable))
-        held = list(await self.client.allocated(self.resource_name))
-        for name in self.shared_names:
-            allocatable += await self.client.allocatable(name)
-            held += await self.client.allocated(name)
-        return Allocations(allocated=tuple(flatten_device_ids(held)), allocatable=tuple(allocatable),
+        offered = await self.client.allocatable_resources()
+        replicated = any(map(is_replica, offered.get(self.resource_name, ())))
+        # The GPU resource first, then the others by name: the same ids in the same order each read.
+        names = sorted(filter(self.reads, offered), key=lambda name: (name != self.resource_name, name))
+        allocatable = tuple(device_id for name in names for device_id in offered[name])
+        held = await self.client.allocated_matching(self.reads)
+        return Allocations(allocated=tuple(flatten_device_ids(held)), allocatable=allocatable,
                            pods=pods_of(held), replicated=replicated)
 
 

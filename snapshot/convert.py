@@ -27,6 +27,11 @@ Failed, bound or pending, in creation order, named ``namespace/name``, except Da
   convention is that ``gpu_milli`` is the part of one GPU a pod takes, so that the GPUs' capacity
   holds what the sharing layer lets onto it: R shares of 1000 / R fill a GPU, as R replicas do.
   Time-slicing isolates nothing, so this is capacity, not speed.
+- MIG profiles (``nvidia.com/mig-3g.20gb``, the device plugin's mig.strategy mixed; any but
+  ``--resource-name`` and ``--shared-resources``): one GPU at the profile's compute slices out of
+  the GPU's, 3 x 1000 / 7 milli, the GPU's slices the most shares a GPU of its node is in its
+  ``gpupair.io/shares`` (for a pending pod the cluster's most common such count), else 7 (the
+  A100's, H100's and H200's); at most 1000.
 - gpu_spec: the products it accepts (nodeSelector and required node affinity on the product
   label, its claims' CEL selectors), ``A|B``; empty for any.
 """
@@ -47,6 +52,7 @@ from gpupair.simulator.trace.files import TraceNode, TracePod
 from gpupair.status.build import Listing, Options, listed_picture
 from gpupair.status.objects import annotations, is_terminal, meta, parse_time
 from gpupair.topology import limits
+from gpupair.topology.mig_slices import COMMON_GPU_SLICES, profile_slices
 
 MIB = 2**20
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU feature discovery's, under time-slicing
@@ -116,6 +122,22 @@ def _replicas_label(node: Mapping[str, Any]) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() and int(value) >= 1 else 0
 
 
+def _mig_slices_asked(pod: Mapping[str, Any], options: SnapshotOptions) -> int:
+    """The compute slices of the MIG profiles the pod asks, summed over its profiles."""
+    spec = pod.get("spec")
+    names: set[str] = set()
+    for field_name in ("containers", "initContainers"):
+        containers = spec.get(field_name) if isinstance(spec, Mapping) else None
+        for container in containers if isinstance(containers, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            for kind in ("requests", "limits"):
+                table = resources.get(kind) if isinstance(resources, Mapping) else None
+                names.update(table if isinstance(table, Mapping) else ())
+    names -= {options.resource, *options.shared}
+    return sum(gpu_request(pod, name) * slices for name in sorted(names)
+               if (slices := profile_slices(name)) is not None)
+
+
 def is_daemon_pod(pod: Mapping[str, Any]) -> bool:
     """A DaemonSet's pod, or a static pod's mirror: placed by their node, not by the scheduler."""
     if MIRROR_ANNOTATION in annotations(pod):
@@ -161,6 +183,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
 
     # Nodes
     replicas: dict[str, int] = {}  # node -> shares a GPU has there, where it shares
+    mig_slices: dict[str, int] = {}  # node -> the most shares a GPU is there (a MIG GPU's compute slices)
     replicated: set[str] = set()  # nodes whose --resource-name counts replicas
     for node in sorted((n for n in nodes if isinstance(n, Mapping)), key=lambda n: str(meta(n).get("name") or "")):
         name = str(meta(node).get("name") or "")
@@ -182,6 +205,8 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
         # Shares a GPU has there: GFD's label, else the reporter's count (gpupair.io/shares).
         counted = report.shares if report is not None else None
         label_r = _replicas_label(node) or (max(counted.of) if counted is not None else 0)
+        if counted is not None:
+            mig_slices[name] = max(counted.size(i) for i in range(len(counted.of)))
         if whole and label_r > 1 and not shares and (counted is None or counted.replicated):
             gpus = whole // label_r
             replicated.add(name)
@@ -227,6 +252,8 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
     products = sorted({n.model for n in out.nodes if n.gpus and n.model})
     common = Counter(replicas.values()).most_common()
     cluster_r = min((r for r, c in common if c == common[0][1]), default=0)
+    common_mig = Counter(mig_slices.values()).most_common(1)
+    cluster_mig = common_mig[0][0] if common_mig else COMMON_GPU_SLICES
 
     # Pods
     def created(pod: Mapping[str, Any]) -> tuple[datetime, str]:
@@ -242,6 +269,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             cpu, memory = pod_request(pod, "cpu"), pod_request(pod, "memory")
             whole = gpu_request(pod, options.resource)
             shares = sum(gpu_request(pod, s) for s in options.shared)
+            mig = _mig_slices_asked(pod, options)
             accepted = pod_accepts(pod)
             demand = picture.pod_demand(pod, known_only=True)
         except PodRequestError as error:
@@ -260,6 +288,8 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
                     "shares and GPUs advertised): left out")))
                 continue
             gpus, milli = 1, min(MILLI, shares * (MILLI // r))
+        elif mig:
+            gpus, milli = 1, min(MILLI, mig * MILLI // (mig_slices.get(node) or cluster_mig))
         else:
             gpus, milli = 0, 0
         models = accepted.among(products) if gpus else ()

@@ -210,9 +210,11 @@ def _numa_views(decoded: codec.NodeReport, held: ReservedGpus) -> list[NumaView]
         return "shared" if shares is not None and shares.partly_taken(index) else "taken"
 
     def shared(index: int) -> str | None:
-        if shares is None or shares.of[index] <= 1:
+        if shares is None or shares.size(index) <= 1:
             return None
-        return f"{shares.taken[index]}/{shares.of[index]}"
+        # MIG devices that do not fill the GPU: "3/6 of 7" slices
+        whole = f" of {shares.size(index)}" if shares.size(index) > shares.of[index] else ""
+        return f"{shares.taken[index]}/{shares.of[index]}{whole}"
 
     shares = decoded.shares
     nics = nics_by_numa(decoded)

@@ -25,8 +25,9 @@ class DeviceView(_View):
                                            "per the report), reserved (bound pods the report cannot show yet), "
                                            "unhealthy")
     shares: str | None = Field(default=None, description=(
-        "shares taken of the shares the GPU is split into (time-slicing or MPS replicas, MIG slices), as "
-        "'1/4', from gpupair.io/shares; null for a GPU not shared"))
+        "shares taken of the shares the GPU is split into (time-slicing or MPS replicas, MIG compute slices), "
+        "as '1/4', or '3/6 of 7' where its MIG devices leave slices of the GPU out; from gpupair.io/shares; "
+        "null for a GPU not shared"))
 
 
 class NumaView(_View):

@@ -14,6 +14,13 @@ sysfsNumaNode, pcieRoot, nvlinks as runs of ``{remoteType, remoteBusId, count}``
 ``commonAncestor`` and ``p2pRead`` as one row of names per GPU (NVML level names without
 NVML_TOPOLOGY_, P2P status names without NVML_P2P_STATUS_), ``topo``: the `nvidia-smi topo -m`
 fixture the recording must agree with.
+
+A device's ``mig``, where the GPU can do MIG (without it, MIG calls answer Not Supported, as on
+GPUs without MIG): ``mode`` (1 enabled, 0 disabled), ``maxDevices``, ``profiles`` (the GPU
+instance profiles it supports, NVML_GPU_INSTANCE_PROFILE_ names without the prefix, each with its
+``sliceCount``, ``instanceCount`` and ``memorySizeMB``), and ``devices``, its MIG devices: index
+(a gap is Not Found, as NVML answers), uuid, gpuInstance and computeInstance ids, their slice
+counts and memorySizeMB.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ with warnings.catch_warnings():
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 TOPO_FIXTURES = Path(__file__).parent / "fixtures" / "topo"
-RECORDINGS = ("seed-5090d", "hgx-h100", "pix-pxb-8gpu")
+RECORDINGS = ("seed-5090d", "hgx-h100", "pix-pxb-8gpu", "dgx-a100-mig")
 
 _P2P = {
     "OK": real.NVML_P2P_STATUS_OK,
@@ -65,6 +72,16 @@ def topo_text(recording: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class FakeHandle:
     index: int
+
+
+@dataclass(frozen=True)
+class FakeMigHandle:
+    gpu: int
+    index: int
+
+
+_PROFILES = {name[len("NVML_GPU_INSTANCE_PROFILE_"):]: getattr(real, name) for name in dir(real)
+             if name.startswith("NVML_GPU_INSTANCE_PROFILE_") and name != "NVML_GPU_INSTANCE_PROFILE_COUNT"}
 
 
 def _pci_info(bus_id: str) -> real.nvmlPciInfo_t:
@@ -158,9 +175,81 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return FakeHandle(index)
 
-    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+    def nvmlDeviceGetUUID(self, handle: FakeHandle | FakeMigHandle) -> str:
+        if isinstance(handle, FakeMigHandle):
+            self._enter("nvmlDeviceGetUUID", handle.gpu, handle.index)
+            return self._mig_device(handle)["uuid"]
         self._enter("nvmlDeviceGetUUID", getattr(handle, "index", None))
         return self.devices[self._device(handle)]["uuid"]
+
+    # --- MIG
+
+    def _mig(self, handle: FakeHandle) -> dict[str, Any]:
+        mig = self.devices[self._device(handle)].get("mig")
+        if mig is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return mig
+
+    def _mig_device(self, handle: FakeMigHandle) -> dict[str, Any]:
+        for device in self._mig(FakeHandle(handle.gpu)).get("devices", []):
+            if device["index"] == handle.index:
+                return device
+        raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)  # a handle NVML never gave
+
+    def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode", getattr(handle, "index", None))
+        mode = self._mig(handle)["mode"]
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", getattr(handle, "index", None))
+        return self._mig(handle)["maxDevices"]
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: FakeHandle, profile: int,
+                                            version: int = 2) -> real.c_nvmlGpuInstanceProfileInfo_v2_t:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfo", getattr(handle, "index", None))
+        names = [name for name, value in _PROFILES.items() if value == profile]
+        if not names:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        recorded = self._mig(handle)["profiles"].get(names[0])
+        if recorded is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        info = real.c_nvmlGpuInstanceProfileInfo_v2_t()
+        info.sliceCount, info.instanceCount = recorded["sliceCount"], recorded["instanceCount"]
+        info.memorySizeMB = recorded["memorySizeMB"]
+        return info
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, index: int) -> FakeMigHandle:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", getattr(handle, "index", None), index)
+        mig = self._mig(handle)
+        if not 0 <= index < mig["maxDevices"]:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if all(device["index"] != index for device in mig.get("devices", [])):
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return FakeMigHandle(self._device(handle), index)
+
+    def nvmlDeviceGetAttributes(self, handle: FakeMigHandle) -> real.c_nvmlDeviceAttributes:
+        self._enter("nvmlDeviceGetAttributes", getattr(handle, "gpu", None), getattr(handle, "index", None))
+        if not isinstance(handle, FakeMigHandle):
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)  # only recorded for MIG devices
+        device = self._mig_device(handle)
+        attributes = real.c_nvmlDeviceAttributes()
+        attributes.gpuInstanceSliceCount = device["gpuInstanceSlices"]
+        attributes.computeInstanceSliceCount = device["computeInstanceSlices"]
+        attributes.memorySizeMB = device["memorySizeMB"]
+        return attributes
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMigHandle) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", getattr(handle, "gpu", None), getattr(handle, "index", None))
+        if not isinstance(handle, FakeMigHandle):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)  # not a MIG device handle
+        return self._mig_device(handle)["gpuInstance"]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeMigHandle) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId", getattr(handle, "gpu", None), getattr(handle, "index", None))
+        if not isinstance(handle, FakeMigHandle):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return self._mig_device(handle)["computeInstance"]
 
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
         self._enter("nvmlDeviceGetName", getattr(handle, "index", None))

@@ -15,6 +15,9 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST_MIB = 200
 # GPU shares as NVIDIA's time-slicing advertises them with renameByDefault: one a share
 SHARED_RESOURCE_NAMES = ("nvidia.com/gpu.shared",)
+# MIG devices as NVIDIA's device plugin advertises them under mig.strategy mixed: one resource a
+# profile, "nvidia.com/mig-3g.20gb"; the profile's "<n>g" is its compute slices
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 REPORTER_PORT = 9400  # the reporter's /v1/verify, /healthz, /metrics (host network)
 TOKEN_AUDIENCE = "gpupair-reporter"  # the audience of the verifier's projected token
 VERIFIER_CONTAINER = "gpupair-verify"  # the sidecar the webhook injects; a pod without it gets no verdict

@@ -45,6 +45,9 @@ class _SharesModel(BaseModel):
     of: list[int] = Field(max_length=limits.MAX_GPUS)
     taken: list[int] = Field(max_length=limits.MAX_GPUS)
     replicated: bool = False
+    # Per GPU, the shares the whole GPU is where more than ``of`` (MIG slices no offered device
+    # has), else 0. Absent in the first form of this annotation.
+    whole: list[int] | None = Field(default=None, max_length=limits.MAX_GPUS)
 
 
 class SharedCapacity(NamedTuple):
@@ -63,49 +66,60 @@ class SharedCapacity(NamedTuple):
 
 @dataclass(frozen=True)
 class GpuShares:
-    """Per GPU (by layout index): the shares it is offered as (1: whole) and those held."""
+    """Per GPU (by layout index): the shares it is offered as (1: whole) and those held, and
+    where given, the shares the whole GPU is (0: ``of``)."""
 
     of: tuple[int, ...]
     taken: tuple[int, ...]
     replicated: bool = False  # shares under the whole-GPU resource name
+    whole: tuple[int, ...] | None = None
     # DRA consumable capacity: per GPU, its capacities (None: not shared that way), so a claim
     # asking some of them is sized on it (gpupair/decide/picture/dra_capacity.py); never published
     capacity: tuple[tuple[SharedCapacity, ...] | None, ...] = field(default=(), compare=False)
 
     @property
     def shared(self) -> bool:
-        return any(count > 1 for count in self.of)
+        return any(self.size(index) > 1 for index in range(len(self.of)))
+
+    def size(self, index: int) -> int:
+        """The shares the whole of GPU ``index`` is: ``of``, or more where MIG slices are not offered."""
+        return max(self.of[index], self.whole[index] if self.whole is not None else 0)
 
     def milli_left(self, index: int) -> int:
         """What is left of GPU ``index``, in thousandths of a GPU."""
-        of = self.of[index]
-        return MILLI * max(of - self.taken[index], 0) // of if of else 0
+        size = self.size(index)
+        return MILLI * max(self.of[index] - self.taken[index], 0) // size if size else 0
 
     def partly_taken(self, index: int) -> bool:
         return 0 < self.taken[index] < self.of[index]
 
     def share_milli(self, index: int) -> int:
         """One share of GPU ``index``, in thousandths of a GPU."""
-        return MILLI // self.of[index] if self.of[index] else MILLI
+        size = self.size(index)
+        return MILLI // size if size else MILLI
 
 
-def count_shares(size: int, offered: list[int], held: list[int], replicated: bool = False) -> GpuShares | None:
-    """``offered`` and ``held``: the layout index of each id the kubelet offers and each id its
-    containers hold (an id per share). None where no GPU is offered more than once."""
+def count_shares(size: int, offered: list[tuple[int, int]], held: list[tuple[int, int]],
+                 replicated: bool = False, whole: dict[int, int] | None = None) -> GpuShares | None:
+    """``offered`` and ``held``: (layout index, shares) of each device the kubelet offers and each
+    its containers hold (a replica is 1 share, a MIG device its slices); ``whole``: the shares
+    the whole GPU is, where known. None where every GPU is one share whole."""
     of, taken = [0] * size, [0] * size
-    for index in offered:
-        of[index] += 1
-    for index in held:
-        taken[index] += 1
-    if not any(count > 1 for count in of):
+    for index, shares in offered:
+        of[index] += shares
+    for index, shares in held:
+        taken[index] += shares
+    sizes = tuple(whole.get(i, 0) if whole and whole.get(i, 0) > of[i] else 0 for i in range(size))
+    if not any(count > 1 for count in of) and not any(sizes):
         return None
-    return GpuShares(tuple(of), tuple(taken), replicated)
+    return GpuShares(tuple(of), tuple(taken), replicated, whole=sizes if any(sizes) else None)
 
 
 def encode_shares(shares: GpuShares, topology_fingerprint: str, generation: int) -> str:
     model = _SharesModel(topology=topology_fingerprint, generation=generation, of=list(shares.of),
-                         taken=list(shares.taken), replicated=shares.replicated)
-    return json.dumps(model.model_dump(mode="json"), separators=(",", ":"))
+                         taken=list(shares.taken), replicated=shares.replicated,
+                         whole=list(shares.whole) if shares.whole is not None else None)
+    return json.dumps(model.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
 
 
 def decode_shares(text: object, size: int, topology_fingerprint: str, generation: int,
@@ -118,9 +132,15 @@ def decode_shares(text: object, size: int, topology_fingerprint: str, generation
         raise SharesError(f"{SHARES_KEY} is of generation {model.generation}, the free report of {generation}")
     if len(model.of) != size or len(model.taken) != size:
         raise SharesError(f"{SHARES_KEY} lists {len(model.of)} and {len(model.taken)} GPUs, the node has {size}")
-    for index, (of, taken) in enumerate(zip(model.of, model.taken)):
+    whole = model.whole if model.whole is not None else [0] * size
+    if len(whole) != size:
+        raise SharesError(f"{SHARES_KEY} gives the whole of {len(whole)} GPUs, the node has {size}")
+    for index, (of, taken, gpu) in enumerate(zip(model.of, model.taken, whole)):
         if not 0 <= taken <= of <= MAX_SHARES:
             raise SharesError(f"{SHARES_KEY} GPU {index}: {taken} of {of} shares taken")
+        if gpu and not of < gpu <= MAX_SHARES:
+            raise SharesError(f"{SHARES_KEY} GPU {index}: {of} shares offered of a whole of {gpu}")
         if taken and index in free:
             raise SharesError(f"{SHARES_KEY} GPU {index} has {taken} shares taken but is listed free")
-    return GpuShares(tuple(model.of), tuple(model.taken), model.replicated)
+    return GpuShares(tuple(model.of), tuple(model.taken), model.replicated,
+                     whole=tuple(model.whole) if model.whole is not None else None)

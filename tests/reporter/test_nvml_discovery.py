@@ -212,3 +212,49 @@ def test_a_driver_without_names_leaves_the_product_unknown_and_no_error(node):
     result = discover(nvml, sysfs)
     assert result.product == "" and result.complete
     assert nvml.count("nvmlDeviceGetName") == len(nvml.devices)
+
+
+# --- MIG (tests/fixtures/nvml/dgx-a100-mig.json: GPU0 3g+2g+1g+1g, GPU1 3g+3g, the rest MIG off)
+
+
+def test_mig_devices_are_listed_with_their_gpu_instances_and_compute_slices(node):
+    nvml, sysfs = node("dgx-a100-mig")
+    result = discover(nvml, sysfs)
+    mig = result.mig
+    assert result.complete
+    assert mig.gpu_slices == ((0, 7), (1, 7))
+    assert [(d.gpu, d.index, d.gpu_instance, d.compute_instance, d.slices) for d in mig.devices] == [
+        (0, 0, 2, 0, 3), (0, 1, 3, 0, 2), (0, 2, 9, 0, 1), (0, 3, 10, 0, 1), (1, 0, 1, 0, 3), (1, 1, 2, 0, 3)]
+    recorded = nvml.devices[1]["mig"]["devices"][1]["uuid"]
+    assert mig.by_uuid(recorded.upper().replace("MIG-", "mig-")) == mig.devices[5]
+    # indices past the last device answer Not Found: no error, no device
+    assert nvml.count("nvmlDeviceGetMigDeviceHandleByIndex") == 2 * 7
+
+
+def test_gpus_without_mig_have_no_mig_devices_and_no_error(node):
+    nvml, sysfs = node("hgx-h100")  # recorded without MIG: the calls answer Not Supported
+    result = discover(nvml, sysfs)
+    assert result.complete and result.mig.devices == () and result.mig.gpu_slices == ()
+
+
+def test_without_the_profile_call_a_gpus_slices_are_its_most_mig_devices(node):
+    nvml, sysfs = node("dgx-a100-mig")
+    nvml.fail("nvmlDeviceGetGpuInstanceProfileInfo", code=real.NVML_ERROR_FUNCTION_NOT_FOUND)
+    result = discover(nvml, sysfs)
+    assert result.complete and result.mig.slices_of(0) == 7 and result.mig.slices_of(1) == 7
+
+
+def test_a_compute_instance_takes_its_own_slices_not_its_gpu_instances(node):
+    nvml, sysfs = node("dgx-a100-mig")
+    split = nvml.devices[1]["mig"]["devices"][0]
+    split["computeInstanceSlices"] = 1  # a 1c.3g.40gb compute instance of the 3g GPU instance
+    assert discover(nvml, sysfs).mig.by_index(1, 0).slices == 1
+
+
+def test_a_mig_device_nvml_cannot_read_is_left_out_and_counted(node):
+    nvml, sysfs = node("dgx-a100-mig")
+    nvml.fail("nvmlDeviceGetUUID", 0, 1)  # GPU0's MIG device 1
+    result = discover(nvml, sysfs)
+    assert not result.complete
+    assert [(e.call, e.target) for e in result.errors] == [("nvmlDeviceGetUUID", "GPU0 MIG 1")]
+    assert [d.index for d in result.mig.devices if d.gpu == 0] == [0, 2, 3]

@@ -21,9 +21,9 @@ from gpupair.reporter.main import node_writer
 from gpupair.reporter.metrics import ReporterMetrics
 from gpupair.reporter.publisher import Outcome, Publisher
 from gpupair.reporter.scan import PodResourcesAllocations, StaticAllocations
-from gpupair.reporter.topology_source import FileLayoutSource
+from gpupair.reporter.topology_source import FileLayoutSource, NvmlLayoutSource
 from tests.kube_double import kube_client_for, make_node, running_kube_double
-from tests.nvml_fake import real
+from tests.nvml_fake import FakeNvml, load_recording, real, write_sysfs
 from gpupair.topology.shares import SHARES_KEY
 from tests.podresources_server import FakeContainer, FakeDevice, FakePod, running_kubelet
 from tests.reporter_support import GPU, NODE, SEED_UUIDS, SHARED, FakeClock, devices, gpu_pod, seed_source
@@ -370,3 +370,76 @@ async def test_time_sliced_replicas_are_published_as_each_gpus_shares(tmp_path, 
     await loop.scan_once()
     annotations = double.store.node(NODE)["metadata"]["annotations"]
     assert SHARES_KEY not in annotations and node_report(double).shares is None
+
+
+def mig_node(tmp_path) -> tuple[NvmlLayoutSource, FakeNvml]:
+    """The recorded DGX A100: GPU0 carved 3g+2g+1g+1g, GPU1 3g+3g, GPU2-7 whole."""
+    nvml = FakeNvml(load_recording("dgx-a100-mig"))
+    return NvmlLayoutSource(nvml, str(write_sysfs(tmp_path / "sys", nvml.recording))), nvml
+
+
+def mixed_strategy(nvml: FakeNvml) -> dict[str, list[FakeDevice]]:
+    """What NVIDIA's device plugin offers with mig.strategy mixed: the GPUs without MIG under
+    nvidia.com/gpu, each MIG device under its profile's resource, by its MIG-<uuid>."""
+    offered: dict[str, list[FakeDevice]] = {GPU: [FakeDevice(d["uuid"], (0,) if i < 4 else (1,))
+                                                  for i, d in enumerate(nvml.devices) if "devices" not in d["mig"]
+                                                  or not d["mig"]["devices"]]}
+    profiles = {3: "nvidia.com/mig-3g.40gb", 2: "nvidia.com/mig-2g.20gb", 1: "nvidia.com/mig-1g.10gb"}
+    for device in nvml.devices:
+        for mig in device["mig"]["devices"]:
+            offered.setdefault(profiles[mig["gpuInstanceSlices"]], []).append(FakeDevice(mig["uuid"], (0,)))
+    offered["example.com/fpga"] = [FakeDevice("fpga-0")]  # not a GPU: not read
+    return offered
+
+
+async def test_mixed_strategy_mig_devices_are_published_as_their_gpus_slices(tmp_path, kubelet, pod_resources, api,
+                                                                            double, clock, metrics):
+    """Each profile's resource is read; a MIG device counts its compute slices of its GPU, found
+    through NVML from its MIG-<uuid>: GPU0 with a 1g taken has 6/7 left, GPU1 with one of its two
+    3g taken 3/7 (its seventh slice is in no device), and neither is free."""
+    source, nvml = mig_node(tmp_path)
+    kubelet.allocatable = offered = mixed_strategy(nvml)
+    one_g, three_g = offered["nvidia.com/mig-1g.10gb"][0], offered["nvidia.com/mig-3g.40gb"][2]
+    kubelet.pods = [share_pod("small", one_g, resource="nvidia.com/mig-1g.10gb"),
+                    share_pod("big", three_g, resource="nvidia.com/mig-3g.40gb"),
+                    FakePod("ml", "whole", [FakeContainer("main", {GPU: [offered[GPU][3]]})]),
+                    FakePod("ml", "fpga", [FakeContainer("main", {"example.com/fpga": offered["example.com/fpga"]})])]
+    publisher = Publisher(node_writer(api, NODE), heartbeat=30.0, clock=clock, wall=clock.wall)
+    loop = ReporterLoop(source, PodResourcesAllocations(pod_resources, GPU, [SHARED]), publisher, metrics, clock=clock)
+
+    scan = await loop.scan_once()
+
+    assert scan is not None and scan.unknown_ids == ()
+    report = node_report(double)
+    assert report.shares is not None and report.shares_problem == ""
+    assert report.shares.of == (7, 6) + (1,) * 6 and report.shares.taken == (1, 3, 0, 0, 0, 1, 0, 0)
+    assert report.shares.whole == (0, 7) + (0,) * 6
+    assert [report.milli_left(i) for i in range(3)] == [857, 428, 1000]
+    assert report.state.free == frozenset({2, 3, 4, 6, 7})
+    assert report.ledger is not None and report.ledger.devices_of("ml", "big") == frozenset({1})
+    assert kubelet.calls == ["GetAllocatableResources", "List"]  # one of each, whatever the resources
+
+
+async def test_a_mig_device_carved_after_discovery_is_found_by_discovering_again(tmp_path, kubelet, pod_resources,
+                                                                                api, double, clock, metrics):
+    """NVIDIA's MIG manager re-carves GPUs while the node runs: a MIG-<uuid> the discovery did not
+    list makes the reporter ask NVML again (no sooner than rediscover_after), and then it counts."""
+    source, nvml = mig_node(tmp_path)
+    kubelet.allocatable = mixed_strategy(nvml)
+    carved = {"index": 4, "uuid": "MIG-a100c1e0-0004-4c1e-9f2a-000000000004", "gpuInstance": 11, "computeInstance": 0,
+              "gpuInstanceSlices": 1, "computeInstanceSlices": 1, "memorySizeMB": 10240}
+    publisher = Publisher(node_writer(api, NODE), heartbeat=30.0, clock=clock, wall=clock.wall)
+    loop = ReporterLoop(source, PodResourcesAllocations(pod_resources, GPU), publisher, metrics, clock=clock)
+    await loop.scan_once()
+    nvml.devices[1]["mig"]["devices"].append(carved)  # GPU1's seventh slice, carved as a 1g
+    kubelet.allocatable["nvidia.com/mig-1g.10gb"].append(FakeDevice(carved["uuid"]))
+    kubelet.pods = [share_pod("new", FakeDevice(carved["uuid"]), resource="nvidia.com/mig-1g.10gb")]
+
+    clock.advance(5.0)
+    assert (await loop.scan_once()).unknown_ids == (carved["uuid"],)
+    clock.advance(60.0)
+    scan = await loop.scan_once()
+
+    assert scan is not None and scan.unknown_ids == ()
+    assert scan.shares is not None and scan.shares.of[1] == 7 and scan.shares.taken[1] == 1
+    assert nvml.count("nvmlDeviceGetCount") == 2

@@ -212,3 +212,29 @@ def test_dra_nodes_and_claims_give_gpus_where_no_resource_does():
     snap = convert([node("d")], [claimed], [published], [claim], SnapshotOptions(dra_driver=DRIVER))
     assert snap.nodes == [TraceNode("d", 32000, 262144, 8, "NVIDIA-H200")]  # no nvidia.com/gpu: the slice's
     assert snap.pods == [TracePod("ns/claimed", 1000, 0, 2, 1000)]
+
+
+def test_a_pod_asking_a_mig_profile_takes_its_compute_slices_of_one_gpu():
+    """mig.strategy mixed: nvidia.com/mig-3g.40gb is 3 of the 7 slices its node's reporter counted
+    (3 x 1000 / 7 milli), 1g of an A30-like GPU's 4 is 250; a pending pod, or one on a node
+    without counted shares, takes the cluster's most common count."""
+    def carved(name: str, of: tuple[int, ...], taken: tuple[int, ...]) -> dict[str, Any]:
+        made = node(name, labels={PRODUCT_LABEL: A100})
+        notes = encode_annotations(seed_layout(name), {i for i in range(8) if not taken[i]}, 1, NOW)
+        fingerprint = report_codec.fingerprint(notes[report_codec.TOPOLOGY_KEY])
+        notes[SHARES_KEY] = encode_shares(GpuShares(of, taken, whole=tuple(7 if o == 6 else 0 for o in of)),
+                                          fingerprint, 1)
+        made["metadata"]["annotations"] = notes
+        return made
+
+    nodes = [carved("a100", (7, 6) + (1,) * 6, (3, 3) + (0,) * 6), carved("a30", (4, 4) + (1,) * 6, (1, 0) + (0,) * 6),
+             carved("other", (7,) + (1,) * 7, (0,) * 8)]
+    pods = [pod("big", created=1, node_name="a100", limits={"nvidia.com/mig-3g.40gb": "1"}),
+            pod("small", created=2, node_name="a30", limits={"nvidia.com/mig-1g.6gb": "1"}),
+            pod("split", created=3, node_name="a100", limits={"nvidia.com/mig-1c.3g.40gb": "2"}),
+            pod("pending", created=4, limits={"nvidia.com/mig-4g.40gb": "1"}),
+            pod("whole", created=5, node_name="a100", limits={"nvidia.com/gpu": "1"})]
+    snap = convert(nodes, pods)
+    assert [(p.name, p.gpus, p.milli_per_gpu) for p in snap.pods] == [
+        ("ns/big", 1, 428), ("ns/small", 1, 250), ("ns/split", 1, 285), ("ns/pending", 1, 571), ("ns/whole", 1, 1000)]
+    assert [n.gpus for n in snap.nodes] == [8, 8, 8]

@@ -488,3 +488,18 @@ def test_a_time_sliced_node_shows_each_gpus_shares():
     assert [(d.state, d.shares) for d in numa0.devices] == [("shared", "1/4"), ("taken", "4/4"), ("free", "0/4"),
                                                              ("free", "0/4")]
     assert "NUMA0 ◧■□□" in render_text(view)
+
+
+def test_a_mig_node_shows_each_gpus_slices_taken():
+    """MIG devices counted in compute slices: GPU0 with 3 of its 7 taken is shared; GPU1, carved
+    3g+3g, shows the slice no device has; a GPU with all its slices taken is taken."""
+    annotations_ = report("n", {3, 4, 5, 6, 7}, age=10)
+    fingerprint = codec.fingerprint(annotations_[codec.TOPOLOGY_KEY])
+    shares = GpuShares((7, 6, 7) + (1,) * 5, (3, 3, 7) + (0,) * 5, whole=(0, 7) + (0,) * 6)
+    annotations_[SHARES_KEY] = encode_shares(shares, fingerprint, 7)
+    node = make_node("n", annotations=annotations_)
+    view = build(Listing(nodes=[node], pods=[], events=[]), NOW, Options(stale_after=300))
+    [numa0, _] = view.nodes[0].numa
+    assert [(d.state, d.shares) for d in numa0.devices] == [("shared", "3/7"), ("shared", "3/6 of 7"),
+                                                             ("taken", "7/7"), ("free", None)]
+    assert "NUMA0 ◧◧■□" in render_text(view)
