@@ -175,7 +175,8 @@ def assemble(
     if fragmentation:
         from gpupair.extender.fragmentation_score import LeastFragmentation  # numpy, only for this score
 
-        usage, rows = wire_usage(caches, picture, claims=dra is not None, shared_resources=shared_resources)
+        usage, rows = wire_usage(caches, picture, claims=dra is not None, shared_resources=shared_resources,
+                                 resource=resource)
         score = LeastFragmentation(evaluator, usage, rows)
     binder = Binder(api, evaluator, reservations, caches.requests, annotate_plan=annotate_plan, timeout=api_timeout)
     return Extender(evaluator, score, picture, reservations, caches.requests, binder, metrics, resource, caches.nodes,

@@ -33,6 +33,7 @@ from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
+from gpupair.decide.pod.mig_ask import slices_milli
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.decide.judge.reservations import NO_HOLD
 from gpupair.extender.cache.cluster_usage import CapacityShares, ClusterUsage
@@ -112,9 +113,10 @@ class LeastFragmentation:
             cpu = cpu_request(args.Pod)
         except PodRequestError:
             cpu = 0
-        scores = fragmentation_scores(self.evaluator, self.usage, offer, max(gpus, 0), cpu, intent,
-                                      self.usage.shares_asked(args.Pod), rows=self.rows,
-                                      capacity=self.usage.capacity_asked(args.Pod))
+        shares = self.usage.shares_asked(args.Pod)
+        scores = fragmentation_scores(self.evaluator, self.usage, offer, max(gpus, 0), cpu, intent, shares,
+                                      rows=self.rows, capacity=self.usage.capacity_asked(args.Pod),
+                                      slices=self.usage.mig_asked(args.Pod) if gpus <= 0 and not shares else 0)
         if scores is not None:
             return host_priorities_json(offer.names, scores)
         # Nothing to grade yet (no workload, or no node's CPU known): best fit, as --score best-fit.
@@ -125,16 +127,19 @@ class LeastFragmentation:
 
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
                          intent: Intent = Intent.REQUIRED, shares: int = 0,
-                         rows: ScoreRows | None = None, capacity: CapacityShares | None = None) -> list[int] | None:
+                         rows: ScoreRows | None = None, capacity: CapacityShares | None = None,
+                         slices: int = 0) -> list[int] | None:
     """0-10 per offered name, in order; None where it grades no node: no workload learned yet,
     or no offered node with a usable report and a known CPU (Nodes mode, whose nodes the node
     cache does not hold). The caller then scores by best fit, so a ``preferred`` pod keeps its
     tiers. ``shares``: GPU shares the pod asks (``--shared-resources``); a pod asking whole
     GPUs of a node whose GPUs are replicated (time-slicing without renameByDefault) takes shares
     there too. ``capacity``: the shares the pod's DRA claims ask by consumable capacity, and what
-    each asks, sized per node on its GPUs' capacities (dra_capacity.share_milli). A share is
-    graded on the GPU it is foreseen to land on (share_pick.py). ``rows``: read a cached offer
-    from them; None, node by node (both give the same grades)."""
+    each asks, sized per node on its GPUs' capacities (dra_capacity.share_milli). ``slices``: the
+    MIG compute slices the pod asks (mixed strategy's ``nvidia.com/mig-*``), one share sized per
+    node on its GPUs' slices (mig_ask.slices_milli). A share is graded on the GPU it is foreseen
+    to land on (share_pick.py). ``rows``: read a cached offer from them; None, node by node (both
+    give the same grades)."""
     names = offer.names
     if not usage.workload or not names:
         return None
@@ -150,13 +155,13 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     rank = np.zeros(len(scored.products), dtype=np.int64)
     rank[present] = [models.index(scored.products[code]) for code in present.tolist()]
     sharing = scored.share_of[(scored.share_of > 0) & (scored.capacity == 0)]
-    share_milli = MILLI // int(np.bincount(sharing).argmax()) if len(sharing) else MILLI
+    shares_per_gpu = int(np.bincount(sharing).argmax()) if len(sharing) else 0
     sized = scored.capacity[scored.capacity > 0]
     typical = scored.capacities[int(np.bincount(sized).argmax())] if len(sized) else ()
-    measure = usage.measure(models, share_milli, (lambda asked: sized_share(typical, asked)) if typical else None)
+    measure = usage.measure(models, shares_per_gpu, (lambda asked: sized_share(typical, asked)) if typical else None)
     graded = fragmentation_grades(measure, node_rows(
         scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product],
-        scored.partial, _share_asks(scored, gpus, shares, capacity)), cpu)
+        scored.partial, _share_asks(scored, gpus, shares, capacity, slices)), cpu)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
         graded = np.array([preferred_band(grade, met) for grade, met
@@ -172,10 +177,12 @@ def sized_share(capacities: tuple, asked: Asked) -> int:
     return MILLI + 1 if not sizes or None in sizes else max(size for size in sizes if size is not None)
 
 
-def _share_asks(scored: Scored, gpus: int, shares: int, capacity: CapacityShares | None = None) -> ShareAsk | None:
+def _share_asks(scored: Scored, gpus: int, shares: int, capacity: CapacityShares | None = None,
+                slices: int = 0) -> ShareAsk | None:
     """Where the pod takes shares, how many and of what size, per scored node. On a node whose
     reporter publishes no shares, where it lands is not foreseen (it changes nothing seen). A
-    share by DRA consumable capacity is sized on each node's GPUs."""
+    share by DRA consumable capacity is sized on each node's GPUs, MIG slices on its GPUs'
+    slices in all (the most shares a GPU of the node is)."""
     if capacity is not None:
         count, asked = capacity
         rows = scored.capacity > 0
@@ -183,6 +190,13 @@ def _share_asks(scored: Scored, gpus: int, shares: int, capacity: CapacityShares
             return None
         sized = np.array([0, *(sized_share(each, asked) for each in scored.capacities[1:])], dtype=np.int64)
         return ShareAsk(rows, sized[scored.capacity], count)
+    if slices:
+        rows = (scored.share_of > 0) & (scored.capacity == 0)
+        if not rows.any():
+            return None
+        counts, at = np.unique(scored.share_of, return_inverse=True)
+        sized = np.array([slices_milli(slices, each) for each in counts.tolist()], dtype=np.int64)
+        return ShareAsk(rows, sized[at.reshape(-1)], 1)
     rows = ((shares > 0) & (scored.share_of > 0)) | ((gpus > 0) & scored.replicated)
     if not rows.any():
         return None

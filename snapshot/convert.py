@@ -46,13 +46,14 @@ from typing import Any
 
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.gpu_products import label_product, node_product, pod_accepts
+from gpupair.decide.pod.mig_ask import mig_slices_asked, slices_milli
 from gpupair.decide.pod.pod_request import PodRequestError, gpu_request, parse_bytes, parse_count, parse_milli, pod_request
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, RESOURCE_NAME, SHARED_RESOURCE_NAMES
 from gpupair.simulator.trace.files import TraceNode, TracePod
 from gpupair.status.build import Listing, Options, listed_picture
 from gpupair.status.objects import annotations, is_terminal, meta, parse_time
 from gpupair.topology import limits
-from gpupair.topology.mig_slices import COMMON_GPU_SLICES, profile_slices
+from gpupair.topology.mig_slices import COMMON_GPU_SLICES
 
 MIB = 2**20
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU feature discovery's, under time-slicing
@@ -120,22 +121,6 @@ def _replicas_label(node: Mapping[str, Any]) -> int:
     labels = meta(node).get("labels")
     value = labels.get(REPLICAS_LABEL) if isinstance(labels, Mapping) else None
     return int(value) if isinstance(value, str) and value.isdigit() and int(value) >= 1 else 0
-
-
-def _mig_slices_asked(pod: Mapping[str, Any], options: SnapshotOptions) -> int:
-    """The compute slices of the MIG profiles the pod asks, summed over its profiles."""
-    spec = pod.get("spec")
-    names: set[str] = set()
-    for field_name in ("containers", "initContainers"):
-        containers = spec.get(field_name) if isinstance(spec, Mapping) else None
-        for container in containers if isinstance(containers, list) else ():
-            resources = container.get("resources") if isinstance(container, Mapping) else None
-            for kind in ("requests", "limits"):
-                table = resources.get(kind) if isinstance(resources, Mapping) else None
-                names.update(table if isinstance(table, Mapping) else ())
-    names -= {options.resource, *options.shared}
-    return sum(gpu_request(pod, name) * slices for name in sorted(names)
-               if (slices := profile_slices(name)) is not None)
 
 
 def is_daemon_pod(pod: Mapping[str, Any]) -> bool:
@@ -269,7 +254,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             cpu, memory = pod_request(pod, "cpu"), pod_request(pod, "memory")
             whole = gpu_request(pod, options.resource)
             shares = sum(gpu_request(pod, s) for s in options.shared)
-            mig = _mig_slices_asked(pod, options)
+            mig = mig_slices_asked(pod, {options.resource, *options.shared})
             accepted = pod_accepts(pod)
             demand = picture.pod_demand(pod, known_only=True)
         except PodRequestError as error:
@@ -289,7 +274,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
                 continue
             gpus, milli = 1, min(MILLI, shares * (MILLI // r))
         elif mig:
-            gpus, milli = 1, min(MILLI, mig * MILLI // (mig_slices.get(node) or cluster_mig))
+            gpus, milli = 1, slices_milli(mig, mig_slices.get(node) or cluster_mig)
         else:
             gpus, milli = 0, 0
         models = accepted.among(products) if gpus else ()

@@ -7,6 +7,9 @@ a GPU of four replicas, 250 milli); a share is known by what it asks, not by the
 A pod whose DRA claims ask shares by consumable capacity (``capacity.requests``, KEP-5075) counts
 as a shape of that many shares, each sized on the GPUs scored (the most common capacities among
 them: 8Gi of a 32Gi GPU, 250 milli), as the allocator would size it (dra_capacity.share_milli).
+A pod asking MIG profiles (``nvidia.com/mig-3g.20gb``, mig.strategy mixed) counts as a shape of
+one share of its compute slices, sized on the most common share count of the GPUs scored (a
+MIG GPU's slices: 3 of 7, 428 milli; gpupair/decide/pod/mig_ask.py).
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
 CPU and labels, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
@@ -22,16 +25,19 @@ from typing import Any
 from collections.abc import Callable, Sequence
 
 from gpupair.decide.picture.dra_capacity import Asked
+from gpupair.decide.pod.mig_ask import mig_slices_asked, slices_milli
 from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
-from gpupair.kubewire.defaults import SHARED_RESOURCE_NAMES
+from gpupair.kubewire.defaults import RESOURCE_NAME, SHARED_RESOURCE_NAMES
+from gpupair.topology.mig_slices import COMMON_GPU_SLICES
 
 log = logging.getLogger("gpupair.extender.usage")
 
 TERMINAL = ("Succeeded", "Failed")
 SHARE = -1  # a learned shape's milli per GPU where it asks shares: resolved when measured
-# Below: a shape asking shares by DRA consumable capacity, SHARE less the ask's number (ClusterUsage._asks)
+# Below: a shape asking shares by DRA consumable capacity or by MIG slices, SHARE less the ask's
+# number (ClusterUsage._asks)
 
 CapacityShares = tuple[int, Asked]  # shares a pod's DRA claims ask by capacity, and what each asks
 
@@ -57,16 +63,19 @@ def claims_share(picture: Any) -> Callable[[Any], CapacityShares | None]:
 class ClusterUsage:
     def __init__(self, gpus_of, claims_accept: Callable[[Any], Accepted] | None = None,
                  shared: Sequence[str] = SHARED_RESOURCE_NAMES,
-                 claims_share: Callable[[Any], CapacityShares | None] | None = None) -> None:
+                 claims_share: Callable[[Any], CapacityShares | None] | None = None,
+                 resource: str = RESOURCE_NAME) -> None:
         """``gpus_of``: a pod's GPU count as the extender reads it (PodRequests.of);
         ``claims_accept``: the products its DRA claims' selectors accept; ``shared``: the
         extended resources of GPU shares; ``claims_share``: the shares its DRA claims ask by
-        consumable capacity."""
+        consumable capacity; ``resource``: the whole-GPU resource (never read as a MIG profile)."""
         self._gpus_of = gpus_of
         self._shared = tuple(shared)
+        self._not_mig = frozenset((resource, *shared))
         self._claims_accept = claims_accept
         self._claims_share = claims_share
-        self._asks: dict[Asked, int] = {}  # each capacity ask seen -> its number in a shape (below SHARE)
+        # each capacity ask, or MIG slices asked (an int), seen -> its number in a shape (below SHARE)
+        self._asks: dict[Asked | int, int] = {}
         self.allocatable: dict[str, int] = {}  # node -> CPU millicores
         self.labels: dict[str, str] = {}  # node -> its GFD product label, normalised
         self._rules: dict[tuple[str, ...], Accepted] = {}  # shape models key -> the rule, where it needs the nodes'
@@ -108,20 +117,26 @@ class ClusterUsage:
         """The node's GPU product: its report's (``reported``), else its label's."""
         return node_product(reported, self.labels.get(name, ""))
 
-    def measure(self, models: Sequence[str], share_milli: int = MILLI,
+    def measure(self, models: Sequence[str], shares_per_gpu: int = 0,
                 size: Callable[[Asked], int] | None = None) -> Fragmentation:
-        """The workload's measure over nodes of ``models`` whose GPUs split into shares of
-        ``share_milli``, a capacity ask's share sized by ``size`` (None: no GPU scored is shared
-        by capacity, and it counts as a GPU, as the allocator takes one there), each shape's
-        accepted products resolved against them where its rule needs them (a NotIn without an In)."""
+        """The workload's measure over nodes of ``models`` whose GPUs split into
+        ``shares_per_gpu`` shares (0: none shared; a MIG GPU's compute slices, else the common
+        7), a capacity ask's share sized by ``size`` (None: no GPU scored is shared by capacity,
+        and it counts as a GPU, as the allocator takes one there), each shape's accepted products
+        resolved against them where its rule needs them (a NotIn without an In)."""
         asks = {number: asked for asked, number in self._asks.items()}
+        share_milli = MILLI // shares_per_gpu if shares_per_gpu else MILLI
 
         def resolved(shape: tuple) -> tuple:
             cpu, milli, gpus, accepted = shape
             if accepted[:1] == (RULE,):
                 accepted = self._rules[accepted].among(models)
             if milli < SHARE:
-                milli = min(size(asks[milli]), MILLI) if size is not None else MILLI
+                ask = asks[milli]
+                if isinstance(ask, int):
+                    milli = slices_milli(ask, shares_per_gpu or COMMON_GPU_SLICES)
+                else:
+                    milli = min(size(ask), MILLI) if size is not None else MILLI
             return (cpu, share_milli if milli == SHARE else milli, gpus, accepted)
 
         return Fragmentation([(resolved(shape), share) for shape, share in self.workload.learned()], models)
@@ -130,6 +145,13 @@ class ClusterUsage:
         """The GPU shares ``pod`` asks (``--shared-resources``); 0 for one that cannot be read."""
         try:
             return sum(gpu_request(pod, name) for name in self._shared)
+        except PodRequestError:
+            return 0
+
+    def mig_asked(self, pod: dict[str, Any]) -> int:
+        """The MIG compute slices ``pod`` asks (mig_ask.py); 0 for one that cannot be read."""
+        try:
+            return mig_slices_asked(pod, self._not_mig)
         except PodRequestError:
             return 0
 
@@ -161,11 +183,14 @@ class ClusterUsage:
         try:
             cpu, gpus = cpu_request(pod), self._gpus_of(pod)
             shares = 0 if gpus else sum(gpu_request(pod, name) for name in self._shared)
+            slices = 0 if gpus or shares else mig_slices_asked(pod, self._not_mig)
         except PodRequestError:
             return  # the verbs say why when the pod reaches them
         share = SHARE
-        asked = None if gpus or shares else self.capacity_asked(pod)
-        if asked is not None:
+        asked = None if gpus or shares or slices else self.capacity_asked(pod)
+        if slices:
+            shares, share = 1, self._asks.setdefault(slices, SHARE - 1 - len(self._asks))
+        elif asked is not None:
             shares, share = asked[0], self._asks.setdefault(asked[1], SHARE - 1 - len(self._asks))
         node = str(spec.get("nodeName") or "")
         known = self._pods.get(uid)

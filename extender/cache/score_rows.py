@@ -151,7 +151,8 @@ class ScoreRows:
 
 def share_columns(report: NodeReport) -> tuple[np.ndarray, int, bool, tuple]:
     """A report's shared GPUs as the rows keep them: the milli left on each partly taken GPU,
-    the shares a GPU is split into (0: none shared), whether they are replicas of the
+    the most shares a GPU is split into (0: none shared; a MIG GPU's slices in all, those its
+    devices leave out included), whether they are replicas of the
     whole-GPU resource, and the distinct capacities of its GPUs shared by DRA consumable capacity
     (``()``: none)."""
     partial = np.zeros(MAX_GPUS, dtype=np.int64)
@@ -162,7 +163,7 @@ def share_columns(report: NodeReport) -> tuple[np.ndarray, int, bool, tuple]:
         if shares.partly_taken(index):
             partial[index] = shares.milli_left(index)
     capacities = tuple(sorted({each for each in shares.capacity if each is not None}))
-    return partial, max(shares.of), shares.replicated, capacities
+    return partial, max(map(shares.size, range(len(shares.of)))), shares.replicated, capacities
 
 
 def _code(codes: dict, values: list, value: Any) -> int:

@@ -33,6 +33,7 @@ from gpupair.extender.cache.node_cache import HoldsByReport, NodeCache
 from gpupair.extender.cache.node_leases import Heartbeats
 from gpupair.extender.cache.pod_request_cache import PodRequests
 from gpupair.extender.cache.pod_watch import PodWatch
+from gpupair.kubewire.defaults import RESOURCE_NAME
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -79,14 +80,15 @@ def wire_caches(decider: Decider, picture: NodePicture, reservations: Reservatio
 
 
 def wire_usage(caches: Caches, picture: NodePicture, *, claims: bool,
-               shared_resources: Sequence[str]) -> tuple[ClusterUsage, ScoreRows | None]:
+               shared_resources: Sequence[str], resource: str = RESOURCE_NAME) -> tuple[ClusterUsage, ScoreRows | None]:
     """What the fragmentation score keeps: each node's CPU and the cluster's workload, fed by the
     node cache and the pod watch, and (with a node cache) the score's inputs as rows. ``claims``:
-    a DRA driver's claims say which products a pod accepts too."""
+    a DRA driver's claims say which products a pod accepts too; ``resource``: the whole-GPU
+    resource."""
     from gpupair.extender.cache.cluster_usage import ClusterUsage, claims_accept, claims_share  # numpy, only for this score
 
     usage = ClusterUsage(caches.requests.of, claims_accept(picture) if claims else None, shared_resources,
-                         claims_share(picture) if claims else None)
+                         claims_share(picture) if claims else None, resource)
     rows = None
     if caches.nodes is not None:
         from gpupair.extender.cache.score_rows import ScoreRows

@@ -16,7 +16,11 @@ where a share pod lands (gpupair/decide/score/share_pick.py); and DRA consumable
 a device of 40Gi of memory several claims share (KEP-5075), each pod's GPUs a claim allocated as
 kube-scheduler's allocator writes it (a share's ``consumedCapacity``), a share pod's claim asking
 memory (``capacity.requests``), which the extender sizes on the node's GPUs as the allocator does
-(gpupair/decide/picture/dra_capacity.py) and the simulator is handed as the pod's milli.
+(gpupair/decide/picture/dra_capacity.py) and the simulator is handed as the pod's milli; and MIG
+(the device plugin's mixed strategy), every GPU 7 compute slices, some with a slice no device has
+(``whole``), each share pod asking the MIG profile of its slices (``nvidia.com/mig-3g.20gb``), the
+reporters publishing each GPU's slices taken, which the extender sizes as the simulator is handed
+them (gpupair/decide/pod/mig_ask.py: 3 of 7 slices, 428 milli).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pytest
 
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.pod.mig_ask import slices_milli
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.simulator.trace.node_arrays import TraceCluster
@@ -64,17 +69,19 @@ class Fleet:
     """A fleet state held twice: as the simulator's arrays and as the Kubernetes objects the
     extender reads."""
 
-    def __init__(self, placed: int, pending: int, seed: int, replicas: int = 0, dra: bool = False):
+    def __init__(self, placed: int, pending: int, seed: int, replicas: int = 0, dra: bool = False, mig: bool = False):
         """``replicas``: every GPU time-sliced into that many, each share pod asking one (a
         quarter GPU at 4), and the reporters publishing each GPU's shares; 0: whole GPUs only.
         ``dra``: every GPU a DRA device shared by consumable capacity (``dra_slice``), each pod's
-        GPUs a claim (``dra_claim``)."""
+        GPUs a claim (``dra_claim``). ``mig``: every GPU in MIG mode (``MIG_SLICES``), each share
+        pod asking the profile of its slices, the reporters publishing each GPU's slices taken."""
         nodes = fleet_nodes()
         self.replicas = replicas
         self.dra = dra
+        self.mig = mig
         self.cluster = TraceCluster(nodes, NumaSplits.parse(DEFAULT_SPLITS), np.arange(len(nodes)))
         self.tables = Tables(self.cluster.layouts, picker(PATH, "aligned", True), gpupair_decider(PATH, "aligned"))
-        self.score = FragmentationScore(self.cluster, self.tables, whole_only=not (replicas or dra))
+        self.score = FragmentationScore(self.cluster, self.tables, whole_only=not (replicas or dra or mig))
         self.pod_objects: list[dict] = []
         rng = np.random.default_rng(seed)
         pods = [self.as_asked(pod) for pod in read_pods(PODS)]
@@ -86,17 +93,40 @@ class Fleet:
             if row is not None:
                 self.cluster.place(row, pod, devices)
             self.pod_objects.append(pod_object(pod, f"p{number}", self.cluster.names[row] if row is not None else "", devices,
-                                               dra=dra))
+                                               dra=dra, mig=mig))
         for number, pod in enumerate(pods[placed:placed + pending], start=placed):
             self.score.seen(pod)
-            self.pod_objects.append(pod_object(pod, f"p{number}", "", (), dra=dra))
+            self.pod_objects.append(pod_object(pod, f"p{number}", "", (), dra=dra, mig=mig))
+        self.mig_shares = self._mig_shares() if mig else {}
+
+    def _mig_shares(self) -> dict[int, GpuShares]:
+        """Each node's MIG GPUs as its reporter counts them: the slices its pods took (a whole-GPU
+        pod all of them); every third GPU with at most 6 taken offered as 6 of its 7 slices (two
+        3g devices, say), ``whole`` 7. What is left of a GPU partly taken is then the reporter's
+        (GpuShares.milli_left, floored to a thousandth), and the simulator is handed that."""
+        c, counted = self.cluster, {}
+        for row in range(len(c)):
+            size = int(c.gpus[row])
+            taken = [-(-(MILLI - int(left)) * MIG_SLICES // MILLI) for left in c.left[row][:size]]
+            of = [MIG_SLICES - 1 if (row + gpu) % 3 == 0 and taken[gpu] < MIG_SLICES else MIG_SLICES
+                  for gpu in range(size)]
+            whole = tuple(MIG_SLICES if each < MIG_SLICES else 0 for each in of)
+            shares = GpuShares(tuple(of), tuple(min(t, o) for t, o in zip(taken, of)), whole=whole if any(whole) else None)
+            for gpu in range(size):
+                if shares.taken[gpu]:
+                    c.left[row, gpu] = shares.milli_left(gpu) if shares.partly_taken(gpu) else 0
+            counted[row] = shares
+        return counted
 
     def as_asked(self, pod: TracePod) -> TracePod:
         """The pod as a time-sliced fleet serves it: a share is one replica; on DRA, its memory
         in whole Gi (the devices' step), the milli the allocator then consumes."""
-        if not (self.replicas or self.dra) or not pod.gpus or pod.milli_per_gpu == MILLI:
+        if not (self.replicas or self.dra or self.mig) or not pod.gpus or pod.milli_per_gpu == MILLI:
             return pod
-        milli = MILLI // self.replicas if self.replicas else MILLI_PER_GI * gibibytes(pod.milli_per_gpu)
+        if self.mig:
+            milli = slices_milli(mig_slices(pod.milli_per_gpu), MIG_SLICES)
+        else:
+            milli = MILLI // self.replicas if self.replicas else MILLI_PER_GI * gibibytes(pod.milli_per_gpu)
         return TracePod(pod.name, pod.milli_cpu, pod.memory_mib, pod.gpus, milli, pod.models)
 
     def _devices(self, pod: TracePod, row: int) -> tuple[int, ...]:
@@ -124,6 +154,9 @@ class Fleet:
                 taken = [(MILLI - int(left)) * self.replicas // MILLI for left in c.left[row][:layout.size]]
                 fingerprint = report.fingerprint(annotations[report.TOPOLOGY_KEY])
                 annotations[SHARES_KEY] = encode_shares(GpuShares(tuple(of), tuple(taken)), fingerprint, 1)
+            if self.mig:
+                fingerprint = report.fingerprint(annotations[report.TOPOLOGY_KEY])
+                annotations[SHARES_KEY] = encode_shares(self.mig_shares[row], fingerprint, 1)
             objects.append({"apiVersion": "v1", "kind": "Node",
                             "metadata": {"name": name, "labels": {PRODUCT_LABEL: c.models[int(c.model[row])]},
                                          "annotations": annotations},
@@ -144,7 +177,7 @@ class Fleet:
         extender = make_extender(fragmentation=True, node_cache=node_cache, **({"dra_driver": DRIVER} if self.dra else {}))
         usage = extender.score.usage
         nodes = self.node_objects(range(len(self.cluster)))
-        scored = pod_object(pod, "scored", "", (), dra=self.dra)
+        scored = pod_object(pod, "scored", "", (), dra=self.dra, mig=self.mig)
         if self.dra:
             slices, claims = self.dra_objects()
             extender.dra.slices.replace(slices)
@@ -180,11 +213,11 @@ class Fleet:
         return rows
 
 
-def pod_object(pod: TracePod, name: str, node: str, devices, dra: bool = False) -> dict:
+def pod_object(pod: TracePod, name: str, node: str, devices, dra: bool = False, mig: bool = False) -> dict:
     """The trace pod as the API serves it: its CPU request, its GPUs (a share asks one of
     time-slicing's renamed resource, as docs/simulate.md models it; with ``dra``, a claim
-    ``dra_claim`` makes of what the ``asks`` annotation says), its models as a nodeSelector (one)
-    or required node affinity (several)."""
+    ``dra_claim`` makes of what the ``asks`` annotation says; with ``mig``, the MIG profile of its
+    slices), its models as a nodeSelector (one) or required node affinity (several)."""
     resources: dict = {"requests": {"cpu": f"{pod.milli_cpu}m"}}
     spec: dict = {"containers": [{"name": "main", "image": "job:1", "resources": resources}]}
     asks = ""
@@ -192,6 +225,9 @@ def pod_object(pod: TracePod, name: str, node: str, devices, dra: bool = False) 
         asks = json.dumps([pod.gpus, gibibytes(pod.milli_per_gpu) if pod.milli_per_gpu < MILLI else 0])
         spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
         resources["claims"] = [{"name": "gpus"}]
+    elif pod.gpus and mig and pod.milli_per_gpu < MILLI:
+        slices = mig_slices(pod.milli_per_gpu)
+        resources["limits"] = {f"nvidia.com/mig-{slices}g.{5 * slices}gb": str(pod.gpus)}
     elif pod.gpus:
         shared = pod.milli_per_gpu < MILLI
         resources["limits"] = {"nvidia.com/gpu.shared" if shared else "nvidia.com/gpu": str(pod.gpus)}
@@ -206,6 +242,14 @@ def pod_object(pod: TracePod, name: str, node: str, devices, dra: bool = False) 
             "metadata": {"name": name, "namespace": "trace", "uid": f"uid-{name}",
                          "annotations": {"devices": json.dumps(list(devices)), "asks": asks}},
             "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+MIG_SLICES = 7  # an A100's compute slices
+
+
+def mig_slices(milli: int) -> int:
+    """A trace share as the MIG profile that holds it: its slices of 7, rounded up."""
+    return -(-milli * MIG_SLICES // MILLI)
 
 
 GPU_MEMORY_GI = 40  # each DRA GPU's memory capacity: a Gi is 25 milli, so shares add up exactly
@@ -277,12 +321,16 @@ SHARE_PROBES = [TracePod("one-replica", 2000, 0, 1, MILLI // 4), TracePod("two-r
 CAPACITY_PROBES = [TracePod("quarter-memory", 2000, 0, 1, 10 * MILLI_PER_GI),
                    TracePod("most-memory", 4000, 0, 1, 30 * MILLI_PER_GI),
                    TracePod("pinned-memory", 2000, 0, 1, 8 * MILLI_PER_GI, ("T4",)), PROBES[4]]
+# MIG probes ask a profile of 1, 3 and 4 slices of 7 (one pinned), or whole GPUs and none.
+MIG_STATES = {"mig": (100, 60, 8, 0, False, True), "mig-filling": (50, 40, 1, 0, False, True)}
+MIG_PROBES = [TracePod(f"mig-{g}g", 1000 * g, 0, 1, slices_milli(g, MIG_SLICES)) for g in (1, 3, 4)] + \
+    [TracePod("pinned-mig-2g", 2000, 0, 1, slices_milli(2, MIG_SLICES), ("T4",))]
 _built: dict[str, Fleet] = {}
 
 
 def state(name: str) -> Fleet:
     if name not in _built:
-        _built[name] = Fleet(*{**STATES, **SHARED_STATES, **DRA_STATES}[name])
+        _built[name] = Fleet(*{**STATES, **SHARED_STATES, **DRA_STATES, **MIG_STATES}[name])
     return _built[name]
 
 
@@ -292,7 +340,8 @@ def state(name: str) -> Fleet:
 # pod lands, as the simulator's share-aware score does.
 CASES = [(name, pod) for name in STATES for pod in PROBES + SHARE_PROBES[:1] if not (name == "busy" and pod.gpus == 8)] + \
     [(name, pod) for name in SHARED_STATES for pod in PROBES + SHARE_PROBES if pod.gpus < 8] + \
-    [(name, pod) for name in DRA_STATES for pod in CAPACITY_PROBES]
+    [(name, pod) for name in DRA_STATES for pod in CAPACITY_PROBES] + \
+    [(name, pod) for name in MIG_STATES for pod in MIG_PROBES + PROBES[:2] + PROBES[4:5]]
 
 
 @pytest.mark.parametrize("name, pod", CASES, ids=[f"{name}-{pod.name}" for name, pod in CASES])
