@@ -251,9 +251,10 @@ class DraNodes:
         by_node: dict[str, list[Allocation]] = defaultdict(list)
         for name in names:
             allocation = self._claims.get((namespace, name))
-            for node in {self._pool_node.get(pool) for pool, _ in allocation.devices} if allocation else ():
-                if node is not None:
-                    by_node[node].append(allocation)  # type: ignore[arg-type]
+            if allocation is None:
+                continue
+            for node in {self._pool_node.get(pool) for pool, _ in allocation.devices} - {None}:
+                by_node[node].append(allocation)  # type: ignore[index]
         found: dict[str, dict[int, int]] = {}
         for node, allocations in by_node.items():
             drawn, mapping = self._entries.get(node), self._mappings.get(node)
