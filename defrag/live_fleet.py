@@ -5,7 +5,9 @@ calls. Pure: the listed objects and the time in, rooms, placed and waiting pods 
   status` read, DRA nodes included): each GPU's share left, and CPU and memory allocatable less
   what every live pod bound there requests. A node whose report does not list every GPU pod bound
   to it yet is settling and left out: which GPUs those pods hold is not known.
-- **Placed pods.** The GPU pods the report's ledger lists, with their GPUs. A pod may move only
+- **Placed pods.** The GPU pods the report's ledger lists, with their GPUs; a pod sharing one GPU
+  (time-slicing replicas, or DRA consumable capacity: what its claims consume of it, as the node
+  picture measures it) asks its part of one GPU again. A pod may move only
   when all of these hold, and the first that does not is its reason:
   it opted in (annotation ``gpupair.io/movable: "true"``, or its namespace is labelled so; the
   annotation ``"false"`` opts a pod out of its namespace's choice), a controller that recreates it
@@ -13,7 +15,9 @@ calls. Pure: the listed objects and the time in, rooms, placed and waiting pods 
   of its own would keep its devices for the replacement), and no PodDisruptionBudget that selects
   it allows zero disruptions.
 - **Waiting pods.** Pods kube-scheduler found unschedulable (PodScheduled False, reason
-  Unschedulable) that ask for whole GPUs, largest first then oldest; a pod being preempted for
+  Unschedulable) that ask for whole GPUs, or whose DRA claims ask shares by consumable capacity
+  (one GPU at the shares sized on the fleet's most common GPU shared by capacity; with none, a
+  whole GPU a share), largest first then oldest; a pod being preempted for
   (``nominatedNodeName``) is left to preemption.
 - **Where a pod may go.** The nodes kube-scheduler's node filters would let it onto
   (defrag/node_fit.py).
@@ -28,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from gpupair.decide.defrag.fleet import Ask, NodeRoom, PlacedPod, WaitingPod
+from gpupair.decide.picture.dra_capacity import most_common_capacity, share_milli
 from gpupair.decide.pod.pod_request import PodRequestError, gpu_request, parse_bytes, parse_milli, pod_request
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.defrag.node_fit import may_run_on
@@ -112,7 +117,8 @@ def live_fleet(listing: Listing, now: datetime, options: Options = Options(),
             uid = str(meta(pod).get("uid") or "")
             if not devices or not uid:
                 continue
-            ask = _placed_ask(pod, sorted(devices), report, options.resource, shared, places)
+            ask = _placed_ask(pod, sorted(devices), report, options.resource, shared, places,
+                              picture.held_shares(pod).get(name, {}))
             why = _pinned(pod, movable_ns, budgets)
             if why:
                 fleet.pinned[why] += 1
@@ -120,13 +126,15 @@ def live_fleet(listing: Listing, now: datetime, options: Options = Options(),
             fleet.names[uid] = PodName(namespace, pod_name)
             fleet.placed.append(PlacedPod(uid, name, tuple(sorted(devices)), ask, movable=not why))
     waiting = []
+    common = most_common_capacity(c for report in fleet.reports.values() if report.shares is not None
+                                  for c in report.shares.capacity)
     for pod in pods:
-        gpus = _waiting_gpus(pod, options.resource, picture)
+        gpus, milli = _waiting_gpus(pod, options.resource, picture, common)
         if gpus <= 0:
             continue
         uid = str(meta(pod).get("uid") or "")
         try:
-            ask = Ask(gpus, MILLI, pod_request(pod, "cpu"), pod_request(pod, "memory"), places.allowed(pod))
+            ask = Ask(gpus, milli, pod_request(pod, "cpu"), pod_request(pod, "memory"), places.allowed(pod))
         except PodRequestError:
             continue
         fleet.names[uid] = PodName(*_key(pod))
@@ -184,9 +192,10 @@ def _room(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> tuple[i
 
 
 def _placed_ask(pod: Mapping[str, Any], devices: list[int], report, resource: str, shared: Sequence[str],
-                places: _Places) -> Ask:
+                places: _Places, held: Mapping[int, int]) -> Ask:
     """What the pod's replacement will ask: its GPUs (a share pod: its part of the one GPU it is
-    on), CPU and memory, on the nodes it may go to."""
+    on; ``held``: what its DRA claims take of each GPU, in thousandths), CPU and memory, on the
+    nodes it may go to."""
     try:
         cpu, memory = pod_request(pod, "cpu"), pod_request(pod, "memory")
         share_count = sum(gpu_request(pod, s) for s in shared)
@@ -197,6 +206,8 @@ def _placed_ask(pod: Mapping[str, Any], devices: list[int], report, resource: st
     if share_count and len(devices) == 1 and report.shares is not None:
         milli = min(MILLI, share_count * report.shares.share_milli(devices[0]))
         return Ask(1, milli, cpu, memory, places.allowed(pod))
+    if len(devices) == 1 and held.get(devices[0], MILLI) < MILLI:
+        return Ask(1, held[devices[0]], cpu, memory, places.allowed(pod))
     return Ask(len(devices), MILLI, cpu, memory, places.allowed(pod))
 
 
@@ -242,17 +253,24 @@ def _selects(selector: Any, labels: Mapping[str, Any]) -> bool:
     return True
 
 
-def _waiting_gpus(pod: Mapping[str, Any], resource: str, picture) -> int:
-    """The whole GPUs an unschedulable pod waits for; 0 for any other pod."""
+def _waiting_gpus(pod: Mapping[str, Any], resource: str, picture, common) -> tuple[int, int]:
+    """The GPUs an unschedulable pod waits for and the milli of each (a pod whose claims ask only
+    shares by consumable capacity: one GPU at their size on ``common``, the fleet's most common
+    GPU shared by capacity); 0 GPUs for any other pod, and for shares ``common`` cannot serve."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     if spec.get("nodeName") or status.get("phase") != "Pending" or status.get("nominatedNodeName"):
-        return 0
+        return 0, MILLI
     if not any(isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False"
                and c.get("reason") == "Unschedulable" for c in status.get("conditions") or []):
-        return 0
+        return 0, MILLI
     try:
         gpus = gpu_request(pod, resource)
     except PodRequestError:
-        return 0
+        return 0, MILLI
     demand = picture.pod_demand(pod, known_only=True)
-    return gpus + (demand.gpus + demand.shares if demand is not None else 0)  # a capacity share: as a GPU
+    if demand is None:
+        return gpus, MILLI
+    if gpus or demand.gpus or not demand.shares or common is None:
+        return gpus + demand.gpus + demand.shares, MILLI  # with whole GPUs, or none shared: shares as GPUs
+    size = share_milli(common, demand.asked)
+    return (1, min(MILLI, demand.shares * size)) if size is not None else (0, MILLI)

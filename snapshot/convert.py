@@ -27,6 +27,15 @@ Failed, bound or pending, in creation order, named ``namespace/name``, except Da
   convention is that ``gpu_milli`` is the part of one GPU a pod takes, so that the GPUs' capacity
   holds what the sharing layer lets onto it: R shares of 1000 / R fill a GPU, as R replicas do.
   Time-slicing isolates nothing, so this is capacity, not speed.
+- Shares by DRA consumable capacity (a claim's ``capacity.requests``, KEP-5075): one GPU at the
+  thousandths its claims' allocation results consume of the GPU they share, measured as the node
+  picture measures it (``consumedCapacity`` over the device's capacity,
+  gpupair/decide/picture/dra_capacity.py), several shares summed; for a pending pod each share
+  sized as the allocator would size it on the cluster's most common shared GPU capacity
+  (``share_milli``), k shares k times that; at most 1000. Where no GPU is shared by capacity,
+  each share is a whole GPU (the allocator takes one there); where that most common GPU cannot
+  serve the ask, the pod is left out with a line. A pod asking whole GPUs too is written as
+  whole GPUs, its shares among them (a row has one ``gpu_milli``).
 - MIG profiles (``nvidia.com/mig-3g.20gb``, the device plugin's mig.strategy mixed; any but
   ``--resource-name`` and ``--shared-resources``): one GPU at the profile's compute slices out of
   the GPU's, 3 x 1000 / 7 milli, the GPU's slices the most shares a GPU of its node is in its
@@ -44,6 +53,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from gpupair.decide.picture.dra_capacity import most_common_capacity, share_milli
+from gpupair.decide.picture.dra_picture import SOURCE as DRA_SOURCE, Demand
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.gpu_products import label_product, node_product, pod_accepts
 from gpupair.decide.pod.mig_ask import mig_slices_asked, slices_milli
@@ -54,6 +65,7 @@ from gpupair.status.build import Listing, Options, listed_picture
 from gpupair.status.objects import annotations, is_terminal, meta, parse_time
 from gpupair.topology import limits
 from gpupair.topology.mig_slices import COMMON_GPU_SLICES
+from gpupair.topology.shares import SharedCapacity
 
 MIB = 2**20
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU feature discovery's, under time-slicing
@@ -70,6 +82,7 @@ KINDS = {
     "node-too-many-gpus": f"node with more than {limits.MAX_GPUS} GPUs (capped)",
     "pod-unreadable": "pod left out: spec unreadable",
     "pod-share-unknown": "share pod left out: no node says how many shares a GPU has",
+    "pod-share-unservable": "capacity share pod left out: the cluster's most common shared GPU cannot serve its ask",
     "pod-no-requests": "pod without CPU or memory requests (written with 0)",
     "pod-no-product": "GPU pod accepting no product of the fleet (fits nowhere in the replay)",
 }
@@ -170,6 +183,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
     replicas: dict[str, int] = {}  # node -> shares a GPU has there, where it shares
     mig_slices: dict[str, int] = {}  # node -> the most shares a GPU is there (a MIG GPU's compute slices)
     replicated: set[str] = set()  # nodes whose --resource-name counts replicas
+    capacities: list[tuple[SharedCapacity, ...] | None] = []  # each GPU's, where DRA shares it by capacity
     for node in sorted((n for n in nodes if isinstance(n, Mapping)), key=lambda n: str(meta(n).get("name") or "")):
         name = str(meta(node).get("name") or "")
         if not name:
@@ -191,7 +205,9 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
         counted = report.shares if report is not None else None
         label_r = _replicas_label(node) or (max(counted.of) if counted is not None else 0)
         if counted is not None:
-            mig_slices[name] = max(counted.size(i) for i in range(len(counted.of)))
+            if report.source != DRA_SOURCE:  # a DRA GPU counts thousandths, not MIG slices
+                mig_slices[name] = max(counted.size(i) for i in range(len(counted.of)))
+            capacities += counted.capacity
         if whole and label_r > 1 and not shares and (counted is None or counted.replicated):
             gpus = whole // label_r
             replicated.add(name)
@@ -239,6 +255,7 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
     cluster_r = min((r for r, c in common if c == common[0][1]), default=0)
     common_mig = Counter(mig_slices.values()).most_common(1)
     cluster_mig = common_mig[0][0] if common_mig else COMMON_GPU_SLICES
+    cluster_capacity = most_common_capacity(capacities)
 
     # Pods
     def created(pod: Mapping[str, Any]) -> tuple[datetime, str]:
@@ -260,11 +277,22 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
         except PodRequestError as error:
             out.findings.append(Finding("pod-unreadable", name, f"left out: {error}"))
             continue
+        capacity_shares = demand.shares if demand is not None else 0
         if demand is not None:
-            whole += demand.gpus + demand.shares  # a share by capacity: written as a whole GPU, as before
+            whole += demand.gpus
             accepted = accepted.both(demand.accepts)
         if whole:
-            gpus, milli = whole, MILLI
+            gpus, milli = whole + capacity_shares, MILLI
+        elif capacity_shares:
+            assert demand is not None
+            held = picture.held_shares(pod).get(node) if node else None
+            sized = _capacity_share(demand, held, cluster_capacity)
+            if sized is None:
+                out.findings.append(Finding("pod-share-unservable", name, (
+                    f"asks {capacity_shares} GPU share(s) by capacity (capacity.requests), which the cluster's most "
+                    "common GPU shared by capacity cannot serve: left out")))
+                continue
+            gpus, milli = sized
         elif shares:
             r = replicas.get(node) or cluster_r
             if not r:
@@ -285,6 +313,21 @@ def convert(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]
             out.findings.append(Finding("pod-no-requests", name, "requests no CPU or memory: written with 0"))
         out.pods.append(TracePod(name, cpu, -(-memory // MIB), gpus, milli, models))
     return out
+
+
+def _capacity_share(demand: Demand, held: Mapping[int, int] | None,
+                    common: tuple[SharedCapacity, ...] | None) -> tuple[int, int] | None:
+    """(GPUs, milli each) of a pod whose claims ask shares by consumable capacity: what they hold
+    on its node (``held``: thousandths by GPU), else each share sized on the cluster's ``common``
+    shared GPU; None where that one cannot serve it."""
+    if held:
+        if len(held) > 1 and all(part >= MILLI for part in held.values()):
+            return len(held), MILLI  # shares of GPUs not shared by capacity: each taken whole
+        return 1, min(MILLI, sum(held.values()))
+    if common is None:
+        return demand.shares, MILLI  # no GPU shared by capacity: the allocator takes one whole a share
+    size = share_milli(common, demand.asked)
+    return None if size is None else (1, min(MILLI, demand.shares * size))
 
 
 def summary(snapshot: Snapshot) -> list[str]:

@@ -6,13 +6,14 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpupair.topology import links
 from gpupair.topology.layout import NodeState
 from gpupair.topology import report as codec
 from gpupair.decide.claims.claim_intent import ClaimIntent, asked_pod_intent
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES, STALE_AFTER, VERIFIER_CONTAINER
+from gpupair.decide.picture.dra_capacity import most_common_capacity, share_milli
 from gpupair.decide.picture.node_entries import ReportDecoder, ReportEntry
 from gpupair.decide.picture.node_picture import NodePicture, NodeSource, node_picture
 from gpupair.decide.devices import placement
@@ -20,6 +21,7 @@ from gpupair.decide.judge import decisions
 from gpupair.decide.devices.placement import numa_label
 from gpupair.decide.pod.pod_request import DEFAULT_RESOURCE, PodRequestError, gpu_request, parse_count
 from gpupair.decide.judge.verdict import FAIL, GRANTED_KEY, LINK_KEY, NUMA_KEY, VERDICT_KEY
+from gpupair.topology.shares import MILLI, SharedCapacity
 from gpupair.status.objects import (
     annotations,
     event_for,
@@ -93,12 +95,15 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
     bound = bound_gpu_pods(listing.pods or (), options.resource)
     picture = listed_picture(listing, now, options, layouts.decoder)
     nodes, available = [], []
+    capacities: list[tuple[SharedCapacity, ...] | None] = []  # each GPU's, where DRA shares it by capacity
     for node in sorted(listing.nodes, key=lambda n: str(meta(n).get("name") or "")):
         name = str(meta(node).get("name") or "")
         if not _is_gpu_node(node, options.resource) and not picture.describes(name):
             continue
         entry = picture.entry_of(name, annotations(node))
         assert entry is not None  # the annotations' source describes every listed Node
+        if entry.report is not None and entry.report.shares is not None:
+            capacities += entry.report.shares.capacity
         view, left = node_view(node, bound.get(name, ()), now, options, entry, picture.alive(name))
         nodes.append(view)
         if left is not None:
@@ -109,7 +114,7 @@ def build(listing: Listing, now: datetime, options: Options = Options(),
             nodes=_counts(nodes),
             fragmentation=fragmentation(available),
             pending=pending_pods(listing.pods or (), listing.events or (), options.resource,
-                                 claim_asks(picture)),
+                                 claim_asks(picture, most_common_capacity(capacities))),
             failVerdicts=fail_verdicts(listing.pods or (), listing.events or (), options.fails),
             notVerified=not_verified(listing.pods or (), options.resource),
         ),
@@ -139,13 +144,26 @@ def listed_picture(listing: Listing, now: datetime, options: Options,
     return picture
 
 
-def claim_asks(picture: NodeSource) -> ClaimAsk:
-    """What a pod's own claims ask, by the claims listed (``ClaimAsk``)."""
-    def ask(pod: Mapping[str, Any]) -> tuple[int, list[ClaimIntent | None]]:
+def claim_asks(picture: NodeSource, common: tuple[SharedCapacity, ...] | None = None) -> ClaimAsk:
+    """What a pod's own claims ask, by the claims listed (``ClaimAsk``). Shares asked by
+    consumable capacity are sized on ``common``, the cluster's most common GPU shared by capacity
+    (dra_capacity.share_milli); with none, each share takes a whole GPU, as the allocator gives."""
+    def ask(pod: Mapping[str, Any]) -> ClaimAsked:
         demand = picture.pod_demand(pod, known_only=True)
-        gpus = demand.gpus + demand.shares if demand is not None else 0  # a capacity share: as a GPU
-        return gpus, list(picture.pod_claim_intents(pod))
+        said = list(picture.pod_claim_intents(pod))
+        if demand is None:
+            return ClaimAsked(0, None, said)
+        if not demand.shares or common is None:
+            return ClaimAsked(demand.gpus + demand.shares, None, said)
+        return ClaimAsked(demand.gpus, share_text(demand.shares, share_milli(common, demand.asked)), said)
     return ask
+
+
+def share_text(count: int, milli: int | None) -> str:
+    """``count`` shares of ``milli`` thousandths each, as a GPU's shares are shown: '250/1000',
+    '2 x 250/1000'; '?/1000' where their size is not known."""
+    size = f"{milli}/{MILLI}" if milli is not None else f"?/{MILLI}"
+    return size if count == 1 else f"{count} x {size}"
 
 
 def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
@@ -264,18 +282,27 @@ def _counts(nodes: list[NodeStatus]) -> NodeCounts:
                       missing=count("missing"), invalid=count("invalid"))
 
 
-# A pod -> the GPUs its own DRA claims ask, and what each of those claims says of placement.
-ClaimAsk = Callable[[Mapping[str, Any]], tuple[int, list[ClaimIntent | None]]]
+class ClaimAsked(NamedTuple):
+    """What a pod's own DRA claims ask: whole GPUs, shares by consumable capacity (as shown, None
+    for none), and what each of those claims says of placement."""
+
+    gpus: int
+    shares: str | None
+    said: list[ClaimIntent | None]
 
 
-def no_claims(pod: Mapping[str, Any]) -> tuple[int, list[ClaimIntent | None]]:
-    return 0, []
+ClaimAsk = Callable[[Mapping[str, Any]], ClaimAsked]
+
+
+def no_claims(pod: Mapping[str, Any]) -> ClaimAsked:
+    return ClaimAsked(0, None, [])
 
 
 def pending_pods(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
                  resource: str = DEFAULT_RESOURCE, claims: ClaimAsk = no_claims) -> list[PendingPod]:
-    """GPU pods not bound to a node yet (by their request, or by what their DRA claims ask),
-    with the placement they ask and the scheduler's last word on each."""
+    """GPU pods not bound to a node yet (by their request, or by what their DRA claims ask:
+    whole GPUs, or shares by consumable capacity), with the placement they ask and the
+    scheduler's last word on each."""
     reasons = latest_events(list(events), SCHEDULING_FAILED)
     result = []
     for pod in pods:
@@ -285,14 +312,14 @@ def pending_pods(pods: Iterable[Mapping[str, Any]], events: Sequence[Mapping[str
             gpus = gpu_request(pod, resource)
         except PodRequestError:
             continue
-        claim_gpus, said = claims(pod)
-        gpus += claim_gpus
-        if gpus <= 0:
+        asked = claims(pod)
+        gpus += asked.gpus
+        if gpus <= 0 and asked.shares is None:
             continue
-        placement, _ = asked_pod_intent(pod, said)  # a bad value reads as required, as the extender reads it
+        placement, _ = asked_pod_intent(pod, asked.said)  # a bad value reads as required, as the extender reads it
         namespace, name = pod_key(pod)
         event = event_for(pod, reasons)
-        result.append(PendingPod(namespace=namespace, name=name, gpus=gpus,
+        result.append(PendingPod(namespace=namespace, name=name, gpus=gpus, shares=asked.shares,
                                  placement=placement.value if placement is not None else None,
                                  createdAt=parse_time(meta(pod).get("creationTimestamp")),
                                  reason=event_text(event) if event else None,

@@ -128,7 +128,8 @@ def _pending(view: StatusView, now: datetime) -> list[str]:
         else:
             reason = " ".join(pod.reason.split())  # whole: the extender's part is often at the end
         when = age((now - pod.reasonAt).total_seconds()) if pod.reasonAt else "-"
-        rows.append([f"{pod.namespace}/{pod.name}", str(pod.gpus), pod.placement or "default", when, reason])
+        gpus = str(pod.gpus) if pod.shares is None else f"{pod.gpus}+{pod.shares}" if pod.gpus else pod.shares
+        rows.append([f"{pod.namespace}/{pod.name}", gpus, pod.placement or "default", when, reason])
     return lines + table(["POD", "GPUS", "PLACEMENT", "LAST TRIED", "LAST REASON"], rows)
 
 

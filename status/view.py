@@ -90,11 +90,19 @@ class NodeCounts(_View):
     invalid: int
 
 
+SHARES_ASKED = ("the GPU shares its DRA claims ask by consumable capacity (capacity.requests), each in thousandths "
+                "of the cluster's most common GPU shared by capacity, as the allocator would size it: '250/1000', "
+                "'2 x 250/1000'; '?/1000' where that GPU cannot serve the ask; null where it asks none, or no GPU "
+                "listed is shared by capacity (each share then takes a whole GPU, counted in gpus)")
+
+
 class PendingPod(_View):
     namespace: str
     name: str
-    gpus: int = Field(description="GPUs asked: the extended-resource request plus what the pod's own DRA claims ask "
-                                  "of the GPU DeviceClasses")
+    gpus: int = Field(description="whole GPUs asked: the extended-resource request plus what the pod's own DRA claims "
+                                  "ask of the GPU DeviceClasses (shares by consumable capacity aside, where a GPU listed "
+                                  "is shared by capacity)")
+    shares: str | None = Field(default=None, description=SHARES_ASKED)
     placement: Literal["required", "preferred", "none"] | None = Field(
         default=None, description="the placement the pod asks: its DRA claims' gpupair.io/placement (or the "
                                   "webhook's constraint shape), else its own annotation; null when neither says "

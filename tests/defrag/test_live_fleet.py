@@ -175,3 +175,30 @@ def test_a_stale_node_is_left_out(stale):
     nodes[0]["metadata"]["annotations"] = old
     fleet, _ = plan(nodes, pods)
     assert fleet.left_out == {"defrag-a": "its report is stale"}
+
+
+def test_a_pod_sharing_a_gpu_by_dra_capacity_asks_its_part_of_one_gpu():
+    """KEP-5075: a placed pod whose claim consumes 8Gi of a 32Gi GPU asks 250 milli of one GPU
+    again, as the node picture measures it; a waiting pod whose claim asks 6Gi waits for one GPU
+    at 188 milli, sized on the fleet's most common GPU shared by capacity; whole GPUs stay whole."""
+    from tests.dra_support import DRIVER, allocated_claim, share_claim, shared_slice
+
+    def claimed(name: str, claim: str, node_name: str = "") -> dict[str, Any]:
+        made = pod(name, 0, node_name)
+        made["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+        made["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim}]
+        return made
+
+    asked = share_claim("ml", "asked", "d", {5: "6Gi"})
+    del asked["status"]
+    claims = [share_claim("ml", "quarter", "d", {2: "8Gi"}, pod="share", pod_uid="uid-share"),
+              allocated_claim("ml", "pair", "d", [0, 1], pod="whole", pod_uid="uid-whole"), asked]
+    pods = [claimed("share", "quarter", "d"), claimed("whole", "pair", "d"), claimed("wait", "asked")]
+    dra_node = {"metadata": {"name": "d", "labels": {"kubernetes.io/hostname": "d"}, "annotations": {}},
+                "status": {"allocatable": {"cpu": "32", "memory": "256Gi"}}}
+    fleet = live_fleet(Listing(nodes=[dra_node], pods=pods, events=None, slices=[shared_slice("d")], claims=claims,
+                               dra_driver=DRIVER), NOW)
+    assert {p.uid: (p.devices, p.ask.gpus, p.ask.milli) for p in fleet.placed} == {
+        "uid-share": ((2,), 1, 250), "uid-whole": ((0, 1), 2, 1000)}
+    assert [(w.uid, w.ask.gpus, w.ask.milli) for w in fleet.waiting] == [("uid-wait", 1, 188)]
+    assert fleet.rooms[0].left[2] == 750

@@ -238,3 +238,76 @@ def test_a_pod_asking_a_mig_profile_takes_its_compute_slices_of_one_gpu():
     assert [(p.name, p.gpus, p.milli_per_gpu) for p in snap.pods] == [
         ("ns/big", 1, 428), ("ns/small", 1, 250), ("ns/split", 1, 285), ("ns/pending", 1, 571), ("ns/whole", 1, 1000)]
     assert [n.gpus for n in snap.nodes] == [8, 8, 8]
+
+
+def test_a_pod_sharing_a_gpu_by_dra_capacity_is_written_at_the_part_its_claims_consume():
+    """KEP-5075: a bound pod at the thousandths its claims' consumedCapacity takes of its GPU's
+    memory (8Gi of 32Gi: 250; two claims on one GPU summed); a pending pod's share sized on the
+    cluster's most common shared GPU as the allocator rounds it (6Gi: 188); an ask no such GPU can
+    serve is left out with a line; a claim asking whole GPUs stays whole."""
+    from tests.dra_support import DRIVER, allocated_claim, share_claim, shared_slice
+
+    def claimed(name: str, claims: list[str], created: int, node_name: str = "") -> dict[str, Any]:
+        made = pod(name, created=created, node_name=node_name, requests={"cpu": "1"})
+        made["spec"]["resourceClaims"] = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+        return made
+
+    def pending(claim: dict[str, Any]) -> dict[str, Any]:
+        del claim["status"]
+        return claim
+
+    claims = [share_claim("ns", "quarter", "d", {2: "8Gi"}, pod="small", pod_uid="uid-small"),
+              share_claim("ns", "four", "d", {3: "4Gi"}, pod="mixed", pod_uid="uid-mixed"),
+              share_claim("ns", "twelve", "d", {3: "12Gi"}, pod="mixed", pod_uid="uid-mixed"),
+              allocated_claim("ns", "pair", "d", [0, 1], pod="whole", pod_uid="uid-whole"),
+              pending(share_claim("ns", "asked", "d", {5: "6Gi"})),
+              pending(share_claim("ns", "too-big", "d", {5: "40Gi"}))]
+    pods = [claimed("small", ["quarter"], 1, "d"), claimed("mixed", ["four", "twelve"], 2, "d"),
+            claimed("whole", ["pair"], 3, "d"), claimed("waiting", ["asked"], 4), claimed("huge", ["too-big"], 5)]
+    snap = convert([node("d")], pods, [shared_slice("d")], claims, SnapshotOptions(dra_driver=DRIVER))
+    assert [(p.name, p.gpus, p.milli_per_gpu) for p in snap.pods] == [
+        ("ns/small", 1, 250), ("ns/mixed", 1, 500), ("ns/whole", 2, 1000), ("ns/waiting", 1, 188)]
+    assert [(f.kind, f.subject) for f in snap.findings if f.kind.startswith("pod-")] == [
+        ("pod-share-unservable", "ns/huge")]
+    assert snap.nodes[0].gpus == 8
+    assert "pods: 4 (1 whole-GPU, 3 share, 0 CPU-only)" in summary(snap)[1]
+
+
+def test_a_capacity_share_with_no_gpu_shared_by_capacity_is_a_whole_gpu():
+    """Where no GPU of the cluster is shared by capacity, the allocator takes a whole device for
+    each share a pending claim asks."""
+    from tests.dra_support import DRIVER, node_slice, share_claim
+
+    claim = share_claim("ns", "asked", "d", {5: "6Gi"})
+    del claim["status"]
+    waiting = pod("waiting", created=1, requests={"cpu": "1"})
+    waiting["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": "asked"}]
+    snap = convert([node("d")], [waiting], [node_slice("d")], [claim], SnapshotOptions(dra_driver=DRIVER))
+    assert [(p.name, p.gpus, p.milli_per_gpu) for p in snap.pods] == [("ns/waiting", 1, 1000)]
+
+
+def test_a_gpu_shared_by_dra_capacity_does_not_count_as_mig_slices():
+    """A DRA GPU shared by capacity counts thousandths (of = 1000), not MIG slices: a pending MIG
+    pod is still sized on the slices the reporters counted (4g of 7: 571), however many such
+    DRA nodes there are."""
+    from tests.dra_support import DRIVER, share_claim, shared_slice
+
+    def carved(name: str) -> dict[str, Any]:
+        made = node(name, labels={PRODUCT_LABEL: A100})
+        notes = encode_annotations(seed_layout(name), set(range(1, 8)), 1, NOW)
+        fingerprint = report_codec.fingerprint(notes[report_codec.TOPOLOGY_KEY])
+        notes[SHARES_KEY] = encode_shares(GpuShares((7,) + (1,) * 7, (3,) + (0,) * 7), fingerprint, 1)
+        made["metadata"]["annotations"] = notes
+        return made
+
+    dra_nodes = [f"d{i}" for i in range(3)]
+    claims = [share_claim("ns", f"part-{n}", n, {2: "8Gi"}, pod=f"small-{n}", pod_uid=f"uid-{n}") for n in dra_nodes]
+    pods = []
+    for n in dra_nodes:
+        made = pod(f"small-{n}", created=1, node_name=n, requests={"cpu": "1"})
+        made["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": f"part-{n}"}]
+        pods.append(made)
+    pods.append(pod("pending", created=2, limits={"nvidia.com/mig-4g.40gb": "1"}))
+    snap = convert([carved("a100"), *(node(n) for n in dra_nodes)], pods, [shared_slice(n) for n in dra_nodes],
+                   claims, SnapshotOptions(dra_driver=DRIVER))
+    assert [(p.name, p.gpus, p.milli_per_gpu) for p in snap.pods if p.name == "ns/pending"] == [("ns/pending", 1, 571)]

@@ -503,3 +503,36 @@ def test_a_mig_node_shows_each_gpus_slices_taken():
     assert [(d.state, d.shares) for d in numa0.devices] == [("shared", "3/7"), ("shared", "3/6 of 7"),
                                                              ("taken", "7/7"), ("free", None)]
     assert "NUMA0 ◧◧■□" in render_text(view)
+
+
+def test_a_pending_pod_asking_a_share_by_dra_capacity_is_shown_as_its_share_not_a_gpu():
+    """KEP-5075: a claim asking capacity.requests asks part of a GPU. Pending, its share is sized
+    as the allocator would on the cluster's most common GPU shared by capacity (6Gi of 32Gi:
+    188/1000), shown as the GPU's own shares are; one that GPU cannot serve shows ?/1000; a claim
+    of whole GPUs stays a count. With no GPU shared by capacity a share takes a whole GPU."""
+    from gpupair.decide.pod.intent import Intent
+    from tests.dra_support import node_slice, share_claim, shared_slice
+
+    def asking(name: str, memory: str) -> dict:
+        claim = share_claim(NS, name, "dra-node-1", {5: memory})
+        del claim["status"]
+        return claim
+
+    claims = [share_claim(NS, "held", "dra-node-1", {2: "8Gi"}, pod="running"), asking("six", "6Gi"),
+              asking("huge", "40Gi"), admitted_claim("pair", Intent.REQUIRED)]
+    pods = [pending_claim_pod("share", "six"), pending_claim_pod("too-big", "huge"), pending_claim_pod("two", "pair")]
+    node = make_node("dra-node-1", gpus=0)
+
+    def listed(published: dict) -> StatusView:
+        return build(Listing(nodes=[node], pods=pods, events=[], slices=[published], claims=claims,
+                             dra_driver="gpu.nvidia.com"), NOW)
+
+    view = listed(shared_slice("dra-node-1"))
+    assert "250/1000" in [d.shares for numa in view.nodes[0].numa for d in numa.devices]
+    assert {p.name: (p.gpus, p.shares) for p in view.summary.pending} == {
+        "share": (0, "188/1000"), "too-big": (0, "?/1000"), "two": (2, None)}
+    text = render_text(view)
+    assert f"{NS}/share    188/1000  default" in text and f"{NS}/two      2         required" in text
+    unshared = listed(node_slice("dra-node-1"))
+    assert {p.name: (p.gpus, p.shares) for p in unshared.summary.pending} == {
+        "share": (1, None), "too-big": (1, None), "two": (2, None)}

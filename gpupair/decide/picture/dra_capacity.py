@@ -26,6 +26,7 @@ serve it. The share is then what it consumes, in thousandths as above (``share_m
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from gpupair.decide.pod.pod_request import PodRequestError, parse_milli
@@ -152,6 +153,26 @@ def consumed(results: Iterable[Mapping[str, str]], driver: str, where: str) -> d
             key = qualified(name, driver)
             total[key] = total.get(key, 0) + _milli(quantity, f"{where} consumedCapacity {name}")
     return total
+
+
+def share_taken(capacity: tuple[SharedCapacity, ...], results: Iterable[Mapping[str, str]], driver: str,
+                where: str) -> int:
+    """The thousandths of a device with ``capacity`` that allocation results consuming
+    ``results`` take together: the node picture's measure of a GPU, and of one pod's part of it."""
+    return thousandths_taken(capacity, consumed(results, driver, where))
+
+
+def most_common_capacity(capacities: Iterable[tuple[SharedCapacity, ...] | None]
+                         ) -> tuple[SharedCapacity, ...] | None:
+    """The capacities most GPUs shared by capacity have (``None`` entries: GPUs not shared so),
+    for sizing a share whose GPU is not known yet; on a tie the smallest, so that a share is not
+    understated. None where no GPU is shared by capacity."""
+    counted = Counter(capacity for capacity in capacities if capacity)
+    if not counted:
+        return None
+    most = max(counted.values())
+    return min((capacity for capacity, count in counted.items() if count == most),
+               key=lambda capacity: [each.value for each in capacity])
 
 
 def thousandths_taken(capacity: tuple[SharedCapacity, ...], used: Mapping[str, int]) -> int:

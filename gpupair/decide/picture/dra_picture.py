@@ -43,7 +43,7 @@ from typing import Any
 from gpupair.kubewire import dra
 from gpupair.decide.claims.claim_intent import numa_constrained
 from gpupair.decide.picture.dra_capacity import (
-    Asked, CapacityError, capacity_asked, consumed, shared_capacity, thousandths_taken,
+    Asked, CapacityError, capacity_asked, share_taken, shared_capacity,
 )
 from gpupair.decide.picture.dra_counters import CounterError, partitions_of, read_counters, taken_by_partitions
 from gpupair.decide.score.gpu_products import ANY, Accepted, selector_accepts
@@ -317,7 +317,7 @@ def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
     it ``whole``), the larger of the two; any other GPU as one share. A shared GPU's capacities
     travel with its shares, for sizing a claim that asks part of one."""
     try:
-        part = {mapping[key]: thousandths_taken(capacities[key], consumed(used, driver, f"{key[0]}/{key[1]}"))
+        part = {mapping[key]: share_taken(capacities[key], used, driver, f"{key[0]}/{key[1]}")
                 for key, used in uses.items()}
     except CapacityError as exc:
         raise PictureError(f"DRA claim on node {node}: {exc}") from None
@@ -330,6 +330,30 @@ def _shares(node: str, size: int, mapping: dict[tuple[str, str], int],
                      tuple((MILLI if i in whole else part.get(i, 0)) if i in measured else int(i in whole)
                            for i in range(size)),
                      capacity=tuple(measured.get(i) for i in range(size)))
+
+
+def held_share(report: NodeReport, mapping: dict[tuple[str, str], int], allocations: Iterable[Allocation],
+               driver: str) -> dict[int, int]:
+    """What ``allocations`` (one pod's claims) take of each GPU of a node's DRA picture
+    (``report``, ``mapping``: as ``build`` made them), by layout index, in thousandths: of a GPU
+    shared by consumable capacity what their results consume, measured as ``build`` measures
+    every claim's together (dra_capacity.share_taken); MILLI of a GPU they hold whole.
+    CapacityError where a consumed amount is not a quantity."""
+    capacity = report.shares.capacity if report.shares is not None else ()
+    uses: dict[int, list[dict[str, str]]] = defaultdict(list)
+    whole: set[int] = set()
+    for allocation in allocations:
+        shared = set()
+        for key, used in allocation.consumed:
+            index = mapping.get(key)
+            if index is not None and index < len(capacity) and capacity[index] is not None:
+                uses[index].append(used)
+                shared.add(key)
+        whole |= {mapping[key] for key in allocation.devices if key in mapping and key not in shared}
+    held = {index: share_taken(capacity[index], used, driver, f"GPU{index}")  # type: ignore[arg-type]
+            for index, used in uses.items()}
+    held.update({index: MILLI for index in whole})
+    return held
 
 
 def claim_names(pod: Any, extended: bool = True) -> list[str]:

@@ -28,8 +28,10 @@ from gpupair.kubewire import dra
 from gpupair.decide.claims.claim_intent import ClaimIntent, claim_intent, gpu_requests
 from gpupair.decide.claims.claim_explain import FreeDevice, why_unallocatable
 from gpupair.kubewire.defaults import GPU_DEVICE_CLASSES
+from gpupair.decide.picture.dra_capacity import CapacityError
 from gpupair.decide.picture.dra_picture import (
-    Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, most_asked, nics_from_slices,
+    Allocation, Demand, PictureError, allocation_of, build, claim_demand, claim_names, held_share, most_asked,
+    nics_from_slices,
 )
 from gpupair.topology.nics import NICS_KEY
 from gpupair.decide.score.gpu_products import ANY
@@ -238,6 +240,33 @@ class DraNodes:
                 if index is not None:
                     found[node].add(index)  # type: ignore[index]
         return {node: frozenset(indices) for node, indices in found.items()}
+
+    def held_shares(self, pod: Any) -> dict[str, dict[int, int]]:
+        """What the pod's own allocated claims take of each GPU, by node and layout index of the
+        node's picture as last drawn, in thousandths (dra_picture.held_share: a GPU shared by
+        consumable capacity what they consume of it, one held whole MILLI); a node whose
+        picture is not drawn, or not usable, is left out."""
+        names = claim_names(pod, extended=False)
+        namespace = ((pod.get("metadata") or {}).get("namespace") or "") if isinstance(pod, dict) else ""
+        by_node: dict[str, list[Allocation]] = defaultdict(list)
+        for name in names:
+            allocation = self._claims.get((namespace, name))
+            if allocation is None:
+                continue
+            for node in {self._pool_node.get(pool) for pool, _ in allocation.devices} - {None}:
+                by_node[node].append(allocation)  # type: ignore[index]
+        found: dict[str, dict[int, int]] = {}
+        for node, allocations in by_node.items():
+            drawn, mapping = self._entries.get(node), self._mappings.get(node)
+            if drawn is None or drawn[0][0] != self._versions[node] or drawn[1].report is None or mapping is None:
+                continue
+            try:
+                held = held_share(drawn[1].report, mapping, allocations, self.driver)
+            except CapacityError:
+                continue  # the node's picture is unusable for the same reason
+            if held:
+                found[node] = held
+        return found
 
     def learn_claim(self, obj: dict[str, Any]) -> None:
         """A claim read from the API rather than delivered by the watch (see ClaimNotSeen); the

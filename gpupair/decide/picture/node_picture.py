@@ -59,6 +59,11 @@ class NodeSource(Protocol):
         by node, as layout indices."""
         ...
 
+    def held_shares(self, pod: Any) -> dict[str, dict[int, int]]:
+        """What the pod's own claims hold of each GPU, by node and layout index, in thousandths
+        (a GPU shared by consumable capacity: what they consume of it)."""
+        ...
+
     def pod_demand(self, pod: Any, known_only: bool = False) -> Demand | None:
         """The GPUs the pod's own claims ask and the allocator's policy; None without any.
         PodRequestError where a claim the pod names is not known yet, unless ``known_only``."""
@@ -111,6 +116,9 @@ class AnnotatedNodes:
         return self._alive(node)
 
     def owned(self, uid: str, namespace: str = "", names: Iterable[str] = ()) -> dict[str, frozenset[int]]:
+        return {}
+
+    def held_shares(self, pod: Any) -> dict[str, dict[int, int]]:
         return {}
 
     def pod_demand(self, pod: Any, known_only: bool = False) -> Demand | None:
@@ -167,6 +175,9 @@ class NodePicture:
             for node, devices in source.owned(uid, namespace, names).items():
                 found[node] = found.get(node, frozenset()) | devices
         return found
+
+    def held_shares(self, pod: Any) -> dict[str, dict[int, int]]:
+        return {node: held for source in self.sources for node, held in source.held_shares(pod).items()}
 
     def pod_demand(self, pod: Any, known_only: bool = False) -> Demand | None:
         for source in self.sources:

@@ -90,3 +90,14 @@ def test_a_capacity_that_is_not_a_quantity_leaves_no_picture():
     claim = share_claim("dra-probe", "a", NODE, {0: "some"})
     with pytest.raises(PictureError, match="consumedCapacity memory"):
         report([shared_slice(NODE)], [claim])
+
+
+def test_the_most_common_capacity_sizes_an_unplaced_share_and_a_tie_takes_the_smaller_gpu():
+    from gpupair.decide.picture.dra_capacity import most_common_capacity
+    from gpupair.topology.shares import SharedCapacity
+
+    small, large = (SharedCapacity("gpu.nvidia.com/memory", 16 * 2**30 * 1000),), \
+        (SharedCapacity("gpu.nvidia.com/memory", 32 * 2**30 * 1000),)
+    assert most_common_capacity([large, None, large, small]) == large
+    assert most_common_capacity([large, small, None]) == small  # a share is not understated
+    assert most_common_capacity([None, None]) is None
