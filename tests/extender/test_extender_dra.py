@@ -334,7 +334,7 @@ def spread(scores: dict[str, int], double) -> str:
 
 
 def best_score(scores: dict[str, int], double) -> str:
-    """With gpupair's prioritize at weight 10 over scores that tie otherwise."""
+    """With gpupair's prioritize at weight 5 over scores that tie otherwise."""
     return max(sorted(scores), key=lambda n: scores[n])
 
 
