@@ -15,16 +15,14 @@ import numpy as np
 from gpupair.decide.pod.pod_request import cpu_request, parse_bytes, parse_milli
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.simulator.trace.files import TraceNode, TracePod
-from gpupair.simulator.trace.models.devices import Tables, gpupair_decider, picker
-from gpupair.simulator.trace.models.gpupair_score import FragmentationScore
 from gpupair.simulator.trace.node_arrays import TraceCluster
 from gpupair.simulator.trace.numa import DEFAULT_SPLITS, NumaSplits
 from tests.controlplane.api import Api
+from tests.controlplane.fleet_score import grades_on
 from tests.controlplane.dra import RESOURCE
 from tests.controlplane.kubelet import Kubelets
 
 MODEL = "seed"
-TERMINAL = ("Succeeded", "Failed")
 
 
 def _thousandths(memory: str, capacity: int) -> int:
@@ -74,22 +72,7 @@ def simulated_grades(api: Api, sim: Kubelets, pod: dict, claim: dict, capacity: 
                 cluster.left[names.index(result["pool"]), int(result["device"].removeprefix("gpu-"))] -= taken
     for row in range(len(names)):
         cluster.free_mask[row] = int((cluster.left[row] == MILLI).astype(np.int64) @ cluster.bits)
-    tables = Tables(cluster.layouts, picker("device-plugin", "aligned", True), gpupair_decider("device-plugin", "aligned"))
-    score = FragmentationScore(cluster, tables)
-    for other in api.list("v1", "Pod"):
-        if (other.get("status") or {}).get("phase") in TERMINAL:
-            continue
-        score.seen(trace_pod(other, claims, capacity))
-        node = other["spec"].get("nodeName")
-        if node in names:
-            cluster.cpu_left[names.index(node)] -= cpu_request(other)
     count, milli = claim_shape(claim, capacity)
     asked = TracePod(pod["metadata"]["name"], cpu_request(pod), 0, count, milli)
-    score.seen(asked)
-    offers = cluster.cpu_left >= asked.milli_cpu
-    if asked.milli_per_gpu < MILLI:
-        offers &= (cluster.left >= asked.milli_per_gpu).sum(axis=1) >= asked.gpus
-    else:
-        offers &= tables.lookup("passes", cluster.layout_id, cluster.free_mask, asked.gpus)
-    rows = np.flatnonzero(offers)
-    return dict(zip((names[row] for row in rows), score.scores(asked, rows).tolist()))
+    return grades_on(api, cluster, names, asked, lambda other: trace_pod(other, claims, capacity),
+                     np.ones(len(names), dtype=bool))

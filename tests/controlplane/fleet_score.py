@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+from collections.abc import Callable
+
 import numpy as np
 
 from gpupair.decide.pod.pod_request import cpu_request, gpu_request, parse_milli
@@ -70,19 +72,27 @@ def simulated_grades(api: Api, sim: Kubelets, pod: dict, share_milli: int) -> di
     for row, name in enumerate(names):
         cluster.left[row, :nodes[row].gpus] = _left(objects[name]["metadata"].get("annotations") or {}, nodes[row].gpus)
         cluster.free_mask[row] = int((cluster.left[row] == MILLI).astype(np.int64) @ cluster.bits)
+    asked = trace_pod(pod, share_milli)
+    kinds = np.array([sim.nodes[name].resource == (SHARED if asked.milli_per_gpu < MILLI else GPU) for name in names])
+    return grades_on(api, cluster, names, asked, lambda other: trace_pod(other, share_milli), kinds)
+
+
+def grades_on(api: Api, cluster: TraceCluster, names: list[str], asked: TracePod,
+              to_trace: Callable[[dict], TracePod], offers: np.ndarray) -> dict[str, int]:
+    """The simulator's grades for ``asked`` over the ``names`` rows of ``cluster`` that ``offers``
+    and kube-scheduler's fit let through, its workload every pod on the apiserver (``to_trace``)
+    and the bound ones' CPU taken off their node."""
     tables = Tables(cluster.layouts, picker("device-plugin", "aligned", True), gpupair_decider("device-plugin", "aligned"))
     score = FragmentationScore(cluster, tables)
     for other in api.list("v1", "Pod"):
         if (other.get("status") or {}).get("phase") in TERMINAL:
             continue
-        score.seen(trace_pod(other, share_milli))
+        score.seen(to_trace(other))
         node = other["spec"].get("nodeName")
         if node in names:
             cluster.cpu_left[names.index(node)] -= cpu_request(other)
-    asked = trace_pod(pod, share_milli)
     score.seen(asked)
-    offers = np.array([sim.nodes[name].resource == (SHARED if asked.milli_per_gpu < MILLI else GPU) for name in names])
-    offers &= cluster.cpu_left >= asked.milli_cpu
+    offers = offers & (cluster.cpu_left >= asked.milli_cpu)
     if asked.milli_per_gpu < MILLI:
         offers &= (cluster.left >= asked.milli_per_gpu).sum(axis=1) >= asked.gpus
     else:
