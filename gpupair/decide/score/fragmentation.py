@@ -33,8 +33,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
+from cachetools import LRUCache
 
 from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY as MAX_SCORE
 
@@ -52,20 +54,13 @@ class Fragmentation:
     def __init__(self, workload: Sequence[tuple[Shape, float]], models: Sequence[str]):
         gpu_shapes = [(shape, p) for shape, p in workload if shape[2] > 0]
         self.cpu_only_share = sum(p for shape, p in workload if shape[2] == 0)
-        self.thresholds = np.array(sorted({shape[1] for shape, _ in gpu_shapes}) or [MILLI], dtype=np.int64)
-        index = {int(m): i for i, m in enumerate(self.thresholds)}
-        self.which = np.array([index[shape[1]] for shape, _ in gpu_shapes], dtype=np.int64)
-        self.need_gpus = np.array([shape[2] for shape, _ in gpu_shapes], dtype=np.int64)
-        self.need_cpu = np.array([shape[0] for shape, _ in gpu_shapes], dtype=np.int64)
+        key = (tuple(shape for shape, _ in gpu_shapes), tuple(models))
+        columns = _SHAPE_COLUMNS.get(key)
+        if columns is None:
+            columns = _SHAPE_COLUMNS[key] = _ShapeColumns(key[0], key[1])
+        self.thresholds, self.which, self.need_gpus = columns.thresholds, columns.which, columns.need_gpus
+        self.need_cpu, self.allowed, self.whole_sizes = columns.need_cpu, columns.allowed, columns.whole_sizes
         self.share = np.array([p for _, p in gpu_shapes], dtype=float)
-        # allowed[model, t]: shape t may run on that model
-        self.allowed = np.array([[not shape[3] or model in shape[3] for shape, _ in gpu_shapes] for model in models],
-                                dtype=bool).reshape(len(models), len(gpu_shapes))
-
-    @property
-    def whole_sizes(self) -> list[int]:
-        """The sizes of the shapes asking two or more whole GPUs."""
-        return sorted({int(k) for k, m in zip(self.need_gpus, self.thresholds[self.which]) if k >= 2 and m == MILLI})
 
     def scarcity(self, left: np.ndarray, model: np.ndarray) -> np.ndarray:
         """Per GPU shape, the GPU milli left on all rows over that left on the rows of a product
@@ -81,6 +76,11 @@ class Fragmentation:
         the shapes asking several whole GPUs, whether each row holds them as close as gpupair
         requires (on the fewest NUMA nodes); without it, any k free GPUs do, as in FGD.
         ``weight``: per GPU shape, a factor on its share (``scarcity``); FGD's own has none."""
+        return self.amount_of(cpu_left, model, self.gpu_side(left, whole_fits), weight)
+
+    def gpu_side(self, left: np.ndarray, whole_fits: dict[int, np.ndarray] | None = None) -> GpuSide:
+        """What ``amount`` reads of the rows' GPUs, apart from their CPU: a pod that takes no GPU
+        leaves it as it was, and its score reads it once for before and after."""
         total = left.sum(axis=-1)
         enough = left[..., None] >= self.thresholds  # [..., G, M]
         counts = enough.sum(axis=-2)  # GPUs with at least m left
@@ -89,10 +89,44 @@ class Fragmentation:
         for k, rows_fit in (whole_fits or {}).items():
             shapes = (self.need_gpus == k) & (self.thresholds[self.which] == MILLI)
             gpu_fits = np.where(shapes, rows_fit[..., None], gpu_fits)
-        fits = gpu_fits & (cpu_left[..., None] >= self.need_cpu) & self.allowed[model]
-        per_shape = np.where(fits, stranded[..., self.which], total[..., None])
+        return GpuSide(total, stranded[..., self.which], gpu_fits)
+
+    def amount_of(self, cpu_left: np.ndarray, model: np.ndarray, side: GpuSide,
+                  weight: np.ndarray | None = None) -> np.ndarray:
+        """``amount`` from the rows' CPU left, models and ``gpu_side``."""
+        fits = side.gpu_fits & (cpu_left[..., None] >= self.need_cpu) & self.allowed[model]
+        per_shape = np.where(fits, side.stranded, side.total[..., None])
         share = self.share if weight is None else self.share * weight
-        return per_shape @ share + total * self.cpu_only_share
+        return per_shape @ share + side.total * self.cpu_only_share
+
+
+class GpuSide(NamedTuple):
+    total: np.ndarray  # [...] GPU milli left
+    stranded: np.ndarray  # [..., T] per GPU shape, the milli left on GPUs with less than it asks
+    gpu_fits: np.ndarray  # [..., T] per GPU shape, whether its GPUs fit (CPU and product aside)
+
+
+class _ShapeColumns:
+    """A measure's arrays that depend on its shapes and models, not on their shares: the same
+    while the workload's set of shapes holds, so a measure built per call reuses them."""
+
+    def __init__(self, shapes: tuple[Shape, ...], models: tuple[str, ...]):
+        self.thresholds = np.array(sorted({shape[1] for shape in shapes}) or [MILLI], dtype=np.int64)
+        index = {int(m): i for i, m in enumerate(self.thresholds)}
+        self.which = np.array([index[shape[1]] for shape in shapes], dtype=np.int64)
+        self.need_gpus = np.array([shape[2] for shape in shapes], dtype=np.int64)
+        self.need_cpu = np.array([shape[0] for shape in shapes], dtype=np.int64)
+        # allowed[model, t]: shape t may run on that model
+        self.allowed = np.array([[not shape[3] or model in shape[3] for shape in shapes] for model in models],
+                                dtype=bool).reshape(len(models), len(shapes))
+        # the sizes of the shapes asking two or more whole GPUs
+        self.whole_sizes = sorted({int(k) for k, m in zip(self.need_gpus, self.thresholds[self.which])
+                                   if k >= 2 and m == MILLI})
+        for shared in (self.thresholds, self.which, self.need_gpus, self.need_cpu, self.allowed):
+            shared.flags.writeable = False  # every measure of these shapes holds them
+
+
+_SHAPE_COLUMNS: LRUCache = LRUCache(maxsize=64)  # (shapes, models) -> _ShapeColumns
 
 
 def fgd_score(before: np.ndarray, after: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ class NodeRows:
     model: np.ndarray  # [n] the node's product, an index into the measure's models
     capacity: np.ndarray  # [n] the node's GPU milli in all
     # (k, after): whether each row holds k whole GPUs as close as gpupair requires, before the
-    # pod or after it
+    # pod or after it (alike where ``after`` equals ``before``)
     whole_fits: Callable[[int, bool], np.ndarray]
 
 
@@ -36,8 +36,11 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int) -
         return {k: rows.whole_fits(k, after) for k in measure.whole_sizes}
 
     weight = measure.scarcity(rows.before, rows.model)
-    before = measure.amount(rows.cpu_left, rows.before, rows.model, fits(False), weight)
-    grown = measure.amount(rows.cpu_left - pod_cpu, rows.after, rows.model, fits(True), weight) - before
+    side = measure.gpu_side(rows.before, fits(False))
+    before = measure.amount_of(rows.cpu_left, rows.model, side, weight)
+    if not np.array_equal(rows.after, rows.before):  # else the pod takes no GPU: its GPU side is as before
+        side = measure.gpu_side(rows.after, fits(True))
+    grown = measure.amount_of(rows.cpu_left - pod_cpu, rows.model, side, weight) - before
     taken = rows.before.sum(axis=1) - rows.after.sum(axis=1)  # the pod's GPU milli, alike on every row
     share = bool(len(taken)) and 0 < int(taken[0]) < MILLI
     return grades(grown, rows.after.sum(axis=1), rows.capacity, SHARE_PACKING if share else PACKING)
