@@ -101,6 +101,8 @@ class Fragmentation:
 
 
 class GpuSide(NamedTuple):
+    """What the measure reads of rows' GPUs (``Fragmentation.gpu_side``)."""
+
     total: np.ndarray  # [...] GPU milli left
     stranded: np.ndarray  # [..., T] per GPU shape, the milli left on GPUs with less than it asks
     gpu_fits: np.ndarray  # [..., T] per GPU shape, whether its GPUs fit (CPU and product aside)
