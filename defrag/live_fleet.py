@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from gpupair.decide.defrag.fleet import Ask, NodeRoom, PlacedPod, WaitingPod
-from gpupair.decide.picture.dra_capacity import most_common_capacity, share_milli
+from gpupair.decide.picture.dra_capacity import most_common_capacity, pending_share
 from gpupair.decide.pod.pod_request import PodRequestError, gpu_request, parse_bytes, parse_milli, pod_request
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.defrag.node_fit import may_run_on
@@ -270,7 +270,6 @@ def _waiting_gpus(pod: Mapping[str, Any], resource: str, picture, common) -> tup
     demand = picture.pod_demand(pod, known_only=True)
     if demand is None:
         return gpus, MILLI
-    if gpus or demand.gpus or not demand.shares or common is None:
-        return gpus + demand.gpus + demand.shares, MILLI  # with whole GPUs, or none shared: shares as GPUs
-    size = share_milli(common, demand.asked)
-    return (1, min(MILLI, demand.shares * size)) if size is not None else (0, MILLI)
+    if gpus or demand.gpus or not demand.shares:
+        return gpus + demand.gpus + demand.shares, MILLI  # with whole GPUs: its shares as GPUs
+    return pending_share(demand.shares, demand.asked, common) or (0, MILLI)

@@ -32,7 +32,7 @@ Failed, bound or pending, in creation order, named ``namespace/name``, except Da
   picture measures it (``consumedCapacity`` over the device's capacity,
   gpupair/decide/picture/dra_capacity.py), several shares summed; for a pending pod each share
   sized as the allocator would size it on the cluster's most common shared GPU capacity
-  (``share_milli``), k shares k times that; at most 1000. Where no GPU is shared by capacity,
+  (dra_capacity.pending_share), k shares k times that; at most 1000. Where no GPU is shared by capacity,
   each share is a whole GPU (the allocator takes one there); where that most common GPU cannot
   serve the ask, the pod is left out with a line. A pod asking whole GPUs too is written as
   whole GPUs, its shares among them (a row has one ``gpu_milli``).
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from gpupair.decide.picture.dra_capacity import most_common_capacity, share_milli
+from gpupair.decide.picture.dra_capacity import most_common_capacity, pending_share
 from gpupair.decide.picture.dra_picture import SOURCE as DRA_SOURCE, Demand
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.decide.score.gpu_products import label_product, node_product, pod_accepts
@@ -324,10 +324,7 @@ def _capacity_share(demand: Demand, held: Mapping[int, int] | None,
         if len(held) > 1 and all(part >= MILLI for part in held.values()):
             return len(held), MILLI  # shares of GPUs not shared by capacity: each taken whole
         return 1, min(MILLI, sum(held.values()))
-    if common is None:
-        return demand.shares, MILLI  # no GPU shared by capacity: the allocator takes one whole a share
-    size = share_milli(common, demand.asked)
-    return None if size is None else (1, min(MILLI, demand.shares * size))
+    return pending_share(demand.shares, demand.asked, common)
 
 
 def summary(snapshot: Snapshot) -> list[str]:

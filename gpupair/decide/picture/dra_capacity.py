@@ -105,6 +105,18 @@ def share_milli(capacity: tuple[SharedCapacity, ...], asked: Asked) -> int | Non
     return None if used is None else thousandths_taken(capacity, used)
 
 
+def pending_share(shares: int, asked: Asked, common: tuple[SharedCapacity, ...] | None) -> tuple[int, int] | None:
+    """Where a pending pod's ``shares`` shares asking ``asked`` are counted, as (GPUs, thousandths
+    of each): one GPU at their sizes summed (at most a whole GPU), sized on ``common``, the
+    cluster's most common GPU shared by capacity; with none, a whole GPU a share, as the allocator
+    gives one there; None where ``common`` cannot serve them. ``snapshot`` and ``defrag`` count them
+    so."""
+    if common is None:
+        return shares, MILLI
+    size = share_milli(common, asked)
+    return None if size is None else (1, min(MILLI, shares * size))
+
+
 def _has_policy(capacity: SharedCapacity) -> bool:
     return capacity.default is not None or bool(capacity.valid_values) or capacity.minimum is not None \
         or capacity.maximum is not None or capacity.step is not None
