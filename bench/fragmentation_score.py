@@ -1,7 +1,7 @@
 """The fragmentation score's prioritize in process, at a trace's fleet size: the extender as
-assembled with a node cache (reports written by the reporter's own encoding, CPU and GFD labels
-as the trace says), the first pods of a trace seen by its workload (most of them bound to random
-nodes), and prioritize asked about random windows of names, as kube-scheduler's search offers
+assembled with a node cache (reports written by the reporter's own encoding, CPU, memory and GFD
+labels as the trace says), the first pods of a trace seen by its workload (most of them bound to
+random nodes), and prioritize asked about random windows of names, as kube-scheduler's search offers
 them. It prints ms of CPU a call for a CPU-only pod and a one-GPU pod, read from the kept rows
 (extender/cache/score_rows.py) and node by node, and checks that both give the same grades. Each
 figure is the best of ``--rounds`` rounds of the same calls by the process's CPU time, which other
@@ -48,7 +48,8 @@ def fleet(args):
                         stale_after=None, fragmentation=True)
     nodes, splits, now, objects = read_nodes(args.nodes), NumaSplits(), datetime.now(timezone.utc), []
     for node in nodes:
-        obj = {"metadata": {"name": node.name, "labels": {}}, "status": {"allocatable": {"cpu": f"{node.milli_cpu}m"}}}
+        obj = {"metadata": {"name": node.name, "labels": {}},
+               "status": {"allocatable": {"cpu": f"{node.milli_cpu}m", "memory": f"{node.memory_mib}Mi"}}}
         if node.gpus:
             if node.model:
                 obj["metadata"]["labels"][PRODUCT_LABEL] = node.model

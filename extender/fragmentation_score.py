@@ -4,7 +4,7 @@ every offered node, CPU-only pods included.
 
 Per node it takes what the extender already knows (the report's free GPUs less what bound pods
 hold, the set the device plugin or allocator is expected to take) plus what ``ClusterUsage``
-keeps: the node's CPU left, its GPU product (its report's, else its GFD label) and the shapes of
+keeps: the node's CPU and memory left, its GPU product (its report's, else its GFD label) and the shapes of
 the cluster's pods with the products each accepts. A node the pod cannot go to, or one without a
 usable report or a known CPU, gets 0: no opinion, and no part in the grading. The grades are
 ``fragmentation_grades``'s, the simulator's trace score's too.
@@ -36,10 +36,10 @@ from gpupair.decide.pod.intent import Intent
 from gpupair.decide.pod.mig_ask import slices_milli
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request
 from gpupair.decide.judge.reservations import NO_HOLD
-from gpupair.extender.cache.cluster_usage import CapacityShares, ClusterUsage
+from gpupair.extender.cache.cluster_usage import CapacityShares, ClusterUsage, memory_mib
 from gpupair.extender.cache.decision_tables import host_priorities_json
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.extender.cache.score_rows import ScoreRows, share_columns
+from gpupair.extender.cache.score_rows import ScoreRows, memory_left_of, share_columns
 from gpupair.extender.prioritize import NO_OPINION, scores_json
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.topology.layout import NodeLayout, NodeState
@@ -68,14 +68,15 @@ def _fits(layout: NodeLayout, free_masks: np.ndarray, k: int) -> np.ndarray:
 class Scored:
     """The offered nodes the score grades, one entry per node: its place in the offer, its
     layout (an index into ``layouts``), its GPUs available and planned for the pod as bit masks,
-    its CPU left, its product (an index into ``products``) and whether its set is the one a
-    ``preferred`` pod prefers."""
+    its CPU and memory (MiB) left, its product (an index into ``products``) and whether its set
+    is the one a ``preferred`` pod prefers."""
 
     index: np.ndarray
     layout: np.ndarray
     free_mask: np.ndarray
     plan_mask: np.ndarray
     cpu_left: np.ndarray
+    memory_left: np.ndarray
     product: np.ndarray
     preferred_met: np.ndarray
     partial: np.ndarray  # [n, MAX_GPUS]: milli left on each partly taken shared GPU
@@ -94,7 +95,7 @@ class Scored:
                       self.layouts, self.products, self.capacities)
 
 
-_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "product", "preferred_met", "partial", "share_of",
+_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "memory_left", "product", "preferred_met", "partial", "share_of",
             "replicated", "capacity")
 
 
@@ -113,10 +114,15 @@ class LeastFragmentation:
             cpu = cpu_request(args.Pod)
         except PodRequestError:
             cpu = 0
+        try:
+            memory = memory_mib(args.Pod)
+        except PodRequestError:
+            memory = 0
         shares = self.usage.shares_asked(args.Pod)
         scores = fragmentation_scores(self.evaluator, self.usage, offer, max(gpus, 0), cpu, intent, shares,
                                       rows=self.rows, capacity=self.usage.capacity_asked(args.Pod),
-                                      slices=self.usage.mig_asked(args.Pod) if gpus <= 0 and not shares else 0)
+                                      slices=self.usage.mig_asked(args.Pod) if gpus <= 0 and not shares else 0,
+                                      memory=memory)
         if scores is not None:
             return host_priorities_json(offer.names, scores)
         # Nothing to grade yet (no workload, or no node's CPU known): best fit, as --score best-fit.
@@ -128,7 +134,7 @@ class LeastFragmentation:
 def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int, cpu: int,
                          intent: Intent = Intent.REQUIRED, shares: int = 0,
                          rows: ScoreRows | None = None, capacity: CapacityShares | None = None,
-                         slices: int = 0) -> list[int] | None:
+                         slices: int = 0, memory: int = 0) -> list[int] | None:
     """0-10 per offered name, in order; None where it grades no node: no workload learned yet,
     or no offered node with a usable report and a known CPU (Nodes mode, whose nodes the node
     cache does not hold). The caller then scores by best fit, so a ``preferred`` pod keeps its
@@ -137,7 +143,8 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     there too. ``capacity``: the shares the pod's DRA claims ask by consumable capacity, and what
     each asks, sized per node on its GPUs' capacities (dra_capacity.share_milli). ``slices``: the
     MIG compute slices the pod asks (mixed strategy's ``nvidia.com/mig-*``), one share sized per
-    node on its GPUs' slices (mig_ask.slices_milli). A share is graded on the GPU it is foreseen
+    node on its GPUs' slices (mig_ask.slices_milli). ``memory``: the pod's memory request in MiB.
+    A share is graded on the GPU it is foreseen
     to land on (share_pick.py). ``rows``: read a cached offer from them; None, node by node (both
     give the same grades)."""
     names = offer.names
@@ -161,7 +168,7 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     measure = usage.measure(models, shares_per_gpu, (lambda asked: sized_share(typical, asked)) if typical else None)
     graded = fragmentation_grades(measure, node_rows(
         scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product],
-        scored.partial, _share_asks(scored, gpus, shares, capacity, slices)), cpu)
+        scored.partial, _share_asks(scored, gpus, shares, capacity, slices), scored.memory_left), cpu, memory)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
         graded = np.array([preferred_band(grade, met) for grade, met
@@ -222,7 +229,7 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
     index = np.flatnonzero(kept)
     at = slot[index]
     scored = Scored(index, rows.layout[at], rows.free_mask[at], np.zeros(len(index), dtype=np.int64),
-                    rows.cpu_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.partial[at],
+                    rows.cpu_left[at], rows.memory_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.partial[at],
                     rows.share_of[at], rows.replicated[at], rows.capacity[at], rows.layouts, rows.products,
                     rows.capacities)
     if gpus > 0 and len(index):
@@ -243,7 +250,7 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
         if state is None:
             continue
         extra.append((position, rows.layout_code(state.layout), state.free_mask, _mask(plan), int(rows.cpu_left[row]),
-                      int(rows.product[row]), preferred_met, rows.partial[row], int(rows.share_of[row]),
+                      int(rows.memory_left[row]), int(rows.product[row]), preferred_met, rows.partial[row], int(rows.share_of[row]),
                       bool(rows.replicated[row]), int(rows.capacity[row])))
     if extra:
         joined = scored.joined(_columns(extra, rows.layouts, rows.products, rows.capacities))
@@ -252,13 +259,13 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
 
 
 def _columns(found: list[tuple], layouts: list[NodeLayout], products: list[str], capacities: list[tuple]) -> Scored:
-    """Scored from one tuple per node: (index, layout, free mask, plan mask, CPU left, product,
-    preferred met, partial, share count, replicated, capacity)."""
-    columns = list(zip(*found)) or [()] * 11
-    ints = (np.array(column, dtype=np.int64) for column in columns[:6])
-    partial = np.array(columns[7], dtype=np.int64).reshape(len(found), MAX_GPUS)
-    return Scored(*ints, np.array(columns[6], dtype=bool), partial, np.array(columns[8], dtype=np.int64),
-                  np.array(columns[9], dtype=bool), np.array(columns[10], dtype=np.int64), layouts, products,
+    """Scored from one tuple per node: (index, layout, free mask, plan mask, CPU left, memory
+    left, product, preferred met, partial, share count, replicated, capacity)."""
+    columns = list(zip(*found)) or [()] * 12
+    ints = (np.array(column, dtype=np.int64) for column in columns[:7])
+    partial = np.array(columns[8], dtype=np.int64).reshape(len(found), MAX_GPUS)
+    return Scored(*ints, np.array(columns[7], dtype=bool), partial, np.array(columns[9], dtype=np.int64),
+                  np.array(columns[10], dtype=bool), np.array(columns[11], dtype=np.int64), layouts, products,
                   capacities)
 
 
@@ -328,7 +335,7 @@ def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int
         if capacity not in capacities:
             capacities.append(capacity)
         found.append((index, layouts.index(state.layout), state.free_mask, _mask(plan), cpu_left,
-                      products.index(product), preferred_met, partial, share_of, replicated, capacities.index(capacity)))
+                      memory_left_of(usage, name), products.index(product), preferred_met, partial, share_of, replicated, capacities.index(capacity)))
     return _columns(found, layouts, products, capacities)
 
 
@@ -343,11 +350,12 @@ class ShareAsk:
 
 def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.ndarray, plan_mask: np.ndarray,
               cpu_left: np.ndarray, model: np.ndarray, partial: np.ndarray | None = None,
-              shares: ShareAsk | None = None) -> NodeRows:
+              shares: ShareAsk | None = None, memory_left: np.ndarray | None = None) -> NodeRows:
     """The grading rows of what the extender knows per node: its layout (an index into
     ``layouts``), its whole GPUs available (the report's free less what bound pods hold) and the
     pod's planned set as bit masks, its CPU left, its product's index, and the milli left on
-    each partly taken shared GPU (``partial``). Where the pod takes shares (``shares``) it takes
+    each partly taken shared GPU (``partial``) and its memory left in MiB (``memory_left``; None:
+    not counted). Where the pod takes shares (``shares``) it takes
     them where share_pick foresees, not its planned set."""
     sizes = np.array([len(each.devices) for each in layouts], dtype=np.int64)[layout]
     width = int(sizes.max())
@@ -380,4 +388,4 @@ def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.n
         return known[key]
 
     return NodeRows(cpu_left=cpu_left, before=before, after=after, model=model, capacity=sizes * MILLI,
-                    whole_fits=whole_fits)
+                    whole_fits=whole_fits, memory_left=memory_left)

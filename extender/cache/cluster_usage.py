@@ -1,6 +1,6 @@
 """What the fragmentation score needs beyond the node reports (``--score fragmentation``):
-each node's CPU, allocatable and requested, its GFD product label, and the shapes of the pods in
-the cluster, each with the GPU products it accepts (gpupair/decide/score/gpu_products.py). A pod
+each node's CPU and memory, allocatable and requested, its GFD product label, and the shapes of
+the pods in the cluster (CPU, GPUs, memory), each with the GPU products it accepts (gpupair/decide/score/gpu_products.py). A pod
 asking GPU shares (``shared``: time-slicing's ``nvidia.com/gpu.shared``) counts as a shape of that
 many shares, each as large as a share of the GPUs scored (the reporters' ``gpupair.io/shares``:
 a GPU of four replicas, 250 milli); a share is known by what it asks, not by the node it lands on.
@@ -12,9 +12,11 @@ one share of its compute slices, sized on the most common share count of the GPU
 MIG GPU's slices: 3 of 7, 428 milli; gpupair/decide/pod/mig_ask.py).
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
-CPU and labels, the pod watch every pod (GPU or not). A pod counts against its node's CPU once bound and
-until it finishes or is deleted; its shape (CPU, GPUs) counts in the workload from the moment it
-is seen, bound or not, since pods still waiting are the ones the free capacity must serve.
+CPU and memory and its labels, the pod watch every pod (GPU or not). A pod counts against its
+node's CPU and memory once bound and until it finishes or is deleted; its shape counts in the
+workload from the moment it is seen, bound or not, since pods still waiting are the ones the free
+capacity must serve. Memory is counted in MiB, as kube-scheduler counts a pod's request
+(pod_request: pod-level resources and overhead included).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from gpupair.decide.picture.dra_capacity import Asked
 from gpupair.decide.pod.mig_ask import mig_slices_asked, slices_milli
 from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
-from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_milli
+from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_bytes, parse_milli, pod_request
 from gpupair.kubewire.defaults import RESOURCE_NAME, SHARED_RESOURCE_NAMES
 from gpupair.topology.mig_slices import COMMON_GPU_SLICES
 
@@ -40,6 +42,13 @@ SHARE = -1  # a learned shape's milli per GPU where it asks shares: resolved whe
 # number (ClusterUsage._asks)
 
 CapacityShares = tuple[int, Asked]  # shares a pod's DRA claims ask by capacity, and what each asks
+MIB = 1 << 20
+
+
+def memory_mib(pod: dict[str, Any]) -> int:
+    """The pod's memory request as kube-scheduler counts it, in MiB rounded up (PodRequestError
+    where it cannot be read)."""
+    return -(-pod_request(pod, "memory") // MIB)
 
 
 def claims_accept(picture: Any) -> Callable[[Any], Accepted]:
@@ -77,10 +86,12 @@ class ClusterUsage:
         # each capacity ask, or MIG slices asked (an int), seen -> its number in a shape (below SHARE)
         self._asks: dict[Asked | int, int] = {}
         self.allocatable: dict[str, int] = {}  # node -> CPU millicores
+        self.memory_allocatable: dict[str, int] = {}  # node -> memory MiB
         self.labels: dict[str, str] = {}  # node -> its GFD product label, normalised
         self._rules: dict[tuple[str, ...], Accepted] = {}  # shape models key -> the rule, where it needs the nodes'
         self.requested: dict[str, int] = {}  # node -> CPU millicores of its pods
-        self._pods: dict[str, tuple[str, int, tuple]] = {}  # uid -> (node, CPU, shape)
+        self.memory_requested: dict[str, int] = {}  # node -> memory MiB of its pods
+        self._pods: dict[str, tuple[str, int, int, tuple]] = {}  # uid -> (node, CPU, memory, shape)
         self.workload = Workload()
         self._listeners: list[Callable[[str], None]] = []  # told of each node whose CPU or label changes
 
@@ -100,17 +111,21 @@ class ClusterUsage:
             self.labels[name] = label
         else:
             self.labels.pop(name, None)
-        allocatable = ((node.get("status") or {}).get("allocatable") or {}).get("cpu")
-        try:
-            self.allocatable[name] = parse_milli(allocatable, f"node {name} status.allocatable.cpu")
-        except PodRequestError as error:
-            self.allocatable.pop(name, None)
-            if allocatable is not None:
-                log.warning("node CPU unreadable", extra={"node": name, "error": str(error)})
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        for resource, table, parse in (("cpu", self.allocatable, parse_milli),
+                                       ("memory", self.memory_allocatable, _parse_mib)):
+            value = allocatable.get(resource) if isinstance(allocatable, dict) else None
+            try:
+                table[name] = parse(value, f"node {name} status.allocatable.{resource}")
+            except PodRequestError as error:
+                table.pop(name, None)
+                if value is not None:
+                    log.warning(f"node {resource} unreadable", extra={"node": name, "error": str(error)})
 
     def node_gone(self, name: str) -> None:
         self._touched(name)
         self.allocatable.pop(name, None)
+        self.memory_allocatable.pop(name, None)
         self.labels.pop(name, None)
 
     def product(self, name: str, reported: str) -> str:
@@ -128,7 +143,7 @@ class ClusterUsage:
         share_milli = MILLI // shares_per_gpu if shares_per_gpu else MILLI
 
         def resolved(shape: tuple) -> tuple:
-            cpu, milli, gpus, accepted = shape
+            cpu, milli, gpus, accepted, memory = shape
             if accepted[:1] == (RULE,):
                 accepted = self._rules[accepted].among(models)
             if milli < SHARE:
@@ -137,7 +152,7 @@ class ClusterUsage:
                     milli = slices_milli(ask, shares_per_gpu or COMMON_GPU_SLICES)
                 else:
                     milli = min(size(ask), MILLI) if size is not None else MILLI
-            return (cpu, share_milli if milli == SHARE else milli, gpus, accepted)
+            return (cpu, share_milli if milli == SHARE else milli, gpus, accepted, memory)
 
         return Fragmentation([(resolved(shape), share) for shape, share in self.workload.learned()], models)
 
@@ -164,6 +179,11 @@ class ClusterUsage:
         allocatable = self.allocatable.get(name)
         return None if allocatable is None else allocatable - self.requested.get(name, 0)
 
+    def memory_left(self, name: str) -> int | None:
+        """Allocatable memory (MiB) less the requests of the pods bound there; None when unknown."""
+        allocatable = self.memory_allocatable.get(name)
+        return None if allocatable is None else allocatable - self.memory_requested.get(name, 0)
+
     # ---- pods (the pod watch)
 
     def replace_pods(self, items: list[dict[str, Any]]) -> None:
@@ -181,7 +201,7 @@ class ClusterUsage:
             self.pod_gone(uid)
             return
         try:
-            cpu, gpus = cpu_request(pod), self._gpus_of(pod)
+            cpu, memory, gpus = cpu_request(pod), memory_mib(pod), self._gpus_of(pod)
             shares = 0 if gpus else sum(gpu_request(pod, name) for name in self._shared)
             slices = 0 if gpus or shares else mig_slices_asked(pod, self._not_mig)
         except PodRequestError:
@@ -198,13 +218,14 @@ class ClusterUsage:
             return
         self.pod_gone(uid)
         accepted = self._accepted(pod) if gpus or shares else ANY
-        shape = (cpu, MILLI if gpus else share if shares else 0, gpus or shares, accepted.key())
+        shape = (cpu, MILLI if gpus else share if shares else 0, gpus or shares, accepted.key(), memory)
         if shape[3][:1] == (RULE,):
             self._rules.setdefault(shape[3], accepted)
-        self._pods[uid] = (node, cpu, shape)
+        self._pods[uid] = (node, cpu, memory, shape)
         self.workload.add(shape)
         if node:
             self.requested[node] = self.requested.get(node, 0) + cpu
+            self.memory_requested[node] = self.memory_requested.get(node, 0) + memory
             self._touched(node)
 
     def _accepted(self, pod: dict[str, Any]) -> Accepted:
@@ -221,12 +242,20 @@ class ClusterUsage:
         known = self._pods.pop(uid, None)
         if known is None:
             return
-        node, cpu, shape = known
+        node, cpu, memory, shape = known
         self.workload.remove(shape)
         if node:
             self._touched(node)
-            left = self.requested.get(node, 0) - cpu
-            if left > 0:
-                self.requested[node] = left
-            else:
-                self.requested.pop(node, None)
+            for table, amount in ((self.requested, cpu), (self.memory_requested, memory)):
+                left = table.get(node, 0) - amount
+                if left > 0:
+                    table[node] = left
+                else:
+                    table.pop(node, None)
+
+
+def _parse_mib(value: Any, where: str) -> int:
+    """A node's allocatable memory in whole MiB (what is left of a MiB cannot hold a pod's)."""
+    if value is None:
+        raise PodRequestError(f"{where}: missing")
+    return parse_bytes(value, where) // MIB

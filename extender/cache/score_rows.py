@@ -4,7 +4,7 @@ A prioritize call on a 1,213-node fleet scores about 500 nodes, and reading each
 Lease, CPU left and product in Python cost about 4 microseconds a node: more than the score's own
 arithmetic (bench/RESULTS.md). So one row per cached node holds what the score reads: whether
 the report and the CPU are known, when the report turns stale, the free GPUs as a bit mask, the
-layout, the CPU left, the product and the decision shape (nodes of one shape decide alike). A
+layout, the CPU and memory left, the product and the decision shape (nodes of one shape decide alike). A
 change only marks the node (the node cache, the Lease watch, ``ClusterUsage``); marked rows are
 read again when the next call needs them, as DecisionTables does with holds. Nodes that owe a
 hold are read per call (``fragmentation_score``), since a hold changes what is free.
@@ -25,6 +25,7 @@ from gpupair.topology.limits import MAX_GPUS
 from gpupair.topology.report import NodeReport
 
 NO_ROW = -1
+UNKNOWN_MEMORY = 1 << 50  # MiB: a node whose memory is not known holds any shape's
 OUTCOMES_LIMIT = 65536
 
 
@@ -46,6 +47,7 @@ class ScoreRows:
         self.free_mask = np.zeros(0, dtype=np.int64)
         self.layout = np.zeros(0, dtype=np.int64)  # an index into ``layouts``
         self.cpu_left = np.zeros(0, dtype=np.int64)
+        self.memory_left = np.zeros(0, dtype=np.int64)  # MiB
         self.product = np.zeros(0, dtype=np.int64)  # an index into ``products``
         self.shape = np.zeros(0, dtype=np.int64)  # ReportEntry.decision_shape
         # Shared GPUs (gpupair.io/shares): the milli left on each partly taken GPU (0 on the rest),
@@ -130,6 +132,7 @@ class ScoreRows:
         self.free_mask[slot] = report.state.free_mask
         self.layout[slot] = self.layout_code(report.state.layout)
         self.cpu_left[slot] = cpu_left
+        self.memory_left[slot] = memory_left_of(self._usage, name)
         self.product[slot] = self.product_code(self._usage.product(name, report.product))
         self.shape[slot] = entry.decision_shape
         self.partial[slot], self.share_of[slot], self.replicated[slot], capacities = share_columns(report)
@@ -140,13 +143,20 @@ class ScoreRows:
         self.entries.append(None)
         if slot >= len(self.usable):
             size = max(1024, 2 * len(self.usable))
-            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "product", "shape", "partial",
+            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "memory_left", "product", "shape", "partial",
                           "share_of", "replicated", "capacity"):
                 old = getattr(self, field)
                 new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
                 new[:len(old)] = old
                 setattr(self, field, new)
         return slot
+
+
+def memory_left_of(usage: Any, name: str) -> int:
+    """The node's memory left in MiB (ClusterUsage), UNKNOWN_MEMORY where its allocatable is not
+    known: memory then limits no shape there, as before it was counted."""
+    left = usage.memory_left(name)
+    return UNKNOWN_MEMORY if left is None else left
 
 
 def share_columns(report: NodeReport) -> tuple[np.ndarray, int, bool, tuple]:

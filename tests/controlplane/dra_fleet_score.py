@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpupair.decide.pod.pod_request import cpu_request, parse_bytes, parse_milli
+from gpupair.extender.cache.cluster_usage import MIB, memory_mib
 from gpupair.decide.score.fragmentation import MILLI
 from gpupair.simulator.trace.files import TraceNode, TracePod
 from gpupair.simulator.trace.node_arrays import TraceCluster
@@ -47,7 +48,7 @@ def trace_pod(pod: dict, claims: dict[tuple[str, str], dict], capacity: int) -> 
               for entry in pod["spec"].get("resourceClaims") or ()
               if (meta["namespace"], entry.get("resourceClaimName")) in claims]
     count, milli = (sum(c for c, _ in shapes), min(m for _, m in shapes)) if shapes else (0, 0)
-    return TracePod(meta["name"], cpu_request(pod), 0, count, milli if count else 0)
+    return TracePod(meta["name"], cpu_request(pod), memory_mib(pod), count, milli if count else 0)
 
 
 def simulated_grades(api: Api, sim: Kubelets, pod: dict, claim: dict, capacity: int) -> dict[str, int]:
@@ -57,7 +58,8 @@ def simulated_grades(api: Api, sim: Kubelets, pod: dict, claim: dict, capacity: 
     layout = sim.nodes[names[0]].layout  # the nodes' differ in their GPUs' names only
     assert all(sim.nodes[name].layout.links == layout.links for name in names), "one layout across the fleet"
     objects = {name: api.get("v1", "Node", name) for name in names}
-    nodes = [TraceNode(name, parse_milli(objects[name]["status"]["allocatable"]["cpu"], name), 1 << 30,
+    nodes = [TraceNode(name, parse_milli(objects[name]["status"]["allocatable"]["cpu"], name),
+                       parse_bytes(objects[name]["status"]["allocatable"]["memory"], name) // MIB,
                        sim.nodes[name].layout.size, MODEL) for name in names]
     cluster = TraceCluster(nodes, NumaSplits.parse(DEFAULT_SPLITS), np.arange(len(nodes)))
     cluster.layouts[:] = [layout]
@@ -73,6 +75,6 @@ def simulated_grades(api: Api, sim: Kubelets, pod: dict, claim: dict, capacity: 
     for row in range(len(names)):
         cluster.free_mask[row] = int((cluster.left[row] == MILLI).astype(np.int64) @ cluster.bits)
     count, milli = claim_shape(claim, capacity)
-    asked = TracePod(pod["metadata"]["name"], cpu_request(pod), 0, count, milli)
+    asked = TracePod(pod["metadata"]["name"], cpu_request(pod), memory_mib(pod), count, milli)
     return grades_on(api, cluster, names, asked, lambda other: trace_pod(other, claims, capacity),
                      np.ones(len(names), dtype=bool))

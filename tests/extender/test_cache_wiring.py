@@ -75,3 +75,22 @@ def test_without_a_node_cache_there_are_no_rows_and_pods_still_reach_the_usage()
     assert caches.nodes is None and caches.tables is None and rows is None
     caches.pods.replace([bound_pod("4")])
     assert usage.workload
+
+
+def test_memory_reaches_the_usage_and_the_rows_as_kube_scheduler_counts_it():
+    """Allocatable memory less the bound pods' requests, in MiB: a pod's pod-level request and
+    its overhead count (kube-scheduler's PodRequests), a node's odd bytes do not."""
+    caches, _, usage, rows = wired()
+    made = node("64", {0, 1, 2, 3})
+    made["status"]["allocatable"]["memory"] = "65537Ki"  # 64 MiB and one KiB
+    caches.nodes.replace([made])
+    assert usage.memory_left("a") == 64
+    pod = bound_pod("4")
+    pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "8Mi"
+    pod["spec"]["overhead"] = {"memory": "1"}  # one byte: a whole MiB more, rounded up
+    caches.pods.replace([pod])
+    (slot,) = rows.find(["a"]).tolist()
+    assert usage.memory_left("a") == 55 and int(rows.memory_left[slot]) == 55
+    assert next(iter(usage.workload.shapes))[4] == 9
+    caches.pods.apply("DELETED", pod)
+    assert usage.memory_left("a") == 64

@@ -138,7 +138,7 @@ class Fleet:
         return self.tables.pick(int(self.cluster.layout_id[row]), int(self.cluster.free_mask[row]), pod.gpus)
 
     def node_objects(self, rows) -> list[dict]:
-        """Each node as the API serves it: allocatable CPU, GFD's product label and its reporter's
+        """Each node as the API serves it: allocatable CPU and memory, GFD's product label and its reporter's
         annotations (whole GPUs: a GPU with any share taken is not free)."""
         c, objects = self.cluster, []
         for row in rows:
@@ -160,7 +160,8 @@ class Fleet:
             objects.append({"apiVersion": "v1", "kind": "Node",
                             "metadata": {"name": name, "labels": {PRODUCT_LABEL: c.models[int(c.model[row])]},
                                          "annotations": annotations},
-                            "status": {"allocatable": {"cpu": f"{int(c.cpu_capacity[row])}m", **(
+                            "status": {"allocatable": {"cpu": f"{int(c.cpu_capacity[row])}m",
+                                                       "memory": f"{int(c.memory_capacity[row])}Mi", **(
                                 {} if self.dra else {"nvidia.com/gpu": str(int(c.gpus[row]))})}}})
         return objects
 
@@ -214,11 +215,11 @@ class Fleet:
 
 
 def pod_object(pod: TracePod, name: str, node: str, devices, dra: bool = False, mig: bool = False) -> dict:
-    """The trace pod as the API serves it: its CPU request, its GPUs (a share asks one of
+    """The trace pod as the API serves it: its CPU and memory requests, its GPUs (a share asks one of
     time-slicing's renamed resource, as docs/simulate.md models it; with ``dra``, a claim
     ``dra_claim`` makes of what the ``asks`` annotation says; with ``mig``, the MIG profile of its
     slices), its models as a nodeSelector (one) or required node affinity (several)."""
-    resources: dict = {"requests": {"cpu": f"{pod.milli_cpu}m"}}
+    resources: dict = {"requests": {"cpu": f"{pod.milli_cpu}m", "memory": f"{pod.memory_mib}Mi"}}
     spec: dict = {"containers": [{"name": "main", "image": "job:1", "resources": resources}]}
     asks = ""
     if pod.gpus and dra:
@@ -301,29 +302,31 @@ def dra_claim(pod: dict) -> dict:
 
 
 PROBES = [
-    TracePod("one-gpu", 8000, 0, 1, MILLI),
-    TracePod("two-gpus", 16000, 0, 2, MILLI),
-    TracePod("four-gpus", 4000, 0, 4, MILLI),
-    TracePod("eight-gpus", 4000, 0, 8, MILLI),
-    TracePod("cpu-only", 12000, 0, 0, 0),
-    TracePod("pinned-t4", 6000, 0, 1, MILLI, ("T4",)),
+    TracePod("one-gpu", 8000, 30720, 1, MILLI),
+    TracePod("two-gpus", 16000, 65536, 2, MILLI),
+    TracePod("four-gpus", 4000, 16384, 4, MILLI),
+    TracePod("eight-gpus", 4000, 8192, 8, MILLI),
+    TracePod("cpu-only", 12000, 98304, 0, 0),
+    TracePod("pinned-t4", 6000, 24576, 1, MILLI, ("T4",)),
     TracePod("pinned-v100", 8000, 0, 2, MILLI, ("V100M16", "V100M32")),
+    # most of a 256Gi node's memory: GPUs left beside too little memory for the workload's shapes
+    TracePod("memory-heavy", 8000, 245760, 0, 0),
 ]
 
 
 STATES = {"filling": (50, 40, 1), "busy": (100, 60, 8)}  # pods placed, pods waiting, seed
 SHARED_STATES = {"time-sliced": (100, 60, 8, 4), "time-sliced-filling": (50, 40, 1, 4)}  # and replicas a GPU
 DRA_STATES = {"dra-capacity": (100, 60, 8, 0, True), "dra-capacity-filling": (50, 40, 1, 0, True)}
-SHARE_PROBES = [TracePod("one-replica", 2000, 0, 1, MILLI // 4), TracePod("two-replicas", 4000, 0, 2, MILLI // 4),
+SHARE_PROBES = [TracePod("one-replica", 2000, 12288, 1, MILLI // 4), TracePod("two-replicas", 4000, 0, 2, MILLI // 4),
                 TracePod("pinned-replica", 2000, 0, 1, MILLI // 4, ("T4",))]
 # On DRA the probes ask shares of one GPU's memory (and a CPU-only pod): a whole-GPU claim is placed by
 # the allocator's first fit there, which the simulator's device-plugin tables do not model.
-CAPACITY_PROBES = [TracePod("quarter-memory", 2000, 0, 1, 10 * MILLI_PER_GI),
+CAPACITY_PROBES = [TracePod("quarter-memory", 2000, 16384, 1, 10 * MILLI_PER_GI),
                    TracePod("most-memory", 4000, 0, 1, 30 * MILLI_PER_GI),
                    TracePod("pinned-memory", 2000, 0, 1, 8 * MILLI_PER_GI, ("T4",)), PROBES[4]]
 # MIG probes ask a profile of 1, 3 and 4 slices of 7 (one pinned), or whole GPUs and none.
 MIG_STATES = {"mig": (100, 60, 8, 0, False, True), "mig-filling": (50, 40, 1, 0, False, True)}
-MIG_PROBES = [TracePod(f"mig-{g}g", 1000 * g, 0, 1, slices_milli(g, MIG_SLICES)) for g in (1, 3, 4)] + \
+MIG_PROBES = [TracePod(f"mig-{g}g", 1000 * g, 8192 * g, 1, slices_milli(g, MIG_SLICES)) for g in (1, 3, 4)] + \
     [TracePod("pinned-mig-2g", 2000, 0, 1, slices_milli(2, MIG_SLICES), ("T4",))]
 _built: dict[str, Fleet] = {}
 
@@ -372,17 +375,18 @@ def test_the_shared_states_tell_apart_a_score_blind_to_shares():
 
 
 @pytest.mark.parametrize("name", STATES)
-def test_the_fleet_tells_apart_a_score_that_ignores_cpu_or_models(name):
-    """Parity holds only because both callers count each node's CPU and products: on these
-    states, grades that drop either differ, so a caller changed alone fails the test above."""
+def test_the_fleet_tells_apart_a_score_that_ignores_cpu_memory_or_models(name):
+    """Parity holds only because both callers count each node's CPU, memory and products: on
+    these states, grades that drop any of them differ, so a caller changed alone fails the test
+    above."""
     fleet = state(name)
     c = fleet.cluster
-    ignoring_cpu, ignoring_models = [], []
+    ignoring_cpu, ignoring_memory, ignoring_models = [], [], []
     for pod in PROBES:
         rows = fleet.rows_for(pod)
         fleet.score.seen(pod)
         measure = fleet.score.workload.measure(c.models)
-        fleet.score.workload.remove(pod.shape)
+        fleet.score.gone(pod)
         ids = c.layout_id[rows]
         before = np.where(c.left[rows] == MILLI, MILLI, 0)
         after = before.copy()
@@ -391,13 +395,14 @@ def test_the_fleet_tells_apart_a_score_that_ignores_cpu_or_models(name):
             after[(taken[:, None] & c.bits) != 0] = 0
         masks = {False: c.free_mask[rows], True: (after == MILLI).astype(np.int64) @ c.bits}
 
-        def graded(cpu_left, model):
+        def graded(cpu_left, model, memory_left=c.memory_left[rows]):
             fits = lambda k, placed: fleet.tables.lookup("fits", ids, masks[placed], k)  # noqa: E731
-            rows_ = NodeRows(cpu_left, before, after, model, c.gpus[rows] * MILLI, fits)
-            return fragmentation_grades(measure, rows_, pod.milli_cpu).tolist()
+            rows_ = NodeRows(cpu_left, before, after, model, c.gpus[rows] * MILLI, fits, memory_left)
+            return fragmentation_grades(measure, rows_, pod.milli_cpu, pod.memory_mib).tolist()
 
         counted = graded(c.cpu_left[rows], c.model[rows])
         assert counted == fleet.simulator_grades(pod, rows)
         ignoring_cpu.append(graded(np.full(len(rows), 10**9), c.model[rows]) != counted)
+        ignoring_memory.append(graded(c.cpu_left[rows], c.model[rows], None) != counted)
         ignoring_models.append(graded(c.cpu_left[rows], np.zeros(len(rows), dtype=np.int64)) != counted)
-    assert any(ignoring_cpu) and any(ignoring_models)
+    assert any(ignoring_cpu) and any(ignoring_memory) and any(ignoring_models)

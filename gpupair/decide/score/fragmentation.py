@@ -9,8 +9,11 @@ least and scores ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))`` (``fgd_score``)
 
 gpupair's fragmentation score (``grades``) makes it NUMA-aware: a shape of several whole GPUs
 fits only where gpupair's rule lets it (the fewest NUMA nodes its size allows, ``whole_fits``),
-so GPUs stranded across a socket count as lost. Its workload is learned, the shapes of the pods
-seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
+so GPUs stranded across a socket count as lost, and a shape fits only where its memory fits too
+(a shape's fifth field; FGD's shapes have none), so GPUs left on a node whose memory is spent
+count as lost as FGD counts those whose CPU is (on FGD's multigpu40 workload, seed 42: 96.48%
+allocated at 100% arrival with CPU alone, 96.84% with memory; bench/RESULTS.md). Its workload
+is learned, the shapes of the pods seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
 fragmentation among the nodes asked about, a point less for each further ``QUANTUM`` milli, with
 up to ``PACKING`` milli added for the share of its GPUs the node would have left: among nodes that
 fragment alike, the fuller one, as FGD's own ties go to a fixed node order and so pack
@@ -47,7 +50,9 @@ SHARE_PACKING = 0  # the same for a pod asking a share of one GPU: none (see ``g
 TYPICAL_SHARE = 0.95  # FGD's podPopularityThreshold: the target workload covers 95% of the pods
 MAX_SHAPES = 256  # gpupair's measure: every shape seen, the most common this many (a bound on its cost)
 
-Shape = tuple[int, int, int, tuple[str, ...]]  # cpu milli, milli per GPU, GPUs, models
+# cpu milli, milli per GPU, GPUs, models, and for gpupair's measure memory MiB (FGD's shapes end
+# at the models: its measure reads CPU and GPU only)
+Shape = tuple[int, int, int, tuple[str, ...]] | tuple[int, int, int, tuple[str, ...], int]
 
 
 class Fragmentation:
@@ -60,6 +65,7 @@ class Fragmentation:
             columns = _SHAPE_COLUMNS[key] = _ShapeColumns(key[0], key[1])
         self.thresholds, self.which, self.need_gpus = columns.thresholds, columns.which, columns.need_gpus
         self.need_cpu, self.allowed, self.whole_sizes = columns.need_cpu, columns.allowed, columns.whole_sizes
+        self.need_memory = columns.need_memory
         self.share = np.array([p for _, p in gpu_shapes], dtype=float)
 
     def scarcity(self, left: np.ndarray, model: np.ndarray) -> np.ndarray:
@@ -71,12 +77,15 @@ class Fragmentation:
         return np.where(usable > 0, per_row.sum() / np.maximum(usable, 1.0), 1.0)
 
     def amount(self, cpu_left: np.ndarray, left: np.ndarray, model: np.ndarray,
-               whole_fits: dict[int, np.ndarray] | None = None, weight: np.ndarray | None = None) -> np.ndarray:
+               whole_fits: dict[int, np.ndarray] | None = None, weight: np.ndarray | None = None,
+               memory_left: np.ndarray | None = None) -> np.ndarray:
         """F for each row of (CPU left, GPUs' milli left, model id). ``whole_fits``: per size of
         the shapes asking several whole GPUs, whether each row holds them as close as gpupair
         requires (on the fewest NUMA nodes); without it, any k free GPUs do, as in FGD.
-        ``weight``: per GPU shape, a factor on its share (``scarcity``); FGD's own has none."""
-        return self.amount_of(cpu_left, model, self.gpu_side(left, whole_fits), weight)
+        ``weight``: per GPU shape, a factor on its share (``scarcity``); FGD's own has none.
+        ``memory_left``: each row's memory left in MiB, against the shapes' memory; without it,
+        memory is not counted, as in FGD."""
+        return self.amount_of(cpu_left, model, self.gpu_side(left, whole_fits), weight, memory_left)
 
     def gpu_side(self, left: np.ndarray, whole_fits: dict[int, np.ndarray] | None = None) -> GpuSide:
         """What ``amount`` reads of the rows' GPUs, apart from their CPU: a pod that takes no GPU
@@ -92,9 +101,11 @@ class Fragmentation:
         return GpuSide(total, stranded[..., self.which], gpu_fits)
 
     def amount_of(self, cpu_left: np.ndarray, model: np.ndarray, side: GpuSide,
-                  weight: np.ndarray | None = None) -> np.ndarray:
+                  weight: np.ndarray | None = None, memory_left: np.ndarray | None = None) -> np.ndarray:
         """``amount`` from the rows' CPU left, models and ``gpu_side``."""
         fits = side.gpu_fits & (cpu_left[..., None] >= self.need_cpu) & self.allowed[model]
+        if memory_left is not None:
+            fits &= memory_left[..., None] >= self.need_memory
         per_shape = np.where(fits, side.stranded, side.total[..., None])
         share = self.share if weight is None else self.share * weight
         return per_shape @ share + side.total * self.cpu_only_share
@@ -118,13 +129,14 @@ class _ShapeColumns:
         self.which = np.array([index[shape[1]] for shape in shapes], dtype=np.int64)
         self.need_gpus = np.array([shape[2] for shape in shapes], dtype=np.int64)
         self.need_cpu = np.array([shape[0] for shape in shapes], dtype=np.int64)
+        self.need_memory = np.array([shape[4] if len(shape) > 4 else 0 for shape in shapes], dtype=np.int64)
         # allowed[model, t]: shape t may run on that model
         self.allowed = np.array([[not shape[3] or model in shape[3] for shape in shapes] for model in models],
                                 dtype=bool).reshape(len(models), len(shapes))
         # the sizes of the shapes asking two or more whole GPUs
         self.whole_sizes = sorted({int(k) for k, m in zip(self.need_gpus, self.thresholds[self.which])
                                    if k >= 2 and m == MILLI})
-        for shared in (self.thresholds, self.which, self.need_gpus, self.need_cpu, self.allowed):
+        for shared in (self.thresholds, self.which, self.need_gpus, self.need_cpu, self.need_memory, self.allowed):
             shared.flags.writeable = False  # every measure of these shapes holds them
 
 

@@ -1,9 +1,9 @@
 """gpupair's fragmentation score over a trace's nodes (gpupair/decide/score/fragmentation.py), as the
 extender runs it with ``--score fragmentation`` behind the every-pod registration.
 
-What the extender is modelled to know: every pod (its CPU, GPUs and share) through its pod
-watch, so the workload it measures against is the shapes of the pods seen so far; each node's
-CPU left; each GPU's share left; and, for the pod scored, the GPUs its node's picker is expected
+What the extender is modelled to know: every pod (its CPU, memory, GPUs and share) through its
+pod watch, so the workload it measures against is the shapes of the pods seen so far; each
+node's CPU and memory left; each GPU's share left; and, for the pod scored, the GPUs its node's picker is expected
 to take (the device plugin's or the allocator's set; a share on the GPU the sharing layer packs
 it onto, the one with the least left that holds it: gpupair/decide/score/share_pick.py).
 
@@ -44,7 +44,8 @@ class FragmentationScore:
         self.workload.remove(self._shape(pod))
 
     def _shape(self, pod: TracePod) -> tuple:
-        return (pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models) if self.whole_only else pod.shape
+        fgd = (pod.milli_cpu, MILLI if pod.gpus else 0, pod.gpus, pod.models) if self.whole_only else pod.shape
+        return (*fgd, pod.memory_mib)
 
     def scores(self, pod: TracePod, rows: np.ndarray) -> np.ndarray:
         c = self.cluster
@@ -65,5 +66,6 @@ class FragmentationScore:
         def whole_fits(k: int, placed: bool) -> np.ndarray:
             return self.tables.lookup("fits", ids, masks[placed], k)
 
-        node_rows = NodeRows(c.cpu_left[rows], left, after, c.model[rows], c.gpus[rows] * MILLI, whole_fits)
-        return fragmentation_grades(self.workload.measure(c.models), node_rows, pod.milli_cpu)
+        node_rows = NodeRows(c.cpu_left[rows], left, after, c.model[rows], c.gpus[rows] * MILLI, whole_fits,
+                             c.memory_left[rows])
+        return fragmentation_grades(self.workload.measure(c.models), node_rows, pod.milli_cpu, pod.memory_mib)
