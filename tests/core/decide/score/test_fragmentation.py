@@ -19,6 +19,18 @@ def test_a_shape_of_whole_gpus_fits_only_as_close_as_gpupair_allows():
     assert measure.whole_sizes == [4]
 
 
+def test_a_shape_fits_only_where_its_memory_fits_and_fgds_shapes_ask_none():
+    # one GPU with 64Gi, as gpupair learns it (memory MiB last), beside a CPU-only shape
+    measure = Fragmentation([((4000, 1000, 1, (), 65536), 0.5), ((1000, 0, 0, (), 1024), 0.5)], [""])
+    left = np.array([[1000, 0], [1000, 0]])
+    cpu, model = np.array([8000, 8000]), np.array([0, 0])
+    memory = np.array([131072, 32768])  # the second node's memory cannot hold the GPU shape's
+    assert measure.amount(cpu, left, model, memory_left=memory).tolist() == [500.0, 1000.0]
+    assert measure.amount(cpu, left, model).tolist() == [500.0, 500.0]  # not told: memory not counted
+    fgd = Fragmentation([((4000, 1000, 1, ()), 1.0)], [""])  # FGD's shape: no memory field
+    assert fgd.amount(cpu, left, model, memory_left=memory).tolist() == [0.0, 0.0]
+
+
 def test_grades_give_ten_to_the_least_growth_and_a_point_less_per_quantum():
     grown = np.array([250.0, 250.0 + QUANTUM, 250.0 + 3.5 * QUANTUM, 1e6])
     assert grades(grown, np.zeros(4), np.full(4, 8000)).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
