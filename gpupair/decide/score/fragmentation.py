@@ -9,11 +9,11 @@ least and scores ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))`` (``fgd_score``)
 
 gpupair's fragmentation score (``grades``) makes it NUMA-aware: a shape of several whole GPUs
 fits only where gpupair's rule lets it (the fewest NUMA nodes its size allows, ``whole_fits``),
-so GPUs stranded across a socket count as lost, and a shape fits only where its memory fits too
-(a shape's fifth field; FGD's shapes have none), so GPUs left on a node whose memory is spent
-count as lost as FGD counts those whose CPU is (on FGD's multigpu40 workload, seed 42: 96.48%
-allocated at 100% arrival with CPU alone, 96.84% with memory; bench/RESULTS.md). Its workload
-is learned, the shapes of the pods seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
+so GPUs stranded across a socket count as lost, and a shape of whole GPUs fits only where its
+memory fits too (a shape's fifth field; FGD's shapes have none), so GPUs left on a node whose
+memory is spent count as lost as FGD counts those whose CPU is (bench/RESULTS.md: at or above
+FGD on multigpu30 and multigpu50 with memory counted, below it without). Its workload is
+learned, the shapes of the pods seen (``Workload``), not handed to it. The 0-10 answer: 10 where the pod adds the least
 fragmentation among the nodes asked about, a point less for each further ``QUANTUM`` milli, with
 up to ``PACKING`` milli added for the share of its GPUs the node would have left: among nodes that
 fragment alike, the fuller one, as FGD's own ties go to a fixed node order and so pack
@@ -129,7 +129,10 @@ class _ShapeColumns:
         self.which = np.array([index[shape[1]] for shape in shapes], dtype=np.int64)
         self.need_gpus = np.array([shape[2] for shape in shapes], dtype=np.int64)
         self.need_cpu = np.array([shape[0] for shape in shapes], dtype=np.int64)
-        self.need_memory = np.array([shape[4] if len(shape) > 4 else 0 for shape in shapes], dtype=np.int64)
+        # memory MiB a shape of whole GPUs needs; a share's is not counted (counted, gpushare100
+        # lost 0.07 points at 100% arrival and default 0.02 over ten seeds; bench/RESULTS.md)
+        self.need_memory = np.array([shape[4] if len(shape) > 4 and shape[1] == MILLI else 0 for shape in shapes],
+                                    dtype=np.int64)
         # allowed[model, t]: shape t may run on that model
         self.allowed = np.array([[not shape[3] or model in shape[3] for shape in shapes] for model in models],
                                 dtype=bool).reshape(len(models), len(shapes))

@@ -19,7 +19,7 @@ def test_a_shape_of_whole_gpus_fits_only_as_close_as_gpupair_allows():
     assert measure.whole_sizes == [4]
 
 
-def test_a_shape_fits_only_where_its_memory_fits_and_fgds_shapes_ask_none():
+def test_a_shape_of_whole_gpus_fits_only_where_its_memory_fits_and_others_ask_none():
     # one GPU with 64Gi, as gpupair learns it (memory MiB last), beside a CPU-only shape
     measure = Fragmentation([((4000, 1000, 1, (), 65536), 0.5), ((1000, 0, 0, (), 1024), 0.5)], [""])
     left = np.array([[1000, 0], [1000, 0]])
@@ -29,6 +29,8 @@ def test_a_shape_fits_only_where_its_memory_fits_and_fgds_shapes_ask_none():
     assert measure.amount(cpu, left, model).tolist() == [500.0, 500.0]  # not told: memory not counted
     fgd = Fragmentation([((4000, 1000, 1, ()), 1.0)], [""])  # FGD's shape: no memory field
     assert fgd.amount(cpu, left, model, memory_left=memory).tolist() == [0.0, 0.0]
+    share = Fragmentation([((4000, 500, 1, (), 65536), 1.0)], [""])  # a share's memory is not counted
+    assert share.amount(cpu, left, model, memory_left=memory).tolist() == [0.0, 0.0]
 
 
 def test_grades_give_ten_to_the_least_growth_and_a_point_less_per_quantum():
