@@ -4,8 +4,8 @@ every offered node, CPU-only pods included.
 
 Per node it takes what the extender already knows (the report's free GPUs less what bound pods
 hold, the set the device plugin or allocator is expected to take) plus what ``ClusterUsage``
-keeps: the node's CPU and memory left, its GPU product (its report's, else its GFD label) and the shapes of
-the cluster's pods with the products each accepts. A node the pod cannot go to, or one without a
+keeps: the node's CPU and memory left, its GPU product (its report's, else its GFD label) and
+the shapes of the cluster's pods with the products each accepts. A node the pod cannot go to, or one without a
 usable report or a known CPU, gets 0: no opinion, and no part in the grading. The grades are
 ``fragmentation_grades``'s, the simulator's trace score's too.
 
@@ -95,8 +95,8 @@ class Scored:
                       self.layouts, self.products, self.capacities)
 
 
-_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "memory_left", "product", "preferred_met", "partial", "share_of",
-            "replicated", "capacity")
+_COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "memory_left", "product", "preferred_met",
+            "partial", "share_of", "replicated", "capacity")
 
 
 class LeastFragmentation:
@@ -144,9 +144,8 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     each asks, sized per node on its GPUs' capacities (dra_capacity.share_milli). ``slices``: the
     MIG compute slices the pod asks (mixed strategy's ``nvidia.com/mig-*``), one share sized per
     node on its GPUs' slices (mig_ask.slices_milli). ``memory``: the pod's memory request in MiB.
-    A share is graded on the GPU it is foreseen
-    to land on (share_pick.py). ``rows``: read a cached offer from them; None, node by node (both
-    give the same grades)."""
+    A share is graded on the GPU it is foreseen to land on (share_pick.py). ``rows``: read a
+    cached offer from them; None, node by node (both give the same grades)."""
     names = offer.names
     if not usage.workload or not names:
         return None
@@ -229,9 +228,9 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
     index = np.flatnonzero(kept)
     at = slot[index]
     scored = Scored(index, rows.layout[at], rows.free_mask[at], np.zeros(len(index), dtype=np.int64),
-                    rows.cpu_left[at], rows.memory_left[at], rows.product[at], np.ones(len(index), dtype=bool), rows.partial[at],
-                    rows.share_of[at], rows.replicated[at], rows.capacity[at], rows.layouts, rows.products,
-                    rows.capacities)
+                    rows.cpu_left[at], rows.memory_left[at], rows.product[at], np.ones(len(index), dtype=bool),
+                    rows.partial[at], rows.share_of[at], rows.replicated[at], rows.capacity[at], rows.layouts,
+                    rows.products, rows.capacities)
     if gpus > 0 and len(index):
         passes, scored.plan_mask, scored.preferred_met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
         scored = scored.take(np.flatnonzero(passes))
@@ -250,8 +249,8 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
         if state is None:
             continue
         extra.append((position, rows.layout_code(state.layout), state.free_mask, _mask(plan), int(rows.cpu_left[row]),
-                      int(rows.memory_left[row]), int(rows.product[row]), preferred_met, rows.partial[row], int(rows.share_of[row]),
-                      bool(rows.replicated[row]), int(rows.capacity[row])))
+                      int(rows.memory_left[row]), int(rows.product[row]), preferred_met, rows.partial[row],
+                      int(rows.share_of[row]), bool(rows.replicated[row]), int(rows.capacity[row])))
     if extra:
         joined = scored.joined(_columns(extra, rows.layouts, rows.products, rows.capacities))
         scored = joined.take(np.argsort(joined.index, kind="stable"))  # the offer's order, as the per-node path keeps it
@@ -335,7 +334,8 @@ def _per_node(evaluator: Evaluator, usage: ClusterUsage, offer: Offer, gpus: int
         if capacity not in capacities:
             capacities.append(capacity)
         found.append((index, layouts.index(state.layout), state.free_mask, _mask(plan), cpu_left,
-                      memory_left_of(usage, name), products.index(product), preferred_met, partial, share_of, replicated, capacities.index(capacity)))
+                      memory_left_of(usage, name), products.index(product), preferred_met, partial, share_of,
+                      replicated, capacities.index(capacity)))
     return _columns(found, layouts, products, capacities)
 
 
@@ -355,8 +355,8 @@ def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.n
     ``layouts``), its whole GPUs available (the report's free less what bound pods hold) and the
     pod's planned set as bit masks, its CPU left, its product's index, and the milli left on
     each partly taken shared GPU (``partial``) and its memory left in MiB (``memory_left``; None:
-    not counted). Where the pod takes shares (``shares``) it takes
-    them where share_pick foresees, not its planned set."""
+    not counted). Where the pod takes shares (``shares``) it takes them where share_pick foresees,
+    not its planned set."""
     sizes = np.array([len(each.devices) for each in layouts], dtype=np.int64)[layout]
     width = int(sizes.max())
     bits = np.int64(1) << np.arange(width, dtype=np.int64)

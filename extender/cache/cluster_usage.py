@@ -1,15 +1,16 @@
 """What the fragmentation score needs beyond the node reports (``--score fragmentation``):
 each node's CPU and memory, allocatable and requested, its GFD product label, and the shapes of
-the pods in the cluster (CPU, GPUs, memory), each with the GPU products it accepts (gpupair/decide/score/gpu_products.py). A pod
-asking GPU shares (``shared``: time-slicing's ``nvidia.com/gpu.shared``) counts as a shape of that
-many shares, each as large as a share of the GPUs scored (the reporters' ``gpupair.io/shares``:
-a GPU of four replicas, 250 milli); a share is known by what it asks, not by the node it lands on.
-A pod whose DRA claims ask shares by consumable capacity (``capacity.requests``, KEP-5075) counts
-as a shape of that many shares, each sized on the GPUs scored (the most common capacities among
-them: 8Gi of a 32Gi GPU, 250 milli), as the allocator would size it (dra_capacity.share_milli).
-A pod asking MIG profiles (``nvidia.com/mig-3g.20gb``, mig.strategy mixed) counts as a shape of
-one share of its compute slices, sized on the most common share count of the GPUs scored (a
-MIG GPU's slices: 3 of 7, 428 milli; gpupair/decide/pod/mig_ask.py).
+the pods in the cluster (CPU, GPUs, memory), each with the GPU products it accepts
+(gpupair/decide/score/gpu_products.py). A pod asking GPU shares (``shared``: time-slicing's
+``nvidia.com/gpu.shared``) counts as a shape of that many shares, each as large as a share of the
+GPUs scored (the reporters' ``gpupair.io/shares``: a GPU of four replicas, 250 milli); a share
+is known by what it asks, not by the node it lands on. A pod whose DRA claims ask shares by
+consumable capacity (``capacity.requests``, KEP-5075) counts as a shape of that many shares,
+each sized on the GPUs scored (the most common capacities among them: 8Gi of a 32Gi GPU, 250
+milli), as the allocator would size it (dra_capacity.share_milli). A pod asking MIG profiles
+(``nvidia.com/mig-3g.20gb``, mig.strategy mixed) counts as a shape of one share of its compute
+slices, sized on the most common share count of the GPUs scored (a MIG GPU's slices: 3 of 7,
+428 milli; gpupair/decide/pod/mig_ask.py).
 
 Fed by the watches the extender runs anyway: the node cache hands it each Node's allocatable
 CPU and memory and its labels, the pod watch every pod (GPU or not). A pod counts against its
@@ -30,7 +31,8 @@ from gpupair.decide.picture.dra_capacity import Asked
 from gpupair.decide.pod.mig_ask import mig_slices_asked, slices_milli
 from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
-from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, gpu_request, parse_bytes, parse_milli, pod_request
+from gpupair.decide.pod.pod_request import (PodRequestError, cpu_request, gpu_request, parse_bytes, parse_milli,
+                                             pod_request)
 from gpupair.kubewire.defaults import RESOURCE_NAME, SHARED_RESOURCE_NAMES
 from gpupair.topology.mig_slices import COMMON_GPU_SLICES
 

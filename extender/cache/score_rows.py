@@ -4,8 +4,8 @@ A prioritize call on a 1,213-node fleet scores about 500 nodes, and reading each
 Lease, CPU left and product in Python cost about 4 microseconds a node: more than the score's own
 arithmetic (bench/RESULTS.md). So one row per cached node holds what the score reads: whether
 the report and the CPU are known, when the report turns stale, the free GPUs as a bit mask, the
-layout, the CPU and memory left, the product and the decision shape (nodes of one shape decide alike). A
-change only marks the node (the node cache, the Lease watch, ``ClusterUsage``); marked rows are
+layout, the CPU and memory left, the product and the decision shape (nodes of one shape decide
+alike). A change only marks the node (the node cache, the Lease watch, ``ClusterUsage``); marked rows are
 read again when the next call needs them, as DecisionTables does with holds. Nodes that owe a
 hold are read per call (``fragmentation_score``), since a hold changes what is free.
 """
@@ -143,8 +143,8 @@ class ScoreRows:
         self.entries.append(None)
         if slot >= len(self.usable):
             size = max(1024, 2 * len(self.usable))
-            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "memory_left", "product", "shape", "partial",
-                          "share_of", "replicated", "capacity"):
+            for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "memory_left", "product", "shape",
+                          "partial", "share_of", "replicated", "capacity"):
                 old = getattr(self, field)
                 new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
                 new[:len(old)] = old
