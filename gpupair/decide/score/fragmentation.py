@@ -21,19 +21,13 @@ fragment alike, the fuller one, as FGD's own ties go to a fixed node order and s
 count would send every small pod to the nodes with the fewest GPUs, and where pods are pinned to
 a GPU model those are the scarce ones.
 
-Each GPU shape weighs by its scarcity (``scarcity``), p_t times two factors over the nodes scored:
-the GPU left on all of them over that left on those of its products, and the GPU left on those
-of its products over that left on those where the shape fits now (its GPUs as close as gpupair
-requires, its CPU and memory), the second at most ``SCARCITY_CAP``. FGD's measure alone already
-steers pods away from the nodes that rare shapes need, but in proportion to their share of pods
-only. A product that holds a tenth of the free GPUs runs dry long before its pods stop coming,
-and the pods pinned to it then fail while other products have room (on FGD's gpuspec33 workload,
-seed 42, each GPU's share known: 85.5% allocated at 100% arrival without the weight, 94.0% with
-it; FGD publishes 87.8%). Likewise the few nodes with the CPU and memory that an eight-GPU pod
-asks, which smaller pods break first where nothing weighs them (bench/RESULTS.md: on
-`multigpu40`, seed 42, 13 of the 34 such pods failed before 100% arrival, 2 under FGD). Capped,
-a shape that fits a sliver of its products' nodes does not outweigh the common shapes; the
-product's own factor is not capped (capped at 3, gpuspec33 lost 4.6 points).
+Pinned shapes weigh by scarcity (``scarcity``): a shape that accepts only some products counts
+p_t times the GPU left on the nodes scored over the GPU left on those of its products. FGD's
+measure alone already steers flexible pods away from products that pinned shapes need, but in
+proportion to their share of pods only; a product that holds a tenth of the free GPUs runs dry
+long before its pods stop coming, and the pods pinned to it then fail while other products have
+room (on FGD's gpuspec33 workload, seed 42, each GPU's share known: 85.5% allocated at 100%
+arrival without the weight, 94.0% with it; FGD publishes 87.8%).
 
 numpy: a prioritize call or a trace replay asks this of every node at once.
 """
@@ -55,7 +49,6 @@ PACKING = 160  # milli of fragmentation counted for a node left all free (best f
 SHARE_PACKING = 0  # the same for a pod asking a share of one GPU: none (see ``grades``)
 TYPICAL_SHARE = 0.95  # FGD's podPopularityThreshold: the target workload covers 95% of the pods
 MAX_SHAPES = 256  # gpupair's measure: every shape seen, the most common this many (a bound on its cost)
-SCARCITY_CAP = 3.0  # the most the fit's factor of a shape's scarcity reaches (1.5 and 6 did alike; bench/RESULTS.md)
 
 # cpu milli, milli per GPU, GPUs, models, and for gpupair's measure memory MiB (FGD's shapes end
 # at the models: its measure reads CPU and GPU only)
@@ -75,17 +68,13 @@ class Fragmentation:
         self.need_memory = columns.need_memory
         self.share = np.array([p for _, p in gpu_shapes], dtype=float)
 
-    def scarcity(self, left: np.ndarray, model: np.ndarray, fits: np.ndarray) -> np.ndarray:
-        """Per GPU shape, the GPU milli left on all rows over that left on the rows of a product it
-        accepts, times that over the GPU left on the rows where it fits (``fits``), the second
-        factor at most SCARCITY_CAP: 1 for a shape that fits wherever GPUs are left, more the
-        scarcer the rows that hold it. Where none of its products is among the rows it weighs
-        every row alike (the first factor 1), and where it fits nowhere, 1."""
+    def scarcity(self, left: np.ndarray, model: np.ndarray) -> np.ndarray:
+        """Per GPU shape, the GPU milli left on all rows over that left on the rows of a product
+        it accepts: 1 for a shape that accepts any product, more the scarcer its products' GPUs
+        (1 too where none of its products is among the rows: it weighs every row alike there)."""
         per_row = left.sum(axis=-1).astype(float)
-        total, products, fitting = per_row.sum(), per_row @ self.allowed[model], per_row @ fits
-        by_product = np.where(products > 0, total / np.maximum(products, 1.0), 1.0)
-        by_fit = np.where(fitting > 0, total / np.maximum(fitting, 1.0), 1.0)
-        return by_product * np.minimum(by_fit / by_product, SCARCITY_CAP)
+        usable = per_row @ self.allowed[model]
+        return np.where(usable > 0, per_row.sum() / np.maximum(usable, 1.0), 1.0)
 
     def amount(self, cpu_left: np.ndarray, left: np.ndarray, model: np.ndarray,
                whole_fits: dict[int, np.ndarray] | None = None, weight: np.ndarray | None = None,
@@ -96,8 +85,7 @@ class Fragmentation:
         ``weight``: per GPU shape, a factor on its share (``scarcity``); FGD's own has none.
         ``memory_left``: each row's memory left in MiB, against the shapes' memory; without it,
         memory is not counted, as in FGD."""
-        side = self.gpu_side(left, whole_fits)
-        return self.amount_of(self.fits(cpu_left, model, side, memory_left), side, weight)
+        return self.amount_of(cpu_left, model, self.gpu_side(left, whole_fits), weight, memory_left)
 
     def gpu_side(self, left: np.ndarray, whole_fits: dict[int, np.ndarray] | None = None) -> GpuSide:
         """What ``amount`` reads of the rows' GPUs, apart from their CPU: a pod that takes no GPU
@@ -112,17 +100,12 @@ class Fragmentation:
             gpu_fits = np.where(shapes, rows_fit[..., None], gpu_fits)
         return GpuSide(total, stranded[..., self.which], gpu_fits)
 
-    def fits(self, cpu_left: np.ndarray, model: np.ndarray, side: GpuSide,
-             memory_left: np.ndarray | None = None) -> np.ndarray:
-        """[..., T]: whether each GPU shape fits each row, from its CPU left, model and
-        ``gpu_side`` (and its memory left, where given)."""
+    def amount_of(self, cpu_left: np.ndarray, model: np.ndarray, side: GpuSide,
+                  weight: np.ndarray | None = None, memory_left: np.ndarray | None = None) -> np.ndarray:
+        """``amount`` from the rows' CPU left, models and ``gpu_side``."""
         fits = side.gpu_fits & (cpu_left[..., None] >= self.need_cpu) & self.allowed[model]
         if memory_left is not None:
             fits &= memory_left[..., None] >= self.need_memory
-        return fits
-
-    def amount_of(self, fits: np.ndarray, side: GpuSide, weight: np.ndarray | None = None) -> np.ndarray:
-        """``amount`` from ``fits`` and ``gpu_side``."""
         per_shape = np.where(fits, side.stranded, side.total[..., None])
         share = self.share if weight is None else self.share * weight
         return per_shape @ share + side.total * self.cpu_only_share

@@ -33,18 +33,17 @@ class NodeRows:
 def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, pod_memory: int = 0) -> np.ndarray:
     """0-10 per row: how little the pod (``pod_cpu`` milli CPU, ``pod_memory`` MiB, its GPUs in
     ``rows.after``) adds to the fragmentation ``measure`` counts."""
-    def close(after: bool) -> dict[int, np.ndarray]:
+    def fits(after: bool) -> dict[int, np.ndarray]:
         return {k: rows.whole_fits(k, after) for k in measure.whole_sizes}
 
-    side = measure.gpu_side(rows.before, close(False))
+    weight = measure.scarcity(rows.before, rows.model)
+    side = measure.gpu_side(rows.before, fits(False))
     memory = rows.memory_left
-    fitting = measure.fits(rows.cpu_left, rows.model, side, memory)
-    weight = measure.scarcity(rows.before, rows.model, fitting)
-    before = measure.amount_of(fitting, side, weight)
+    before = measure.amount_of(rows.cpu_left, rows.model, side, weight, memory)
     if not np.array_equal(rows.after, rows.before):  # else the pod takes no GPU: its GPU side is as before
-        side = measure.gpu_side(rows.after, close(True))
-    grown = measure.amount_of(measure.fits(rows.cpu_left - pod_cpu, rows.model, side,
-                                           None if memory is None else memory - pod_memory), side, weight) - before
+        side = measure.gpu_side(rows.after, fits(True))
+    grown = measure.amount_of(rows.cpu_left - pod_cpu, rows.model, side, weight,
+                              None if memory is None else memory - pod_memory) - before
     taken = rows.before.sum(axis=1) - rows.after.sum(axis=1)  # the pod's GPU milli, alike on every row
     share = bool(len(taken)) and 0 < int(taken[0]) < MILLI
     return grades(grown, rows.after.sum(axis=1), rows.capacity, SHARE_PACKING if share else PACKING)

@@ -4,8 +4,7 @@ the CPU request it is fed (gpupair/decide/pod/pod_request.py)."""
 import numpy as np
 import pytest
 
-from gpupair.decide.score.fragmentation import (MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, SCARCITY_CAP, Fragmentation,
-                                                Workload, grades)
+from gpupair.decide.score.fragmentation import MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, Fragmentation, Workload, grades
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, parse_milli
 
 
@@ -77,48 +76,22 @@ def test_gpupair_learns_every_shape_where_fgds_target_workload_drops_the_tail():
     assert len(workload.learned()) == MAX_SHAPES  # the most common, a bound on the cost
 
 
-def fitting(measure, cpu, left, model, memory=None):
-    return measure.fits(cpu, model, measure.gpu_side(left), memory)
-
-
 def test_a_shape_pinned_to_a_scarce_product_weighs_by_its_scarcity():
     pinned, flexible = ((0, 1000, 1, ("T4",)), 0.5), ((0, 1000, 1, ()), 0.5)
     measure = Fragmentation([pinned, flexible], ["G2", "T4"])
     # Eight GPUs left on the G2 node, two on the T4 node: the T4 shape can use a fifth of them.
     left = np.array([[1000] * 8, [1000, 1000] + [0] * 6])
-    model, cpu = np.array([0, 1]), np.zeros(2)
-    assert measure.scarcity(left, model, fitting(measure, cpu, left, model)).tolist() == [5.0, 1.0]
+    model = np.array([0, 1])
+    assert measure.scarcity(left, model).tolist() == [5.0, 1.0]
     # A flexible pod placed on the T4 node takes what the pinned shape needs: that costs five
     # times the pinned shape's share; on the G2 node it frees the T4 node for it.
     after = np.array([[0] + [1000] * 7, [0, 1000] + [0] * 6])
-    weight = measure.scarcity(left, model, fitting(measure, cpu, left, model))
-    grown = measure.amount(cpu, after, model, weight=weight) - measure.amount(cpu, left, model, weight=weight)
-    unweighted = measure.amount(cpu, after, model) - measure.amount(cpu, left, model)
+    weight = measure.scarcity(left, model)
+    grown = measure.amount(np.zeros(2), after, model, weight=weight) - measure.amount(np.zeros(2), left, model, weight=weight)
+    unweighted = measure.amount(np.zeros(2), after, model) - measure.amount(np.zeros(2), left, model)
     assert grown[1] - grown[0] > unweighted[1] - unweighted[0] > 0
-    # The product's factor has no cap: with four more G2 nodes, a 21st of the GPUs left.
-    more, models = np.vstack([[[1000] * 8] * 4, left]), np.array([0, 0, 0, 0, 0, 1])
-    assert measure.scarcity(more, models, fitting(measure, np.zeros(6), more, models)).tolist() == [21.0, 1.0]
     # No product of the shape among the rows: it weighs every row alike, so 1.
-    assert measure.scarcity(left[:1], model[:1], fitting(measure, cpu[:1], left[:1], model[:1])).tolist() == [1.0, 1.0]
-
-
-def test_a_shape_that_fits_few_nodes_by_cpu_and_memory_weighs_by_its_scarcity():
-    # Eight GPUs with most of a big node's CPU and memory, and one GPU with little of either.
-    big, small = ((120000, 1000, 8, (), 640000), 0.1), ((4000, 1000, 1, (), 16000), 0.9)
-    measure = Fragmentation([big, small], ["G3"])
-    left = np.array([[1000] * 8] * 4)
-    cpu = np.array([128000, 128000, 96000, 96000])
-    memory = np.array([786432, 393216, 786432, 786432])
-    model = np.zeros(4, dtype=np.int64)
-    # Only the first node holds the big shape (the second lacks memory, the others CPU): a
-    # quarter of the GPU left, weighed at the cap; the small shape fits everywhere.
-    assert measure.scarcity(left, model, fitting(measure, cpu, left, model, memory)).tolist() == [SCARCITY_CAP, 1.0]
-    # Two of the four hold it: twice the share.
-    cpu[1], memory[1] = 128000, 786432
-    assert measure.scarcity(left, model, fitting(measure, cpu, left, model, memory)).tolist() == [2.0, 1.0]
-    # A node that holds it no longer (its CPU taken) leaves it to the other: at the cap again.
-    cpu[1] = 64000
-    assert measure.scarcity(left, model, fitting(measure, cpu, left, model, memory)).tolist() == [SCARCITY_CAP, 1.0]
+    assert measure.scarcity(left[:1], model[:1]).tolist() == [1.0, 1.0]
 
 
 def test_cpu_requests_in_millicores_by_the_effective_request_rule():
