@@ -30,7 +30,7 @@ from gpupair.decide.devices import placement
 from gpupair.decide.picture.dra_capacity import Asked, share_milli
 from gpupair.decide.judge.decisions import preferred_band
 from gpupair.decide.score.fragmentation import MILLI
-from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades, shapes_before
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.pod.mig_ask import slices_milli
@@ -39,7 +39,7 @@ from gpupair.decide.judge.reservations import NO_HOLD
 from gpupair.extender.cache.cluster_usage import CapacityShares, ClusterUsage, memory_mib
 from gpupair.extender.cache.decision_tables import host_priorities_json
 from gpupair.extender.evaluation import Evaluator, Offer
-from gpupair.extender.cache.score_rows import ScoreRows, memory_left_of, share_columns
+from gpupair.extender.cache.score_rows import NO_ROW, ScoreRows, memory_left_of, share_columns
 from gpupair.extender.prioritize import NO_OPINION, scores_json
 from gpupair.extender.protocol import ExtenderArgs
 from gpupair.topology.layout import NodeLayout, NodeState
@@ -83,6 +83,7 @@ class Scored:
     share_of: np.ndarray  # the shares a GPU of the node is split into; 0: it shares none
     replicated: np.ndarray  # its shares are replicas of the whole-GPU resource
     capacity: np.ndarray  # its GPUs' consumable capacities (DRA), an index into ``capacities``; 0: none
+    row: np.ndarray  # its row of ScoreRows where the state is the row's; NO_ROW where the call's own
     layouts: list[NodeLayout]
     products: list[str]
     capacities: list[tuple]
@@ -96,7 +97,7 @@ class Scored:
 
 
 _COLUMNS = ("index", "layout", "free_mask", "plan_mask", "cpu_left", "memory_left", "product", "preferred_met",
-            "partial", "share_of", "replicated", "capacity")
+            "partial", "share_of", "replicated", "capacity", "row")
 
 
 class LeastFragmentation:
@@ -149,25 +150,32 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     names = offer.names
     if not usage.workload or not names:
         return None
-    if rows is not None and offer.cached and not evaluator.own_cases(offer):
-        scored = _from_rows(evaluator, rows, offer, gpus, intent)
-    else:
-        scored = _per_node(evaluator, usage, offer, gpus, intent)
+    from_rows = rows is not None and offer.cached and not evaluator.own_cases(offer)
+    scored = _from_rows(evaluator, rows, offer, gpus, intent) if from_rows else _per_node(evaluator, usage, offer, gpus,
+                                                                                       intent)
     if not len(scored.index):
         return None
     scores = np.zeros(len(names), dtype=np.int64)
-    present = np.unique(scored.product)
-    models = sorted(scored.products[code] for code in present.tolist())
-    rank = np.zeros(len(scored.products), dtype=np.int64)
-    rank[present] = [models.index(scored.products[code]) for code in present.tolist()]
+    # Every product the rows know, present in the offer or not: the same measure, call after call,
+    # for the rows' kept per_shape (a product absent here weighs nothing in it)
+    models = sorted(scored.products)
+    rank = np.array([models.index(product) for product in scored.products], dtype=np.int64)
+    model = rank[scored.product]
     sharing = scored.share_of[(scored.share_of > 0) & (scored.capacity == 0)]
     shares_per_gpu = int(np.bincount(sharing).argmax()) if len(sharing) else 0
     sized = scored.capacity[scored.capacity > 0]
     typical = scored.capacities[int(np.bincount(sized).argmax())] if len(sized) else ()
     measure = usage.measure(models, shares_per_gpu, (lambda asked: sized_share(typical, asked)) if typical else None)
+    before_shapes = None
+    if from_rows:
+        assert rows is not None
+        before_shapes = rows.per_shape_before(measure, scored.row, lambda at: shapes_before(measure, node_rows(
+            scored.layouts, scored.layout[at], scored.free_mask[at], np.zeros(len(at), dtype=np.int64),
+            scored.cpu_left[at], model[at], scored.partial[at], memory_left=scored.memory_left[at])))
     graded = fragmentation_grades(measure, node_rows(
-        scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, rank[scored.product],
-        scored.partial, _share_asks(scored, gpus, shares, capacity, slices), scored.memory_left), cpu, memory)
+        scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, model,
+        scored.partial, _share_asks(scored, gpus, shares, capacity, slices), scored.memory_left), cpu, memory,
+        before_shapes)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
         graded = np.array([preferred_band(grade, met) for grade, met
@@ -229,7 +237,7 @@ def _from_rows(evaluator: Evaluator, rows: ScoreRows, offer: Offer, gpus: int, i
     at = slot[index]
     scored = Scored(index, rows.layout[at], rows.free_mask[at], np.zeros(len(index), dtype=np.int64),
                     rows.cpu_left[at], rows.memory_left[at], rows.product[at], np.ones(len(index), dtype=bool),
-                    rows.partial[at], rows.share_of[at], rows.replicated[at], rows.capacity[at], rows.layouts,
+                    rows.partial[at], rows.share_of[at], rows.replicated[at], rows.capacity[at], at, rows.layouts,
                     rows.products, rows.capacities)
     if gpus > 0 and len(index):
         passes, scored.plan_mask, scored.preferred_met = _by_shape(evaluator, rows, names, index, at, gpus, intent, now)
@@ -264,8 +272,8 @@ def _columns(found: list[tuple], layouts: list[NodeLayout], products: list[str],
     ints = (np.array(column, dtype=np.int64) for column in columns[:7])
     partial = np.array(columns[8], dtype=np.int64).reshape(len(found), MAX_GPUS)
     return Scored(*ints, np.array(columns[7], dtype=bool), partial, np.array(columns[9], dtype=np.int64),
-                  np.array(columns[10], dtype=bool), np.array(columns[11], dtype=np.int64), layouts, products,
-                  capacities)
+                  np.array(columns[10], dtype=bool), np.array(columns[11], dtype=np.int64),
+                  np.full(len(found), NO_ROW, dtype=np.int64), layouts, products, capacities)
 
 
 def _by_shape(evaluator: Evaluator, rows: ScoreRows, names: list[str], index: np.ndarray, at: np.ndarray, gpus: int,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from gpupair.decide.picture.node_entries import ReportEntry
+from gpupair.decide.score.fragmentation import Fragmentation
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.limits import MAX_GPUS
 from gpupair.topology.report import NodeReport
@@ -69,6 +70,12 @@ class ScoreRows:
         # the default Decider's answer for a node of that shape without a hold, which never changes
         # (a shape's number is never reused)
         self.outcomes: dict[tuple[int, int, Any], tuple[bool, int, bool]] = {}
+        # Per row, the fragmentation measure's per_shape before a pod, for the shapes of
+        # ``_per_shape_columns``: good until the row is read again or the workload's set of shapes
+        # changes, so a call computes it only for the rows changed since (most calls: none)
+        self._per_shape_columns: Any = None
+        self._per_shape = np.zeros((0, 0), dtype=np.int64)
+        self._per_shape_good = np.zeros(0, dtype=bool)
 
     # ---- what changes a row: the node cache (a NodeListener), Leases, ClusterUsage
 
@@ -88,6 +95,31 @@ class ScoreRows:
         if self._marked:
             self._read_marked()
         return np.fromiter(map(self._slots.get, names, repeat(NO_ROW)), dtype=np.int64, count=len(names))
+
+    def per_shape_before(self, measure: Fragmentation, slots: np.ndarray,
+                         compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``measure.per_shape`` before a pod for each of ``slots`` (rows of ``find``; NO_ROW for a
+        state of the call's own, a node owing a hold), the rows' kept where still good;
+        ``compute(positions)`` gives it for the other positions of ``slots``."""
+        width = len(measure.share)
+        if self._per_shape_columns is not measure.columns or len(self._per_shape) < len(self.usable):
+            self._per_shape_columns = measure.columns
+            self._per_shape = np.zeros((len(self.usable), width), dtype=np.int64)
+            self._per_shape_good = np.zeros(len(self.usable), dtype=bool)
+        rowed = slots >= 0
+        good = np.zeros(len(slots), dtype=bool)
+        good[rowed] = self._per_shape_good[slots[rowed]]
+        if good.all():
+            return self._per_shape[slots]
+        missing = np.flatnonzero(~good)
+        fresh = compute(missing)
+        out = np.empty((len(slots), width), dtype=fresh.dtype)
+        out[good] = self._per_shape[slots[good]]
+        out[missing] = fresh
+        kept = slots[missing] >= 0
+        self._per_shape[slots[missing][kept]] = fresh[kept]
+        self._per_shape_good[slots[missing][kept]] = True
+        return out
 
     def remember(self, shape: int, gpus: int, intent: Any, outcome: tuple[bool, int, bool]) -> None:
         if len(self.outcomes) >= OUTCOMES_LIMIT:
@@ -113,6 +145,8 @@ class ScoreRows:
     def _read(self, name: str) -> None:
         entry = self._entry_of(name)
         slot = self._slots.get(name)
+        if slot is not None and slot < len(self._per_shape_good):
+            self._per_shape_good[slot] = False
         if entry is None:
             if slot is not None:
                 del self._slots[name]
@@ -122,6 +156,8 @@ class ScoreRows:
             return
         if slot is None:
             slot = self._slots[name] = self._free_slots.pop() if self._free_slots else self._grow()
+            if slot < len(self._per_shape_good):
+                self._per_shape_good[slot] = False
         self.entries[slot] = entry
         report, cpu_left = entry.report, self._usage.cpu_left(name)
         self.usable[slot] = report is not None and cpu_left is not None

@@ -66,6 +66,7 @@ class Fragmentation:
         self.thresholds, self.which, self.need_gpus = columns.thresholds, columns.which, columns.need_gpus
         self.need_cpu, self.allowed, self.whole_sizes = columns.need_cpu, columns.allowed, columns.whole_sizes
         self.need_memory = columns.need_memory
+        self.columns = columns  # what a per-row cache of ``per_shape`` is good for (extender/cache/score_rows.py)
         self.share = np.array([p for _, p in gpu_shapes], dtype=float)
 
     def scarcity(self, left: np.ndarray, model: np.ndarray) -> np.ndarray:
@@ -103,12 +104,33 @@ class Fragmentation:
     def amount_of(self, cpu_left: np.ndarray, model: np.ndarray, side: GpuSide,
                   weight: np.ndarray | None = None, memory_left: np.ndarray | None = None) -> np.ndarray:
         """``amount`` from the rows' CPU left, models and ``gpu_side``."""
+        return self.amount_from(self.per_shape(cpu_left, model, side, memory_left), side.total, weight)
+
+    def per_shape(self, cpu_left: np.ndarray, model: np.ndarray, side: GpuSide,
+                  memory_left: np.ndarray | None = None) -> np.ndarray:
+        """[..., T] per GPU shape, the GPU milli it could not use on each row: the milli stranded
+        below what it asks where it fits, all the row has left where it does not. It depends on
+        the rows and the shapes, not on their shares, so a row's stays good until either changes."""
         fits = side.gpu_fits & (cpu_left[..., None] >= self.need_cpu) & self.allowed[model]
         if memory_left is not None:
             fits &= memory_left[..., None] >= self.need_memory
-        per_shape = np.where(fits, side.stranded, side.total[..., None])
+        return np.where(fits, side.stranded, side.total[..., None])
+
+    def with_less(self, per_shape: np.ndarray, total: np.ndarray, cpu_left: np.ndarray,
+                  memory_left: np.ndarray | None = None) -> np.ndarray:
+        """``per_shape`` of the same rows with only ``cpu_left`` (and ``memory_left``) left and
+        their GPUs as they were: what a pod taking no GPU leaves. A shape that fitted fits still
+        where its CPU and memory do; one that did not, does not."""
+        still = cpu_left[..., None] >= self.need_cpu
+        if memory_left is not None:
+            still &= memory_left[..., None] >= self.need_memory
+        return np.where(still, per_shape, total[..., None])
+
+    def amount_from(self, per_shape: np.ndarray, total: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+        """F from ``per_shape`` and the rows' GPU milli left, each shape by its share (times
+        ``weight``)."""
         share = self.share if weight is None else self.share * weight
-        return per_shape @ share + side.total * self.cpu_only_share
+        return per_shape @ share + total * self.cpu_only_share
 
 
 class GpuSide(NamedTuple):
@@ -201,8 +223,13 @@ class Workload:
         """gpupair's target workload: every shape seen, up to MAX_SHAPES. FGD's 95% cut drops
         the long tail, and pods pinned to a GPU product are that tail (each product list a
         shape of its own): cut, their products looked free to all (gpuspec25 at 100% arrival:
-        92.6% allocated with the cut, 94.3% without)."""
-        return self.typical(1.0, MAX_SHAPES)
+        92.6% allocated with the cut, 94.3% without). Up to MAX_SHAPES, in the order first seen:
+        the order then changes only with the set of shapes, so a measure's shape arrays, and a
+        row's ``per_shape``, are kept while the counts move."""
+        if len(self.shapes) > MAX_SHAPES:
+            return self.typical(1.0, MAX_SHAPES)
+        total = sum(self.shapes.values())
+        return [(shape, count / total) for shape, count in self.shapes.items()]
 
     def measure(self, models: Sequence[str]) -> Fragmentation:
         return Fragmentation(self.learned(), models)
