@@ -3,7 +3,7 @@ measures gpupair against.
 
 An asyncio Protocol on uvloop, requests parsed by httptools, keep-alive: filter passes every
 node it is offered (NodeNames echoed, nothing decoded beyond finding them), prioritize scores
-every node 0, bind creates the Binding through gpupair's own Binding client (a real write to
+every node 0 and so lists none (as gpupair leaves out the nodes it scores 0), bind creates the Binding through gpupair's own Binding client (a real write to
 the API server, as any binding extender must make) and answers. No decisions, no metrics, no
 logs. What kube-scheduler spends on its side of the protocol (its JSON, its HTTP client, its
 binding goroutines waiting) is in this floor too.
@@ -56,12 +56,12 @@ class Floor(asyncio.Protocol):
         if verb == b"bind":
             asyncio.get_running_loop().create_task(self._bind(orjson.loads(body)))
             return
+        if verb != b"filter":
+            self._answer([])
+            return
         args = orjson.loads(body)
         names = args.get("NodeNames") or [n["metadata"]["name"] for n in (args.get("Nodes") or {}).get("items") or []]
-        if verb == b"filter":
-            self._answer({"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""})
-        else:
-            self._answer([{"Host": name, "Score": 0} for name in names])
+        self._answer({"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""})
 
     async def _bind(self, args: dict) -> None:
         try:

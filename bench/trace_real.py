@@ -16,7 +16,8 @@ kube-scheduler is 0 there).
 (simulator/trace/node_sample.py); the pods are sampled to 130% of their GPUs.
 ``--percentage-of-nodes-to-score P``: kube-scheduler's setting (default: its own, unset).
 ``--without-gpupair``: kube-scheduler alone (no extender, no gpupair objects): the baseline of
-the cost ratio. ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the
+the cost ratio. ``--floor``: gpupair installed, both entries pointed at bench/floor_extender.py
+(passes every node, scores none, makes the Binding): what the extender protocol alone adds. ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the
 pods to 130% of its GPUs; ``--max-pods N`` stops after N arrivals (the cost at a size whose full
 replay would take hours); ``--skip-simulated``: the real side only; ``--cpu-profile FILE``: the
 extender's stacks sampled by CPU time over the replay (bench/cpu_sampler.py's collapsed stacks).
@@ -49,6 +50,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import sys
 import time
@@ -70,7 +72,7 @@ from gpupair.simulator.trace.replay import SHIPPED, ReplayConfig, replay  # noqa
 from gpupair.simulator.trace.node_sample import sample_nodes  # noqa: E402
 from tests.controlplane.control_plane import ControlPlane, find_binaries, session_directory  # noqa: E402
 from tests.controlplane.gpupair_install import Install, scheduler_extenders  # noqa: E402
-from tests.controlplane.processes import stop_all  # noqa: E402
+from tests.controlplane.processes import Process, free_port, stop_all  # noqa: E402
 from tests.controlplane.trace_fleet import TraceFleet, replay_real  # noqa: E402
 from bench.metrics_page import cpu_seconds, sum_count, sums_by  # noqa: E402
 
@@ -165,7 +167,8 @@ def run_real(args, nodes, pods) -> dict:
         fleet = TraceFleet(api, nodes)
         fleet.create()
         if not args.without_gpupair:
-            extender, url = install.extender(cpu_profile=args.cpu_profile)
+            extender, url = floor_extender(install, plane) if args.floor else install.extender(
+                cpu_profile=args.cpu_profile)
             config["extenders"] = scheduler_extenders(url)
             processes["extender"] = extender.pid
         if args.percentage_of_nodes_to_score is not None:
@@ -177,8 +180,9 @@ def run_real(args, nodes, pods) -> dict:
         cpu0 = {name: cpu_seconds(pid) for name, pid in processes.items()}
         requests0 = apiserver_requests(api.request("GET", "/metrics"))
         histograms0 = metrics_text(scheduler.url)
-        extender0 = "" if args.without_gpupair else metrics_text(url)
-        if args.cpu_profile and not args.without_gpupair:
+        measured = not args.without_gpupair and not args.floor  # gpupair's own /metrics
+        extender0 = metrics_text(url) if measured else ""
+        if args.cpu_profile and measured:
             os.kill(extender.pid, signal.SIGUSR1)  # the sampler forgets start-up and the first lists
 
         def progress(done: int, total: int) -> None:
@@ -189,7 +193,7 @@ def run_real(args, nodes, pods) -> dict:
                              limit=args.max_pods)
         cpu = {name: round(cpu_seconds(pid) - cpu0[name], 2) for name, pid in processes.items()}
         cost = histogram_cost(histograms0, metrics_text(scheduler.url), SCHEDULER_HISTOGRAMS)
-        answers = {} if args.without_gpupair else histogram_cost(extender0, metrics_text(url), EXTENDER_HISTOGRAMS)
+        answers = histogram_cost(extender0, metrics_text(url), EXTENDER_HISTOGRAMS) if measured else {}
         requests1 = apiserver_requests(api.request("GET", "/metrics"))
         requests = {k: v - requests0.get(k, 0.0) for k, v in requests1.items() if v - requests0.get(k, 0.0) > 0}
         requests = dict(sorted(requests.items(), key=lambda kv: -kv[1]))
@@ -202,12 +206,29 @@ def run_real(args, nodes, pods) -> dict:
             "seconds": round(result.seconds, 1), "cpu_seconds": cpu,
             "apiserver_requests": {"total": sum(requests.values()), **{k: int(v) for k, v in requests.items()}},
             "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score,
-            "gpupair": not args.without_gpupair, "scheduler": cost, "extender": answers,
+            "gpupair": measured, "floor": args.floor, "scheduler": cost, "extender": answers,
         }
     finally:
         plane.stop()
         stop_all()
         shutil.rmtree(plane.directory, ignore_errors=True)  # etcd's data: ~150 MB on tmpfs at full size
+
+
+def floor_extender(install: Install, plane: ControlPlane) -> tuple[Process, str]:
+    """bench/floor_extender.py with the extender's service account, as (process, its URL)."""
+    port = free_port()
+    kubeconfig = install.token_kubeconfig("floor", "gpupair-extender")
+    process = Process("floor", [sys.executable, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig],
+                      plane.directory / "floor.log")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, f"http://127.0.0.1:{port}"
+        except OSError:
+            if not process.alive() or time.monotonic() > deadline:
+                raise RuntimeError(process.describe_exit() if not process.alive() else "the floor extender never listened")
+            time.sleep(0.1)
 
 
 def run_simulated(args, nodes, pods) -> dict:
@@ -256,6 +277,7 @@ def main() -> int:
     parser.add_argument("--skip-real", action="store_true", help="the simulated side only")
     parser.add_argument("--skip-simulated", action="store_true", help="the real side only")
     parser.add_argument("--without-gpupair", action="store_true", help="kube-scheduler alone (the cost's baseline)")
+    parser.add_argument("--floor", action="store_true", help="the entries pointed at bench/floor_extender.py")
     parser.add_argument("--replicate", type=int, default=1, help="the fleet this many times over")
     parser.add_argument("--max-pods", type=int, help="stop after this many arrivals")
     parser.add_argument("--cpu-profile", help="sample the extender by CPU time into this file (bench/cpu_sampler.py)")
@@ -264,6 +286,8 @@ def main() -> int:
     try:
         if args.percentage_of_nodes_to_score is not None and not 0 <= args.percentage_of_nodes_to_score <= 100:
             raise UsageError("--percentage-of-nodes-to-score must be 0-100")
+        if args.floor and args.without_gpupair:
+            raise UsageError("--floor and --without-gpupair: one or the other")
         if args.replicate < 1 or (args.max_pods is not None and args.max_pods < 1):
             raise UsageError("--replicate and --max-pods must be at least 1")
         nodes, pods = sampled(args)
