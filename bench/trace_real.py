@@ -17,8 +17,9 @@ kube-scheduler is 0 there).
 ``--percentage-of-nodes-to-score P``: kube-scheduler's setting (default: its own, unset).
 ``--without-gpupair``: kube-scheduler alone (no extender, no gpupair objects): the baseline of
 the cost ratio. ``--floor``: gpupair installed, both entries pointed at bench/floor_extender.py
-(passes every node, scores none, makes the Binding): what the extender protocol alone adds. ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the
-pods to 130% of its GPUs; ``--max-pods N`` stops after N arrivals (the cost at a size whose full
+(passes every node, scores none, makes the Binding): what the extender protocol alone adds.
+``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the pods to 130% of
+its GPUs; ``--max-pods N`` stops after N arrivals (the cost at a size whose full
 replay would take hours); ``--skip-simulated``: the real side only; ``--cpu-profile FILE``: the
 extender's stacks sampled by CPU time over the replay (bench/cpu_sampler.py's collapsed stacks).
 
@@ -217,7 +218,7 @@ def run_real(args, nodes, pods) -> dict:
 def floor_extender(install: Install, plane: ControlPlane) -> tuple[Process, str]:
     """bench/floor_extender.py with the extender's service account, as (process, its URL)."""
     port = free_port()
-    kubeconfig = install.token_kubeconfig("floor", "gpupair-extender")
+    kubeconfig = install.service_account_kubeconfig("floor", "gpupair-extender")
     process = Process("floor", [sys.executable, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig],
                       plane.directory / "floor.log")
     deadline = time.monotonic() + 30
@@ -226,8 +227,10 @@ def floor_extender(install: Install, plane: ControlPlane) -> tuple[Process, str]
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return process, f"http://127.0.0.1:{port}"
         except OSError:
-            if not process.alive() or time.monotonic() > deadline:
-                raise RuntimeError(process.describe_exit() if not process.alive() else "the floor extender never listened")
+            if not process.alive():
+                raise RuntimeError(process.describe_exit()) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError("the floor extender never listened") from None
             time.sleep(0.1)
 
 

@@ -183,7 +183,8 @@ class Install:
         self.processes.append(process)
         return process
 
-    def token_kubeconfig(self, name: str, service_account: str, bound_pod: dict[str, Any] | None = None) -> str:
+    def service_account_kubeconfig(self, name: str, service_account: str,
+                                   bound_pod: dict[str, Any] | None = None) -> str:
         token = self.api.request_token(NAMESPACE, service_account, bound_pod=bound_pod)
         return str(self.plane.token_kubeconfig(name, token))
 
@@ -195,7 +196,7 @@ class Install:
         port = free_port()
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
         values.update(GPUPAIR_EXTENDER_HOST=LOOPBACK, GPUPAIR_EXTENDER_PORT=str(port),
-                      KUBECONFIG=self.token_kubeconfig(name, "gpupair-extender"))
+                      KUBECONFIG=self.service_account_kubeconfig(name, "gpupair-extender"))
         values.update(env or {})
         process = self._start(name, spec, values, cpu_profile)
         url = f"http://{LOOPBACK}:{port}"
@@ -210,7 +211,7 @@ class Install:
         port = free_port()
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
         values.update(GPUPAIR_DEFRAG_HOST=LOOPBACK, GPUPAIR_DEFRAG_PORT=str(port),
-                      KUBECONFIG=self.token_kubeconfig("defrag", "gpupair-defrag"))
+                      KUBECONFIG=self.service_account_kubeconfig("defrag", "gpupair-defrag"))
         values.update(env or {})
         process = self._start("defrag", spec, values)
         wait_until(lambda: _ready(f"http://{LOOPBACK}:{port}/readyz"), 60, "gpupair defrag /readyz", process,
@@ -223,7 +224,7 @@ class Install:
         spec = self._container("Deployment", "gpupair-webhook", "webhook")
         values = resolved_env(spec, {"metadata.namespace": NAMESPACE})
         if pod_spec(find(self.objects, "Deployment", "gpupair-webhook")).get("automountServiceAccountToken", True):
-            values["KUBECONFIG"] = self.token_kubeconfig("webhook", "gpupair-webhook")
+            values["KUBECONFIG"] = self.service_account_kubeconfig("webhook", "gpupair-webhook")
         values.update(GPUPAIR_WEBHOOK_HOST=LOOPBACK, GPUPAIR_WEBHOOK_PORT=str(self.webhook_port),
                       GPUPAIR_WEBHOOK_TLS_CERT_FILE=str(self.webhook_tls.cert),
                       GPUPAIR_WEBHOOK_TLS_PRIVATE_KEY_FILE=str(self.webhook_tls.key),
@@ -280,7 +281,7 @@ class Install:
             GPUPAIR_REPORTER_CHECKPOINT_FILE=str(node.checkpoint),
             GPUPAIR_REPORTER_LAYOUT_FILE=str(node.directory / "layout.json"),
             GPUPAIR_REPORTER_TOPOLOGY_FILE=str(node.topology_file),
-            KUBECONFIG=self.token_kubeconfig(f"reporter-{node.name}", "gpupair-reporter", bound_pod=pod),
+            KUBECONFIG=self.service_account_kubeconfig(f"reporter-{node.name}", "gpupair-reporter", bound_pod=pod),
         )
         values.update(env or {})
         process = self._start(f"reporter-{node.name}", spec, values)
