@@ -5,8 +5,9 @@ An asyncio Protocol on uvloop, requests parsed by httptools, keep-alive: filter 
 node it is offered (NodeNames echoed, nothing decoded beyond finding them), prioritize scores
 every node 0 and so lists none (as gpupair leaves out the nodes it scores 0), bind creates the
 Binding through gpupair's own Binding client (a real write to the API server, as any binding
-extender must make) and answers. No decisions, no metrics, no logs. What kube-scheduler spends on its side of the protocol (its JSON, its HTTP client, its
-binding goroutines waiting) is in this floor too.
+extender must make) and answers. No decisions, no metrics, no logs. What kube-scheduler spends
+on its side of the protocol (its JSON, its HTTP client, its binding goroutines waiting) is in
+this floor too.
 
     .venv/bin/python bench/floor_extender.py PORT KUBECONFIG
 """
