@@ -76,6 +76,7 @@ class ScoreRows:
         self._per_shape_columns: Any = None
         self._per_shape = np.zeros((0, 0), dtype=np.int64)
         self._per_shape_good = np.zeros(0, dtype=bool)
+        self.per_shape_computed = 0  # rows whose per_shape a call computed, for tests and benches
 
     # ---- what changes a row: the node cache (a NodeListener), Leases, ClusterUsage
 
@@ -113,12 +114,13 @@ class ScoreRows:
             return self._per_shape[slots]
         missing = np.flatnonzero(~good)
         fresh = compute(missing)
+        self.per_shape_computed += len(missing)
         out = np.empty((len(slots), width), dtype=fresh.dtype)
         out[good] = self._per_shape[slots[good]]
         out[missing] = fresh
-        kept = slots[missing] >= 0
-        self._per_shape[slots[missing][kept]] = fresh[kept]
-        self._per_shape_good[slots[missing][kept]] = True
+        stored = slots[missing] >= 0
+        self._per_shape[slots[missing][stored]] = fresh[stored]
+        self._per_shape_good[slots[missing][stored]] = True
         return out
 
     def remember(self, shape: int, gpus: int, intent: Any, outcome: tuple[bool, int, bool]) -> None:
@@ -145,7 +147,10 @@ class ScoreRows:
     def _read(self, name: str) -> None:
         entry = self._entry_of(name)
         slot = self._slots.get(name)
+        kept = None  # what the row's kept per_shape was computed from, where it is good
         if slot is not None and slot < len(self._per_shape_good):
+            if self._per_shape_good[slot]:
+                kept = self._per_shape_inputs(slot)
             self._per_shape_good[slot] = False
         if entry is None:
             if slot is not None:
@@ -173,6 +178,14 @@ class ScoreRows:
         self.shape[slot] = entry.decision_shape
         self.partial[slot], self.share_of[slot], self.replicated[slot], capacities = share_columns(report)
         self.capacity[slot] = self.capacity_code(capacities)
+        if kept is not None and kept == self._per_shape_inputs(slot):
+            # a report re-written as it was (a reporter's heartbeat), or a change the measure does not read
+            self._per_shape_good[slot] = True
+
+    def _per_shape_inputs(self, slot: int) -> tuple:
+        """What a row's per_shape is computed from (fragmentation_score.py)."""
+        return (int(self.free_mask[slot]), int(self.layout[slot]), int(self.cpu_left[slot]),
+                int(self.memory_left[slot]), int(self.product[slot]), self.partial[slot].tobytes())
 
     def _grow(self) -> int:
         slot = len(self.entries)

@@ -172,3 +172,29 @@ def test_a_dra_claim_allocated_reaches_the_rows():
     after_kept, after_read = both()
     assert after_kept == after_read
     assert after_read != read, "the claim changed nothing the score reads: it tests nothing"
+
+
+def test_a_row_is_scored_again_only_when_what_the_measure_reads_changed():
+    """A report re-written as it was (a reporter's heartbeat: a new time, the same GPUs) keeps the
+    row's kept per-shape amounts; a report with other GPUs free has them computed again."""
+    cluster = Cluster()
+    cluster.agree()
+    rows, cache = cluster.rows, cluster.extender.node_cache
+    computed = rows.per_shape_computed
+    cluster.agree()
+    assert rows.per_shape_computed == computed  # nothing changed: every row read from what is kept
+    cluster.now[0] += 30.0
+    same = node("n1", set(cache.get("n1").report.state.free), 16_000, PRODUCTS[1], age=-30.0)  # reported now
+    same["status"] = cluster.nodes["n1"]["status"]
+    same["metadata"]["labels"] = cluster.nodes["n1"]["metadata"]["labels"]
+    decodes = cache.decodes
+    cache.apply("MODIFIED", same)
+    assert cache.decodes == decodes + 1  # a new report, read again
+    cluster.agree()
+    assert rows.per_shape_computed == computed
+    flipped = set(range(8)) - cache.get("n1").report.state.free
+    other = dict(same, metadata={**same["metadata"], "annotations": node("n1", flipped, 16_000, PRODUCTS[1])[
+        "metadata"]["annotations"]})
+    cache.apply("MODIFIED", other)
+    cluster.agree()
+    assert rows.per_shape_computed > computed
