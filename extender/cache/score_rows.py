@@ -7,7 +7,9 @@ the report and the CPU are known, when the report turns stale, the free GPUs as 
 layout, the CPU and memory left, the product and the decision shape (nodes of one shape decide
 alike). A change only marks the node (the node cache, the Lease watch, ``ClusterUsage``); marked rows are
 read again when the next call needs them, as DecisionTables does with holds. Nodes that owe a
-hold are read per call (``fragmentation_score``), since a hold changes what is free.
+hold are read per call (``fragmentation_score``), since a hold changes what is free. Each row also
+keeps the fragmentation measure's per-shape amounts before a pod (``per_shape_before``), the
+larger half of the score's arithmetic, until what they are computed from changes.
 """
 
 from __future__ import annotations
