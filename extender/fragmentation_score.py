@@ -30,7 +30,7 @@ from gpupair.decide.devices import placement
 from gpupair.decide.picture.dra_capacity import Asked, share_milli
 from gpupair.decide.judge.decisions import preferred_band
 from gpupair.decide.score.fragmentation import MILLI
-from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades, shapes_before
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades, shapes_after, shapes_before
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.pod.mig_ask import slices_milli
@@ -166,16 +166,25 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     sized = scored.capacity[scored.capacity > 0]
     typical = scored.capacities[int(np.bincount(sized).argmax())] if len(sized) else ()
     measure = usage.measure(models, shares_per_gpu, (lambda asked: sized_share(typical, asked)) if typical else None)
-    before_shapes = None
+    asks = _share_asks(scored, gpus, shares, capacity, slices)
+    graded_rows = node_rows(scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, model,
+                            scored.partial, asks, scored.memory_left)
+    before_shapes = after_shapes = None
     if from_rows:
         assert rows is not None
-        before_shapes = rows.per_shape_before(measure, scored.row, lambda at: shapes_before(measure, node_rows(
-            scored.layouts, scored.layout[at], scored.free_mask[at], np.zeros(len(at), dtype=np.int64),
-            scored.cpu_left[at], model[at], scored.partial[at], memory_left=scored.memory_left[at])))
-    graded = fragmentation_grades(measure, node_rows(
-        scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, model,
-        scored.partial, _share_asks(scored, gpus, shares, capacity, slices), scored.memory_left), cpu, memory,
-        before_shapes)
+
+        def part(at: np.ndarray, planned: bool) -> NodeRows:
+            return node_rows(scored.layouts, scored.layout[at], scored.free_mask[at],
+                             scored.plan_mask[at] if planned else np.zeros(len(at), dtype=np.int64),
+                             scored.cpu_left[at], model[at], scored.partial[at], memory_left=scored.memory_left[at])
+
+        before_shapes = rows.per_shape(measure, None, scored.row,
+                                       lambda at: shapes_before(measure, part(at, False)))
+        if gpus > 0 and asks is None:  # whole GPUs where each row's decision shape plans them
+            shaped = (scored.row >= 0) & (rows.shape[np.maximum(scored.row, 0)] >= 0)
+            after_shapes = rows.per_shape(measure, (gpus, intent), np.where(shaped, scored.row, NO_ROW),
+                                          lambda at: shapes_after(measure, part(at, True)))
+    graded = fragmentation_grades(measure, graded_rows, cpu, memory, before_shapes, after_shapes)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.
         graded = np.array([preferred_band(grade, met) for grade, met

@@ -8,8 +8,8 @@ layout, the CPU and memory left, the product and the decision shape (nodes of on
 alike). A change only marks the node (the node cache, the Lease watch, ``ClusterUsage``); marked rows are
 read again when the next call needs them, as DecisionTables does with holds. Nodes that owe a
 hold are read per call (``fragmentation_score``), since a hold changes what is free. Each row also
-keeps the fragmentation measure's per-shape amounts before a pod (``per_shape_before``), the
-larger half of the score's arithmetic, until what they are computed from changes.
+keeps the fragmentation measure's per-shape amounts before a pod and with a pod's GPUs taken
+(``per_shape``), most of the score's arithmetic, until what they are computed from changes.
 """
 
 from __future__ import annotations
@@ -72,12 +72,13 @@ class ScoreRows:
         # the default Decider's answer for a node of that shape without a hold, which never changes
         # (a shape's number is never reused)
         self.outcomes: dict[tuple[int, int, Any], tuple[bool, int, bool]] = {}
-        # Per row, the fragmentation measure's per_shape before a pod, for the shapes of
-        # ``_per_shape_columns``: good until the row is read again or the workload's set of shapes
-        # changes, so a call computes it only for the rows changed since (most calls: none)
-        self._per_shape_columns: Any = None
-        self._per_shape = np.zeros((0, 0), dtype=np.int64)
-        self._per_shape_good = np.zeros(0, dtype=bool)
+        # Per row, the fragmentation measure's per_shape before a pod, and with a pod's GPUs taken
+        # (one store per kind of pod), for the shapes of ``_kept_columns``: good while the row's
+        # ``version`` is the one it was computed at and the workload's set of shapes holds, so a
+        # call computes it only for the rows changed since (most calls: none)
+        self.version = np.zeros(0, dtype=np.int64)  # per row, bumped when what per_shape reads changes
+        self._kept_columns: Any = None
+        self._kept: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # kind -> (per_shape, version computed at)
         self.per_shape_computed = 0  # rows whose per_shape a call computed, for tests and benches
 
     # ---- what changes a row: the node cache (a NodeListener), Leases, ClusterUsage
@@ -99,30 +100,35 @@ class ScoreRows:
             self._read_marked()
         return np.fromiter(map(self._slots.get, names, repeat(NO_ROW)), dtype=np.int64, count=len(names))
 
-    def per_shape_before(self, measure: Fragmentation, slots: np.ndarray,
-                         compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """``measure.per_shape`` before a pod for each of ``slots`` (rows of ``find``; NO_ROW for a
-        state of the call's own, a node owing a hold), the rows' kept where still good;
-        ``compute(positions)`` gives it for the other positions of ``slots``."""
+    def per_shape(self, measure: Fragmentation, kind: Any, slots: np.ndarray,
+                  compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``measure.per_shape`` of ``kind`` (None: before a pod; a pod's GPUs and intent: with
+        them taken as the row's decision plans it, before its CPU and memory) for each of
+        ``slots`` (rows of ``find``; NO_ROW for a state of the call's own, a node owing a hold),
+        the rows' kept where still good; ``compute(positions)`` gives it for the other positions."""
         width = len(measure.share)
-        if self._per_shape_columns is not measure.columns or len(self._per_shape) < len(self.usable):
-            self._per_shape_columns = measure.columns
-            self._per_shape = np.zeros((len(self.usable), width), dtype=np.int64)
-            self._per_shape_good = np.zeros(len(self.usable), dtype=bool)
+        if self._kept_columns is not measure.columns or any(len(kept) < len(self.usable)
+                                                            for kept, _ in self._kept.values()):
+            self._kept_columns, self._kept = measure.columns, {}
+        store = self._kept.get(kind)
+        if store is None:
+            store = self._kept[kind] = (np.zeros((len(self.usable), width), dtype=np.int64),
+                                        np.full(len(self.usable), -1, dtype=np.int64))
+        kept, at_version = store
         rowed = slots >= 0
         good = np.zeros(len(slots), dtype=bool)
-        good[rowed] = self._per_shape_good[slots[rowed]]
+        good[rowed] = at_version[slots[rowed]] == self.version[slots[rowed]]
         if good.all():
-            return self._per_shape[slots]
+            return kept[slots]
         missing = np.flatnonzero(~good)
         fresh = compute(missing)
         self.per_shape_computed += len(missing)
         out = np.empty((len(slots), width), dtype=fresh.dtype)
-        out[good] = self._per_shape[slots[good]]
+        out[good] = kept[slots[good]]
         out[missing] = fresh
-        stored = slots[missing] >= 0
-        self._per_shape[slots[missing][stored]] = fresh[stored]
-        self._per_shape_good[slots[missing][stored]] = True
+        stored = slots[missing][slots[missing] >= 0]
+        kept[stored] = fresh[slots[missing] >= 0]
+        at_version[stored] = self.version[stored]
         return out
 
     def remember(self, shape: int, gpus: int, intent: Any, outcome: tuple[bool, int, bool]) -> None:
@@ -147,13 +153,20 @@ class ScoreRows:
             self._read(name)
 
     def _read(self, name: str) -> None:
+        slot = self._slots.get(name)
+        read = self._per_shape_inputs(slot) if slot is not None and self.usable[slot] else None
+        self._fill(name)
+        now = self._slots.get(name)
+        if now != slot and slot is not None:
+            self.version[slot] += 1  # a slot freed: whoever takes it next starts afresh
+        if now is not None and (read is None or not self.usable[now] or self._per_shape_inputs(now) != read):
+            # a report re-written as it was (a reporter's heartbeat), or a change the measure does
+            # not read, keeps the row's version
+            self.version[now] += 1
+
+    def _fill(self, name: str) -> None:
         entry = self._entry_of(name)
         slot = self._slots.get(name)
-        kept = None  # what the row's kept per_shape was computed from, where it is good
-        if slot is not None and slot < len(self._per_shape_good):
-            if self._per_shape_good[slot]:
-                kept = self._per_shape_inputs(slot)
-            self._per_shape_good[slot] = False
         if entry is None:
             if slot is not None:
                 del self._slots[name]
@@ -163,8 +176,6 @@ class ScoreRows:
             return
         if slot is None:
             slot = self._slots[name] = self._free_slots.pop() if self._free_slots else self._grow()
-            if slot < len(self._per_shape_good):
-                self._per_shape_good[slot] = False
         self.entries[slot] = entry
         report, cpu_left = entry.report, self._usage.cpu_left(name)
         self.usable[slot] = report is not None and cpu_left is not None
@@ -180,14 +191,13 @@ class ScoreRows:
         self.shape[slot] = entry.decision_shape
         self.partial[slot], self.share_of[slot], self.replicated[slot], capacities = share_columns(report)
         self.capacity[slot] = self.capacity_code(capacities)
-        if kept is not None and kept == self._per_shape_inputs(slot):
-            # a report re-written as it was (a reporter's heartbeat), or a change the measure does not read
-            self._per_shape_good[slot] = True
 
     def _per_shape_inputs(self, slot: int) -> tuple:
-        """What a row's per_shape is computed from (fragmentation_score.py)."""
+        """What a row's per_shape is computed from (fragmentation_score.py): its GPUs, CPU,
+        memory and product, and its decision shape, which plans a pod's GPUs there."""
         return (int(self.free_mask[slot]), int(self.layout[slot]), int(self.cpu_left[slot]),
-                int(self.memory_left[slot]), int(self.product[slot]), self.partial[slot].tobytes())
+                int(self.memory_left[slot]), int(self.product[slot]), self.partial[slot].tobytes(),
+                int(self.shape[slot]))
 
     def _grow(self) -> int:
         slot = len(self.entries)
@@ -195,7 +205,7 @@ class ScoreRows:
         if slot >= len(self.usable):
             size = max(1024, 2 * len(self.usable))
             for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "memory_left", "product", "shape",
-                          "partial", "share_of", "replicated", "capacity"):
+                          "partial", "share_of", "replicated", "capacity", "version"):
                 old = getattr(self, field)
                 new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
                 new[:len(old)] = old

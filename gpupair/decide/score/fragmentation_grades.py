@@ -31,31 +31,36 @@ class NodeRows:
 
 
 def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, pod_memory: int = 0,
-                         before_shapes: np.ndarray | None = None) -> np.ndarray:
+                         before_shapes: np.ndarray | None = None, after_shapes: np.ndarray | None = None) -> np.ndarray:
     """0-10 per row: how little the pod (``pod_cpu`` milli CPU, ``pod_memory`` MiB, its GPUs in
-    ``rows.after``) adds to the fragmentation ``measure`` counts. ``before_shapes``: the rows'
-    ``measure.per_shape`` before the pod, where the caller keeps it per row (the extender's
-    ScoreRows); None: read from ``rows``."""
+    ``rows.after``) adds to the fragmentation ``measure`` counts. ``before_shapes`` and
+    ``after_shapes``: the rows' ``shapes_before`` and ``shapes_after``, where the caller keeps
+    them per row (the extender's ScoreRows); None: read from ``rows``."""
     weight = measure.scarcity(rows.before, rows.model)
-    memory = rows.memory_left
     total = rows.before.sum(axis=1)
     if before_shapes is None:
         before_shapes = shapes_before(measure, rows)
     before = measure.amount_from(before_shapes, total, weight)
-    memory_after = None if memory is None else memory - pod_memory
-    if np.array_equal(rows.after, rows.before):  # the pod takes no GPU: its GPU side is as before
-        after = measure.amount_from(measure.with_less(before_shapes, total, rows.cpu_left - pod_cpu, memory_after),
-                                    total, weight)
-    else:
-        fits = {k: rows.whole_fits(k, True) for k in measure.whole_sizes}
-        after = measure.amount_of(rows.cpu_left - pod_cpu, rows.model, measure.gpu_side(rows.after, fits), weight,
-                                  memory_after)
-    taken = total - rows.after.sum(axis=1)  # the pod's GPU milli, alike on every row
+    left = rows.after.sum(axis=1)
+    if after_shapes is None:  # a pod taking no GPU leaves its GPU side as it was
+        after_shapes = before_shapes if np.array_equal(rows.after, rows.before) else shapes_after(measure, rows)
+    memory_after = None if rows.memory_left is None else rows.memory_left - pod_memory
+    after = measure.amount_from(measure.with_less(after_shapes, left, rows.cpu_left - pod_cpu, memory_after), left,
+                                weight)
+    taken = total - left  # the pod's GPU milli, alike on every row
     share = bool(len(taken)) and 0 < int(taken[0]) < MILLI
-    return grades(after - before, rows.after.sum(axis=1), rows.capacity, SHARE_PACKING if share else PACKING)
+    return grades(after - before, left, rows.capacity, SHARE_PACKING if share else PACKING)
 
 
 def shapes_before(measure: Fragmentation, rows: NodeRows) -> np.ndarray:
     """``measure.per_shape`` of the rows before the pod: what a caller may keep per row."""
     fits = {k: rows.whole_fits(k, False) for k in measure.whole_sizes}
     return measure.per_shape(rows.cpu_left, rows.model, measure.gpu_side(rows.before, fits), rows.memory_left)
+
+
+def shapes_after(measure: Fragmentation, rows: NodeRows) -> np.ndarray:
+    """``measure.per_shape`` of the rows with the pod's GPUs taken, their CPU and memory as
+    before it (``Fragmentation.with_less`` takes the pod's): what a caller may keep per row and
+    kind of pod."""
+    fits = {k: rows.whole_fits(k, True) for k in measure.whole_sizes}
+    return measure.per_shape(rows.cpu_left, rows.model, measure.gpu_side(rows.after, fits), rows.memory_left)
