@@ -10,8 +10,9 @@ usable report or a known CPU, gets 0: no opinion, and no part in the grading. Th
 ``fragmentation_grades``'s, the simulator's trace score's too.
 
 A request naming nodes of the node cache is read from the rows ``ScoreRows`` keeps
-(extender/cache/score_rows.py), one decision per shape of node; any other (a request's Nodes, a pod with
-a Decider or devices of its own) node by node. Both give the same grades
+(extender/cache/score_rows.py), one decision per shape of node, with each row's per-shape amounts
+before the pod and with a whole-GPU pod's GPUs taken kept there; any other (a request's Nodes, a pod
+with a Decider or devices of its own) node by node. Both give the same grades
 (tests/extender/test_score_rows.py).
 
 Registered for every pod (no ``managedResources``): a CPU pod placed where it strands GPUs costs

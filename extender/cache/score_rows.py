@@ -126,8 +126,9 @@ class ScoreRows:
         out = np.empty((len(slots), width), dtype=fresh.dtype)
         out[good] = kept[slots[good]]
         out[missing] = fresh
-        stored = slots[missing][slots[missing] >= 0]
-        kept[stored] = fresh[slots[missing] >= 0]
+        rowed_missing = slots[missing] >= 0
+        stored = slots[missing][rowed_missing]
+        kept[stored] = fresh[rowed_missing]
         at_version[stored] = self.version[stored]
         return out
 
@@ -159,9 +160,9 @@ class ScoreRows:
         now = self._slots.get(name)
         if now != slot and slot is not None:
             self.version[slot] += 1  # a slot freed: whoever takes it next starts afresh
+        # what the measure reads changed; a report re-written as it was (a reporter's heartbeat)
+        # keeps the row's version, and so its kept per_shape
         if now is not None and (read is None or not self.usable[now] or self._per_shape_inputs(now) != read):
-            # a report re-written as it was (a reporter's heartbeat), or a change the measure does
-            # not read, keeps the row's version
             self.version[now] += 1
 
     def _fill(self, name: str) -> None:

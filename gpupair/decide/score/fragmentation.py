@@ -118,8 +118,8 @@ class Fragmentation:
 
     def with_less(self, per_shape: np.ndarray, total: np.ndarray, cpu_left: np.ndarray,
                   memory_left: np.ndarray | None = None) -> np.ndarray:
-        """``per_shape`` of the same rows with only ``cpu_left`` (and ``memory_left``) left and
-        their GPUs as they were: what a pod taking no GPU leaves. A shape that fitted fits still
+        """``per_shape`` of the same rows with only ``cpu_left`` (and ``memory_left``) left, their
+        GPUs as they were in it: what a pod's CPU and memory take. A shape that fitted fits still
         where its CPU and memory do; one that did not, does not."""
         still = cpu_left[..., None] >= self.need_cpu
         if memory_left is not None:
