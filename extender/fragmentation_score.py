@@ -31,7 +31,7 @@ from gpupair.decide.devices import placement
 from gpupair.decide.picture.dra_capacity import Asked, share_milli
 from gpupair.decide.judge.decisions import preferred_band
 from gpupair.decide.score.fragmentation import MILLI
-from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades, shapes_after, shapes_before
+from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades, shapes_of
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
 from gpupair.decide.pod.mig_ask import slices_milli
@@ -180,11 +180,11 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
                              scored.cpu_left[at], model[at], scored.partial[at], memory_left=scored.memory_left[at])
 
         before_shapes = rows.per_shape(measure, None, scored.row,
-                                       lambda at: shapes_before(measure, part(at, False)))
+                                       lambda at: shapes_of(measure, part(at, False)))
         if gpus > 0 and asks is None:  # whole GPUs where each row's decision shape plans them
             shaped = (scored.row >= 0) & (rows.shape[np.maximum(scored.row, 0)] >= 0)
             after_shapes = rows.per_shape(measure, (gpus, intent), np.where(shaped, scored.row, NO_ROW),
-                                          lambda at: shapes_after(measure, part(at, True)))
+                                          lambda at: shapes_of(measure, part(at, True), True))
     graded = fragmentation_grades(measure, graded_rows, cpu, memory, before_shapes, after_shapes)
     if gpus > 0 and not scored.preferred_met.all():
         # A preferred pod: the nodes with the set it prefers first, fragmentation within each tier.

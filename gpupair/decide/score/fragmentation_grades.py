@@ -34,16 +34,16 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, p
                          before_shapes: np.ndarray | None = None, after_shapes: np.ndarray | None = None) -> np.ndarray:
     """0-10 per row: how little the pod (``pod_cpu`` milli CPU, ``pod_memory`` MiB, its GPUs in
     ``rows.after``) adds to the fragmentation ``measure`` counts. ``before_shapes`` and
-    ``after_shapes``: the rows' ``shapes_before`` and ``shapes_after``, where the caller keeps
+    ``after_shapes``: the rows' ``shapes_of`` before the pod and placed, where the caller keeps
     them per row (the extender's ScoreRows); None: read from ``rows``."""
     weight = measure.scarcity(rows.before, rows.model)
     total = rows.before.sum(axis=1)
     if before_shapes is None:
-        before_shapes = shapes_before(measure, rows)
+        before_shapes = shapes_of(measure, rows)
     before = measure.amount_from(before_shapes, total, weight)
     left = rows.after.sum(axis=1)
     if after_shapes is None:  # a pod taking no GPU leaves its GPU side as it was
-        after_shapes = before_shapes if np.array_equal(rows.after, rows.before) else shapes_after(measure, rows)
+        after_shapes = before_shapes if np.array_equal(rows.after, rows.before) else shapes_of(measure, rows, True)
     memory_after = None if rows.memory_left is None else rows.memory_left - pod_memory
     after = measure.amount_from(measure.with_less(after_shapes, left, rows.cpu_left - pod_cpu, memory_after), left,
                                 weight)
@@ -52,15 +52,10 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, p
     return grades(after - before, left, rows.capacity, SHARE_PACKING if share else PACKING)
 
 
-def shapes_before(measure: Fragmentation, rows: NodeRows) -> np.ndarray:
-    """``measure.per_shape`` of the rows before the pod: what a caller may keep per row."""
-    fits = {k: rows.whole_fits(k, False) for k in measure.whole_sizes}
-    return measure.per_shape(rows.cpu_left, rows.model, measure.gpu_side(rows.before, fits), rows.memory_left)
-
-
-def shapes_after(measure: Fragmentation, rows: NodeRows) -> np.ndarray:
-    """``measure.per_shape`` of the rows with the pod's GPUs taken, their CPU and memory as
-    before it (``Fragmentation.with_less`` takes the pod's): what a caller may keep per row and
-    kind of pod."""
-    fits = {k: rows.whole_fits(k, True) for k in measure.whole_sizes}
-    return measure.per_shape(rows.cpu_left, rows.model, measure.gpu_side(rows.after, fits), rows.memory_left)
+def shapes_of(measure: Fragmentation, rows: NodeRows, placed: bool = False) -> np.ndarray:
+    """``measure.per_shape`` of the rows before the pod, or with its GPUs taken (``placed``), their
+    CPU and memory as before it either way (``Fragmentation.with_less`` takes the pod's): what a
+    caller may keep per row, and per kind of pod where placed."""
+    fits = {k: rows.whole_fits(k, placed) for k in measure.whole_sizes}
+    side = measure.gpu_side(rows.after if placed else rows.before, fits)
+    return measure.per_shape(rows.cpu_left, rows.model, side, rows.memory_left)
