@@ -23,12 +23,12 @@ import numpy as np
 
 from gpupair.decide.picture.node_entries import ReportEntry
 from gpupair.decide.score.fragmentation import Fragmentation
-from gpupair.decide.score.fragmentation_grades import UNKNOWN_MEMORY
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.limits import MAX_GPUS
 from gpupair.topology.report import NodeReport
 
 NO_ROW = -1
+UNKNOWN_MEMORY = 1 << 50  # MiB: a node whose memory is not known holds any shape's
 OUTCOMES_LIMIT = 65536
 
 

@@ -14,17 +14,6 @@ import numpy as np
 
 from gpupair.decide.score.fragmentation import MILLI, PACKING, SHARE_PACKING, Fragmentation, grades
 
-# Milli of fragmentation counted, for a pod of several whole GPUs, on the node it would leave with
-# the most CPU and memory among those scored (none on the one it leaves with the least): best fit
-# among nodes that fragment alike. kube-scheduler's default profile (NodeResourcesFit's
-# LeastAllocated, BalancedAllocation) sends such a pod to the node with the most left, and the
-# measure cannot object: a board the pod takes whole fragments alike whatever CPU it had. On the
-# openb fleet that is a G3 board (128 cores, 768 GiB), and pods asking eight GPUs, 120 cores and
-# 625-720 GiB fit nothing else (multigpu40, seed 43: 10 of them failed before 100% arrival
-# against FGD's 1; bench/RESULTS.md).
-BEST_FIT = 60
-UNKNOWN_MEMORY = 1 << 50  # MiB: a node whose memory is not known (it holds any shape's)
-
 
 @dataclass(frozen=True)
 class NodeRows:
@@ -60,23 +49,7 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, p
                                 weight)
     taken = total - left  # the pod's GPU milli, alike on every row
     share = bool(len(taken)) and 0 < int(taken[0]) < MILLI
-    grown = after - before
-    if len(taken) and int(taken[0]) >= 2 * MILLI:
-        grown = grown + BEST_FIT * most_left(rows, pod_cpu, pod_memory)
-    return grades(grown, left, rows.capacity, SHARE_PACKING if share else PACKING)
-
-
-def most_left(rows: NodeRows, pod_cpu: int, pod_memory: int = 0) -> np.ndarray:
-    """0-1 per row: the CPU (and memory) the pod would leave there, each over the most it would
-    leave on any row, averaged; a node whose memory is not known counts its CPU alone."""
-    cpu = np.maximum(rows.cpu_left - pod_cpu, 0).astype(float)
-    cpu /= max(float(cpu.max()), 1.0)
-    if rows.memory_left is None:
-        return cpu
-    known = rows.memory_left < UNKNOWN_MEMORY
-    memory = np.where(known, np.maximum(rows.memory_left - pod_memory, 0), 0).astype(float)
-    memory /= max(float(memory.max()), 1.0)
-    return np.where(known, (cpu + memory) / 2, cpu)
+    return grades(after - before, left, rows.capacity, SHARE_PACKING if share else PACKING)
 
 
 def shapes_of(measure: Fragmentation, rows: NodeRows, placed: bool = False) -> np.ndarray:
