@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from gpupair.decide.judge.decisions import Decider, NodeView
 from gpupair.decide.judge.reservations import Hold, Reservation, Reservations
+from gpupair.simulator.shapes import seed_layout
+from gpupair.topology.layout import NodeState
 from gpupair.topology.report import Ledger
 
 ALL = frozenset(range(8))
@@ -157,3 +160,21 @@ def test_a_held_set_holds_its_devices_from_all_but_its_key_until_its_time_runs_o
     assert res.by_node() == {"n": Hold(kept, count=1, kept=kept)} and "defrag:w" not in res.known_uids()
     timer.now += 60
     assert res.by_node() == {"n": Hold(count=1)} and not res.held_sets()
+
+
+def test_a_plan_beside_a_count_counts_too_so_the_next_pod_fits_whatever_either_took():
+    # The burst on the real plane (tests/controlplane/test_device_plugin.py): a report caught two
+    # of four pinned pods (GPUs 0, 1), the other two hold by count, and the extender planned
+    # {2, 3} for a 2-GPU pod. The pinned pods really took 2 and 4, so the plugin gave that pod
+    # {6, 7}, and {3, 5}, a SYS pair, was all that was left for the next.
+    res, _ = store()
+    res.observe_report("n", ALL - {0, 1}, ledger(p0={0}, p1={1}))
+    res.pod_bound("u2", "n", "ml", "p2", 1)
+    res.pod_bound("u4", "n", "ml", "p4", 1)
+    res.reserve(Reservation("b1", "n", frozenset({2, 3}), "ml", "burst-1"))
+    hold = res.hold("n")
+    assert hold == Hold(frozenset({2, 3}), count=4)  # its plan stays promised, and counts
+    view = NodeView("n", NodeState(seed_layout(), ALL - {0, 1}), "", hold.devices, hold.count)
+    assert not Decider().decide(2, view).passes
+    res.observe_report("n", ALL - {0, 1, 2, 4, 6, 7}, ledger(p0={0}, p1={1}, p2={2}, p4={4}, **{"burst-1": {6, 7}}))
+    assert not res.hold("n")  # the report lists them all: nothing owed
