@@ -64,11 +64,16 @@ class NodeView:
 
     def available(self) -> NodeState | None:
         """Free devices less those planned for pods bound here but not yet in the report, and
-        less the worst ``held`` others (their pods' devices are not known yet)."""
+        less the worst ``held`` others (their pods' devices are not known yet). Beside a count,
+        a plan's pod may have got other devices than planned (the planned ones may be the
+        counted pods'), so its GPUs are taken at worst too: the next pod fits whatever either
+        really took."""
         if self.state is None:
             return None
         state = self.state.take(self.reserved) if self.reserved else self.state
-        return placement.worst_case_take(state, self.held) if self.held else state
+        if not self.held:
+            return state
+        return placement.worst_case_take(state, self.held + len(self.reserved - self.kept))
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,7 @@ without a hold the next pod would be promised them too. Two kinds of hold:
 - **Counts**: pods bound by anyone else (pinned by ``spec.nodeName``, another scheduler, another
   replica, a Binding whose answer was lost). Their devices are unknown until the report, so the
   node owes their GPU count without inventing which GPUs: ``placement.worst_case_take`` decides
-  as if they took the worst ones. While a node owes a count, its plans count too: the plugin
-  may have given their pods other devices (the planned ones may be the counted pods').
+  as if they took the worst ones (and, beside them, its plans too: ``NodeView.available``).
 
 A node's report carries its allocation ledger (``gpupair.io/allocations``). A hold ends the
 moment a report lists its pod, whatever devices the pod really got: a plan the plugin followed
@@ -297,11 +296,6 @@ class Reservations:
                 kept |= held.devices
         count = sum(self._pods[uid].gpus for uid in self._bound.get(node, ())
                     if uid not in exclude and uid not in planned)
-        if count:
-            # GPUs held by count are unknown, so the device plugin may have given a plan's pod
-            # other devices than planned (its own may be the counted pods'). Its plan stays
-            # promised to it and counts as well: the next pod fits whatever either really took.
-            count += len(devices)
         devices |= kept
         return Hold(frozenset(devices), count, frozenset(kept)) if devices or count else NO_HOLD
 

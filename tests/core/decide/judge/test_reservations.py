@@ -173,7 +173,7 @@ def test_a_plan_beside_a_count_counts_too_so_the_next_pod_fits_whatever_either_t
     res.pod_bound("u4", "n", "ml", "p4", 1)
     res.reserve(Reservation("b1", "n", frozenset({2, 3}), "ml", "burst-1"))
     hold = res.hold("n")
-    assert hold == Hold(frozenset({2, 3}), count=4)  # its plan stays promised, and counts
+    assert hold == Hold(frozenset({2, 3}), count=2)  # owed as it is: the plan, and two unknown
     view = NodeView("n", NodeState(seed_layout(), ALL - {0, 1}), "", hold.devices, hold.count)
     assert not Decider().decide(2, view).passes
     res.observe_report("n", ALL - {0, 1, 2, 4, 6, 7}, ledger(p0={0}, p1={1}, p2={2}, p4={4}, **{"burst-1": {6, 7}}))
