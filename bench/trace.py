@@ -16,7 +16,9 @@ the fewest NUMA nodes, and the published FGD figure beside them.
 
 Floor (--floor; gpupair#44 item 3): on every workload found (or --traces), kube-default alone and
 with gpupair under each of --goal-scores (default: shipped), one table a workload: allocation at
-100 and 130% arrival, FGD's published ten-seed mean there and the gap, the worst gap to
+100 and 130% arrival, FGD's published ten-seed mean there and the gap (with its standard error
+where the same seeds ran on both sides: the gap per seed, whose spread says how far a ten-seed
+mean can be trusted to tell a workload above FGD from below it), the worst gap to
 kube-default alone at any arrival from 50 to 130% and where, multi-GPU pods on the fewest NUMA
 nodes; then which workloads pass each check. Where FGD published nothing (a workload of our own),
 FGD is replayed over the same seeds and stands in, marked "replayed".
@@ -39,7 +41,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean, pstdev, stdev
 
 # After the installed packages: gpupair comes from the install (the checkout's gpupair/ holds
 # the core alone), tests/ and bench/ from the checkout.
@@ -66,18 +68,27 @@ GOAL_POLICIES = ("kube-default", "fgd", "bestfit")
 FLOOR_BELOW, FGD_WITHIN, FLOOR_FROM = 0.5, 0.3, 50  # gpupair#52 item 5: points, points, arrival %
 
 
-def published(path: Path) -> dict[tuple[str, str], list[dict[int, float]]]:
-    """(workload, policy) -> each seed's allocation by arrival %, from FGD's result file."""
-    table: dict[tuple[str, str], list[dict[int, float]]] = {}
+def published(path: Path) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+    """(workload, policy) -> seed -> that seed's allocation by arrival %, from FGD's result file."""
+    table: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
     try:
         with path.open() as handle:
             for row in csv.DictReader(handle):
                 workload = row["workload"].removeprefix("openb_pod_list_")
-                table.setdefault((workload, row["sc_policy"]), []).append(
-                    {int(k): float(v) for k, v in row.items() if k.isdigit() and v})
+                table.setdefault((workload, row["sc_policy"]), {})[int(row["seed"])] = {
+                    int(k): float(v) for k, v in row.items() if k.isdigit() and v}
     except (OSError, KeyError, ValueError) as error:
         raise UsageError(f"{path}: cannot read FGD's result file: {error}") from None
     return table
+
+
+def paired_error(mine: dict[int, dict[int, float]], theirs: dict[int, dict[int, float]], point: int) -> float | None:
+    """The standard error of the mean gap at an arrival %, seed by seed (each seed's arrivals are
+    the same pods in the same order for both, so the gap varies less than either figure); None
+    where fewer than two seeds are in both."""
+    gaps = [mine[seed][point] - theirs[seed][point] for seed in mine
+            if seed in theirs and mine[seed].get(point) is not None and theirs[seed].get(point) is not None]
+    return stdev(gaps) / len(gaps) ** 0.5 if len(gaps) >= 2 else None
 
 
 def pod_lists(folders: list[Path]) -> dict[str, Path]:
@@ -173,7 +184,7 @@ def fidelity(args, nodes, reference, seeds, pods_of) -> list[dict]:
         everything += [{"trace": trace, **run.as_json()} for run in runs]
         for policy, name in SIX.items():
             mine = [run for run in runs if run.policy.lower() == policy]
-            theirs = reference.get((trace, name), [])
+            theirs = list(reference.get((trace, name), {}).values())
             cells = []
             for point in POINTS:
                 ours = mean(run.allocation[point] for run in mine)
@@ -219,7 +230,7 @@ def goal(args, nodes, reference, seeds, pods_of) -> list[dict]:
                    for gpupair, score in variants for seed in seeds]
         runs = run_all(nodes, pods_of[trace], configs, args.workers)
         everything += [{"trace": trace, **run.as_json()} for run in runs]
-        fgd = reference.get((trace, "06-FGD"), [])
+        fgd = list(reference.get((trace, "06-FGD"), {}).values())
         pub = " / ".join(f"{mean(r[p] for r in fgd):.2f}" for p in (100, 130)) if fgd else "-"
         for policy in policies:
             for gpupair, score in variants:
@@ -245,7 +256,7 @@ def floor(args, nodes, reference, seeds, pods_of, scores) -> list[dict]:
           f"Worst gap: the least, at any arrival from {FLOOR_FROM} to 130%, of the mean allocation less "
           f"kube-default alone's (at that arrival %).")
     for trace, pods in pods_of.items():
-        theirs = reference.get((trace, "06-FGD"), [])
+        theirs = reference.get((trace, "06-FGD"), {})
         configs = [ReplayConfig("kube-default", False, seed, args.path) for seed in seeds]
         configs += [ReplayConfig("kube-default", True, seed, args.path, score=score) for score in scores
                     for seed in seeds]
@@ -253,17 +264,20 @@ def floor(args, nodes, reference, seeds, pods_of, scores) -> list[dict]:
         runs = run_all(nodes, pods, configs, args.workers)
         everything += [{"trace": trace, **run.as_json()} for run in runs]
         alone = [r for r in runs if r.policy == "kube-default" and not r.gpupair]
-        fgd = theirs or [r.allocation for r in runs if r.policy == "FGD"]
-        fgd_at = {p: mean(r[p] for r in fgd) for p in (100, 130)}
+        fgd = theirs or {r.seed: r.allocation for r in runs if r.policy == "FGD"}
+        fgd_at = {p: mean(r[p] for r in fgd.values()) for p in (100, 130)}
         kind = "published" if theirs else "replayed"
         print(f"\n### {trace}\n")
-        print(f"| kube-default | @100 | @130 | FGD {kind} @100 / @130 (gap) | worst gap to alone, "
+        print(f"| kube-default | @100 | @130 | FGD {kind} @100 / @130 (gap ± its standard error) | worst gap to alone, "
               f"{FLOOR_FROM}-130% | multi-GPU on fewest NUMA nodes |")
         print("|---|---|---|---|---|---|")
         for score in (None, *scores):
             mine = alone if score is None else [r for r in runs if r.gpupair and r.score == score]
             at = {p: mean_at(mine, p) for p in (100, 130)}
             gap = {p: at[p] - fgd_at[p] for p in (100, 130)}
+            by_seed = {r.seed: r.allocation for r in mine}
+            shown = {p: f"{gap[p]:+.2f}" + ("" if (error := paired_error(by_seed, fgd, p)) is None
+                                            else f" ± {error:.2f}") for p in (100, 130)}
             placed, local = sum(r.multi_gpu_placed for r in mine), sum(r.multi_gpu_numa_local for r in mine)
             worst = "-"
             if score is not None:
@@ -280,13 +294,13 @@ def floor(args, nodes, reference, seeds, pods_of, scores) -> list[dict]:
                     if ok:
                         record[check].append(trace)
                     else:
-                        detail = {"floor": worst, "fgd": f"{gap[100]:+.2f} / {gap[130]:+.2f}",
-                                  "stretch": f"{gap[100]:+.2f} / {gap[130]:+.2f}",
+                        detail = {"floor": worst, "fgd": f"{shown[100]} / {shown[130]}",
+                                  "stretch": f"{shown[100]} / {shown[130]}",
                                   "numa": f"{local} of {placed}"}[check]
                         record[check + " failed"].append(f"{trace} ({detail})")
             label = "alone" if score is None else f"+ {SCORE_LABELS[score]} ({score})"
             print(f"| {label} | {at[100]:.2f} | {at[130]:.2f} | {fgd_at[100]:.2f} / {fgd_at[130]:.2f} "
-                  f"({gap[100]:+.2f} / {gap[130]:+.2f}) | {worst} | {local} of {placed} |")
+                  f"({shown[100]} / {shown[130]}) | {worst} | {local} of {placed} |")
         sys.stdout.flush()
     names = {"floor": f"never more than {FLOOR_BELOW} below kube-default alone ({FLOOR_FROM}-130%)",
              "fgd": f"within {FGD_WITHIN:g} of FGD at 100 and 130%",

@@ -55,6 +55,29 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     assert all(set(map(int, r["allocation"])) >= set(range(50, 131)) for r in runs)
 
 
+def test_the_gap_carries_its_standard_error_where_both_sides_ran_the_same_seeds(sliced, tmp_path):
+    """FGD replayed on ``pinned`` ran seeds 1-2 as gpupair did: its gap shows the standard error
+    of the per-seed gaps. FGD's published seeds are 42-51, not 1-2: no pairs, no error shown."""
+    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--seeds", "1-2",
+                 "--workers", "1", "--json", str(tmp_path / "runs.json"))
+    assert done.returncode == 0, done.stderr
+    tables = {section.split("\n", 1)[0]: section for section in done.stdout.split("### ")[1:]}
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    pinned = {(r["policy"], r["gpupair"]): {} for r in runs if r["trace"] == "pinned"}
+    for r in runs:
+        if r["trace"] == "pinned":
+            pinned[r["policy"], r["gpupair"]][r["seed"]] = r["allocation"]
+    for name, row_start, expect_error in (("pinned", "| + gpupair", True), ("multigpu50", "| + gpupair", False)):
+        row = next(line for line in tables[name].splitlines() if line.startswith(row_start))
+        gaps = row.split(" | ")[3].split("(")[1].rstrip(")").split(" / ")
+        assert all(("±" in gap) == expect_error for gap in gaps), row
+    row = next(line for line in tables["pinned"].splitlines() if line.startswith("| + gpupair"))
+    shown = [float(gap.split("± ")[1]) for gap in row.split(" | ")[3].split("(")[1].rstrip(")").split(" / ")]
+    for point, error in zip(("100", "130"), shown):
+        a, b = (pinned["kube-default", True][s][point] - pinned["FGD", False][s][point] for s in (1, 2))
+        assert error == pytest.approx(abs(a - b) / 2, abs=0.006)  # two seeds: sd |a-b|/sqrt(2), over sqrt(2)
+
+
 def test_another_fleet_is_measured_against_fgd_replayed_on_it(sliced, tmp_path):
     """FGD published the openb fleet only: on a node list of another shape (--nodes) every
     workload's FGD is replayed over the same seeds, the published figures never read."""
