@@ -30,11 +30,18 @@ def bench(*args):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
-    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--seeds", "1-2",
-                 "--goal-scores", "shipped,whole-gpus", "--workers", "1", "--json", str(tmp_path / "runs.json"))
+@pytest.fixture(scope="module")
+def floor_run(sliced, tmp_path_factory):
+    """One --floor run over the slices, seeds 1-2, both scores: its output and its runs' JSON."""
+    folder = tmp_path_factory.mktemp("floor-run")
+    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(folder), "--seeds", "1-2",
+                 "--goal-scores", "shipped,whole-gpus", "--workers", "1", "--json", str(folder / "runs.json"))
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    return done.stdout, json.loads((folder / "runs.json").read_text())
+
+
+def test_floor_prints_a_table_a_workload_and_which_pass(floor_run):
+    out, runs = floor_run
     assert out.index("### multigpu50") < out.index("### pinned")  # FGD's workloads first, then ours
     tables = {section.split("\n", 1)[0]: section for section in out.split("### ")[1:]}
     assert "FGD published @100 / @130" in tables["multigpu50"]
@@ -47,7 +54,6 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
         assert all(" @" in row.split(" | ")[4] for row in rows[1:])  # the worst gap and where
     summary = tables["Which workloads pass (2 workloads)"]
     assert summary.count("- gpupair (shipped), ") == 4 and summary.count("- gpupair-whole-gpus (whole-gpus), ") == 4
-    runs = json.loads((tmp_path / "runs.json").read_text())
     # per workload: kube-default alone and with each score, two seeds; FGD replayed on pinned only
     assert len(runs) == 2 * 3 * 2 + 2
     assert sum(r["policy"] == "FGD" for r in runs) == 2 and {r["trace"] for r in runs if r["policy"] == "FGD"} == {
@@ -55,18 +61,15 @@ def test_floor_prints_a_table_a_workload_and_which_pass(sliced, tmp_path):
     assert all(set(map(int, r["allocation"])) >= set(range(50, 131)) for r in runs)
 
 
-def test_the_gap_carries_its_standard_error_where_both_sides_ran_the_same_seeds(sliced, tmp_path):
+def test_the_gap_carries_its_standard_error_where_both_sides_ran_the_same_seeds(floor_run):
     """FGD replayed on ``pinned`` ran seeds 1-2 as gpupair did: its gap shows the standard error
     of the per-seed gaps. FGD's published seeds are 42-51, not 1-2: no pairs, no error shown."""
-    done = bench("--floor", "--fixtures", str(sliced), "--openb", str(tmp_path), "--seeds", "1-2",
-                 "--workers", "1", "--json", str(tmp_path / "runs.json"))
-    assert done.returncode == 0, done.stderr
-    tables = {section.split("\n", 1)[0]: section for section in done.stdout.split("### ")[1:]}
-    runs = json.loads((tmp_path / "runs.json").read_text())
-    pinned = {(r["policy"], r["gpupair"]): {} for r in runs if r["trace"] == "pinned"}
+    out, runs = floor_run
+    tables = {section.split("\n", 1)[0]: section for section in out.split("### ")[1:]}
+    pinned = {(r["policy"], r["gpupair"], r["score"]): {} for r in runs if r["trace"] == "pinned"}
     for r in runs:
         if r["trace"] == "pinned":
-            pinned[r["policy"], r["gpupair"]][r["seed"]] = r["allocation"]
+            pinned[r["policy"], r["gpupair"], r["score"]][r["seed"]] = r["allocation"]
     for name, row_start, expect_error in (("pinned", "| + gpupair", True), ("multigpu50", "| + gpupair", False)):
         row = next(line for line in tables[name].splitlines() if line.startswith(row_start))
         gaps = row.split(" | ")[3].split("(")[1].rstrip(")").split(" / ")
@@ -74,7 +77,7 @@ def test_the_gap_carries_its_standard_error_where_both_sides_ran_the_same_seeds(
     row = next(line for line in tables["pinned"].splitlines() if line.startswith("| + gpupair"))
     shown = [float(gap.split("± ")[1]) for gap in row.split(" | ")[3].split("(")[1].rstrip(")").split(" / ")]
     for point, error in zip(("100", "130"), shown):
-        a, b = (pinned["kube-default", True][s][point] - pinned["FGD", False][s][point] for s in (1, 2))
+        a, b = (pinned["kube-default", True, "shipped"][s][point] - pinned["FGD", False, None][s][point] for s in (1, 2))
         assert error == pytest.approx(abs(a - b) / 2, abs=0.006)  # two seeds: sd |a-b|/sqrt(2), over sqrt(2)
 
 
