@@ -84,10 +84,13 @@ def published(path: Path) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
 
 def paired_error(mine: dict[int, dict[int, float]], theirs: dict[int, dict[int, float]], point: int) -> float | None:
     """The standard error of the mean gap at an arrival %, seed by seed (each seed's arrivals are
-    the same pods in the same order for both, so the gap varies less than either figure); None
-    where fewer than two seeds are in both."""
+    the same pods in the same order for both, so the gap varies less than either figure). None
+    unless both ran the same two or more seeds: against FGD's published ten, a run of fewer seeds
+    shows its gap to their mean, which no per-seed spread describes."""
+    if set(mine) != set(theirs) or len(mine) < 2:
+        return None
     gaps = [mine[seed][point] - theirs[seed][point] for seed in mine
-            if seed in theirs and mine[seed].get(point) is not None and theirs[seed].get(point) is not None]
+            if mine[seed].get(point) is not None and theirs[seed].get(point) is not None]
     return stdev(gaps) / len(gaps) ** 0.5 if len(gaps) >= 2 else None
 
 
