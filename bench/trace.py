@@ -48,6 +48,7 @@ from statistics import mean, pstdev, stdev
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from gpupair.command.flags import UsageError  # noqa: E402
+from gpupair.command.cli import EXIT_INTERRUPTED  # noqa: E402
 from gpupair.simulator.trace.files import read_nodes, read_pods, workload_name  # noqa: E402
 from gpupair.simulator.trace.models.scoring_policies import make_policy  # noqa: E402
 from gpupair.simulator.trace.replay import SCORE_LABELS, ReplayConfig  # noqa: E402
@@ -131,6 +132,9 @@ def main() -> int:
     except ValueError as error:  # UsageError and TraceFileError are ValueErrors
         print(f"trace.py: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the workers ignore SIGINT and go with the pool
+        print("trace.py: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def run(args) -> int:

@@ -2,8 +2,11 @@
 FGD's published figure or, for a workload of our own, FGD replayed, and which workloads pass."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,24 @@ def test_bad_input_is_one_line_and_exit_2(sliced, args, expected):
     done = bench("--floor", "--fixtures", str(sliced), "--traces", "pinned", *args)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr
+
+
+def test_ctrl_c_is_one_line_exit_130_and_no_worker_left(sliced, tmp_path):
+    """Ctrl-C reaches the whole foreground group (the bench and its workers): one line, 130.
+    Started with SIGINT at its default, as a terminal starts it, whatever this runner ignores."""
+    done = subprocess.Popen([sys.executable, str(ROOT / "bench" / "trace.py"), "--floor", "--fixtures", str(sliced),
+                             "--openb", str(tmp_path), "--seeds", "1-40", "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.stdout.readline().startswith("## The floor")  # the workers are at it
+    os.killpg(done.pid, signal.SIGINT)
+    _, err = done.communicate(timeout=60)
+    assert done.returncode == 130 and err == "trace.py: interrupted\n", err
+    for _ in range(50):  # the group is gone: no worker left behind
+        try:
+            os.killpg(done.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a process of the bench's group outlived it")
