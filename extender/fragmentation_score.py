@@ -30,7 +30,7 @@ from cachetools import LRUCache
 from gpupair.decide.devices import placement
 from gpupair.decide.picture.dra_capacity import Asked, share_milli
 from gpupair.decide.judge.decisions import preferred_band
-from gpupair.decide.score.fragmentation import MILLI
+from gpupair.decide.score.fragmentation import MILLI, tie_order
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades, shapes_of
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.decide.pod.intent import Intent
@@ -169,7 +169,7 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
     measure = usage.measure(models, shares_per_gpu, (lambda asked: sized_share(typical, asked)) if typical else None)
     asks = _share_asks(scored, gpus, shares, capacity, slices)
     graded_rows = node_rows(scored.layouts, scored.layout, scored.free_mask, scored.plan_mask, scored.cpu_left, model,
-                            scored.partial, asks, scored.memory_left)
+                            scored.partial, asks, scored.memory_left, _order(rows if from_rows else None, names, scored))
     before_shapes = after_shapes = None
     if from_rows:
         assert rows is not None
@@ -192,6 +192,17 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
                            in zip(graded.tolist(), scored.preferred_met.tolist())], dtype=np.int64)
     scores[scored.index] = graded
     return scores.tolist()
+
+
+def _order(rows: ScoreRows | None, names: list[str], scored: Scored) -> np.ndarray:
+    """Each graded node's place in the fixed order: kept in its row where it has one."""
+    order = np.zeros(len(scored.index), dtype=float)
+    kept = scored.row >= 0 if rows is not None else np.zeros(len(scored.index), dtype=bool)
+    order[kept] = rows.order[scored.row[kept]] if rows is not None else 0.0
+    rest = np.flatnonzero(~kept)
+    if len(rest):
+        order[rest] = tie_order([names[position] for position in scored.index[rest].tolist()])
+    return order
 
 
 def sized_share(capacities: tuple, asked: Asked) -> int:
@@ -368,12 +379,13 @@ class ShareAsk:
 
 def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.ndarray, plan_mask: np.ndarray,
               cpu_left: np.ndarray, model: np.ndarray, partial: np.ndarray | None = None,
-              shares: ShareAsk | None = None, memory_left: np.ndarray | None = None) -> NodeRows:
+              shares: ShareAsk | None = None, memory_left: np.ndarray | None = None,
+              order: np.ndarray | None = None) -> NodeRows:
     """The grading rows of what the extender knows per node: its layout (an index into
     ``layouts``), its whole GPUs available (the report's free less what bound pods hold) and the
     pod's planned set as bit masks, its CPU left, its product's index, and the milli left on
     each partly taken shared GPU (``partial``) and its memory left in MiB (``memory_left``; None:
-    not counted). Where the pod takes shares (``shares``) it takes them where share_pick foresees,
+    not counted), and its place in the fixed order (``order``, tie_order; None: none). Where the pod takes shares (``shares``) it takes them where share_pick foresees,
     not its planned set."""
     sizes = np.array([len(each.devices) for each in layouts], dtype=np.int64)[layout]
     width = int(sizes.max())
@@ -406,4 +418,4 @@ def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.n
         return known[key]
 
     return NodeRows(cpu_left=cpu_left, before=before, after=after, model=model, capacity=sizes * MILLI,
-                    whole_fits=whole_fits, memory_left=memory_left)
+                    whole_fits=whole_fits, memory_left=memory_left, order=order)

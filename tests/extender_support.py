@@ -13,9 +13,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import aiohttp
+import numpy as np
 
 from gpupair.extender.app import Extender, assemble, build_app
 from gpupair.decide.judge.decisions import Decider, Unreported
+from gpupair.decide.score.fragmentation import grades, tie_order
 from gpupair.kubeclient.list_watch import ListWatch
 from gpupair.topology.report import PodHolding, encode_annotations
 from tests.layouts import seed_layout
@@ -86,6 +88,13 @@ def host_scores(answer: list[dict[str, Any]], offered: list[str]) -> dict[str, i
     assert set(listed) <= set(offered), f"not offered: {set(listed) - set(offered)}"
     assert 0 not in listed.values(), f"a 0 listed: {answer}"
     return {name: listed.get(name, 0) for name in offered}
+
+
+def graded_alike(names: list[str]) -> dict[str, int]:
+    """The fragmentation score of nodes it finds alike and best among those offered: 10 for the
+    first of them in the fixed order (tie_order), 9 for the rest, none a whole point behind."""
+    order = tie_order(names)
+    return dict(zip(names, grades(np.zeros(len(names)), np.zeros(len(names)), np.ones(len(names)), 0, order).tolist()))
 
 
 def args_body(pod: dict[str, Any], *, nodes: list[dict[str, Any]] | None = None,

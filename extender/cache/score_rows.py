@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpupair.decide.picture.node_entries import ReportEntry
-from gpupair.decide.score.fragmentation import Fragmentation
+from gpupair.decide.score.fragmentation import Fragmentation, tie_order
 from gpupair.topology.layout import NodeLayout
 from gpupair.topology.limits import MAX_GPUS
 from gpupair.topology.report import NodeReport
@@ -53,6 +53,7 @@ class ScoreRows:
         self.memory_left = np.zeros(0, dtype=np.int64)  # MiB
         self.product = np.zeros(0, dtype=np.int64)  # an index into ``products``
         self.shape = np.zeros(0, dtype=np.int64)  # ReportEntry.decision_shape
+        self.order = np.zeros(0, dtype=float)  # the node's place in the fixed order (tie_order), set with its row
         # Shared GPUs (gpupair.io/shares): the milli left on each partly taken GPU (0 on the rest),
         # the shares a GPU of the node is split into (0: it shares none), and whether they are
         # offered under the whole-GPU resource
@@ -177,6 +178,7 @@ class ScoreRows:
             return
         if slot is None:
             slot = self._slots[name] = self._free_slots.pop() if self._free_slots else self._grow()
+            self.order[slot] = tie_order([name])[0]
         self.entries[slot] = entry
         report, cpu_left = entry.report, self._usage.cpu_left(name)
         self.usable[slot] = report is not None and cpu_left is not None
@@ -206,7 +208,7 @@ class ScoreRows:
         if slot >= len(self.usable):
             size = max(1024, 2 * len(self.usable))
             for field in ("usable", "stale_at", "free_mask", "layout", "cpu_left", "memory_left", "product", "shape",
-                          "partial", "share_of", "replicated", "capacity", "version"):
+                          "order", "partial", "share_of", "replicated", "capacity", "version"):
                 old = getattr(self, field)
                 new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
                 new[:len(old)] = old

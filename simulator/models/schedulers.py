@@ -50,7 +50,7 @@ from gpupair.simulator.models.dynamic_resources import Form, dynamic_resources_s
 from gpupair.simulator.models.kube_scoring import NodeUsage, PodRequest, Profile
 from gpupair.simulator.models.default_preemption import PreemptVerb
 
-EXTENDER_WEIGHT = 5  # as registered in deploy/ and the README
+EXTENDER_WEIGHT = 20  # as registered in deploy/ and the README
 
 
 class Scheduler(Protocol):

@@ -7,7 +7,7 @@ has 64 CPUs, 46 of them taken by a pinned CPU-only pod; "tight" has 24. A pod as
 16 CPUs waits for another scheduler, so the pod watch counts its shape. Then a CPU-only pod asking
 8 CPUs: kube-scheduler's default profile alone prefers "tight" (LeastAllocated: half its CPU is
 free, against a tenth of roomy's), where it would leave 12 CPUs and so strand GPU4-7 for the
-waiting shape; on "roomy" those GPUs are stranded already. The extender's score, at weight 5,
+waiting shape; on "roomy" those GPUs are stranded already. The extender's score, at weight 20,
 outweighs the profile's.
 """
 

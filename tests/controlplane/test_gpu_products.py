@@ -17,7 +17,7 @@ product unknown), and ``--score best-fit`` (the fullest node); each of the last 
 hand once, the test then failing with the pod on "t4". With the products, the T4 shapes count
 as lost GPU on every A100 node, weighted by how scarce T4 GPUs are (3 of 26 free), so placing the
 pod there takes from GPU no pinned pod can use: grades A100 8-10, t4 0, and the extender's
-weight 5 outweighs the default profile.
+weight 20 outweighs the default profile.
 """
 
 from __future__ import annotations

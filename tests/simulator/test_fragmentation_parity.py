@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpupair.decide.score.fragmentation import MILLI
+from gpupair.decide.score.fragmentation import MILLI, tie_order
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.pod.mig_ask import slices_milli
 from gpupair.decide.score.gpu_products import PRODUCT_LABEL
@@ -375,13 +375,13 @@ def test_the_shared_states_tell_apart_a_score_blind_to_shares():
 
 
 @pytest.mark.parametrize("name", STATES)
-def test_the_fleet_tells_apart_a_score_that_ignores_cpu_memory_or_models(name):
-    """Parity holds only because both callers count each node's CPU, memory and products: on
-    these states, grades that drop any of them differ, so a caller changed alone fails the test
-    above."""
+def test_the_fleet_tells_apart_a_score_that_ignores_cpu_memory_models_or_the_node_order(name):
+    """Parity holds only because both callers count each node's CPU, memory and products, and
+    order the nodes alike: on these states, grades that drop any of them differ, so a caller
+    changed alone fails the test above."""
     fleet = state(name)
     c = fleet.cluster
-    ignoring_cpu, ignoring_memory, ignoring_models = [], [], []
+    ignoring_cpu, ignoring_memory, ignoring_models, ignoring_order = [], [], [], []
     for pod in PROBES:
         rows = fleet.rows_for(pod)
         fleet.score.seen(pod)
@@ -395,9 +395,9 @@ def test_the_fleet_tells_apart_a_score_that_ignores_cpu_memory_or_models(name):
             after[(taken[:, None] & c.bits) != 0] = 0
         masks = {False: c.free_mask[rows], True: (after == MILLI).astype(np.int64) @ c.bits}
 
-        def graded(cpu_left, model, memory_left=c.memory_left[rows]):
+        def graded(cpu_left, model, memory_left=c.memory_left[rows], order=tie_order([c.names[row] for row in rows])):
             fits = lambda k, placed: fleet.tables.lookup("fits", ids, masks[placed], k)  # noqa: E731
-            rows_ = NodeRows(cpu_left, before, after, model, c.gpus[rows] * MILLI, fits, memory_left)
+            rows_ = NodeRows(cpu_left, before, after, model, c.gpus[rows] * MILLI, fits, memory_left, order)
             return fragmentation_grades(measure, rows_, pod.milli_cpu, pod.memory_mib).tolist()
 
         counted = graded(c.cpu_left[rows], c.model[rows])
@@ -405,4 +405,5 @@ def test_the_fleet_tells_apart_a_score_that_ignores_cpu_memory_or_models(name):
         ignoring_cpu.append(graded(np.full(len(rows), 10**9), c.model[rows]) != counted)
         ignoring_memory.append(graded(c.cpu_left[rows], c.model[rows], None) != counted)
         ignoring_models.append(graded(c.cpu_left[rows], np.zeros(len(rows), dtype=np.int64)) != counted)
-    assert any(ignoring_cpu) and any(ignoring_memory) and any(ignoring_models)
+        ignoring_order.append(graded(c.cpu_left[rows], c.model[rows], order=None) != counted)
+    assert any(ignoring_cpu) and any(ignoring_memory) and any(ignoring_models) and any(ignoring_order)

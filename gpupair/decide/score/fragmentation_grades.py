@@ -28,6 +28,7 @@ class NodeRows:
     # pod or after it (alike where ``after`` equals ``before``)
     whole_fits: Callable[[int, bool], np.ndarray]
     memory_left: np.ndarray | None = None  # [n] memory MiB left before the pod; None: not counted
+    order: np.ndarray | None = None  # [n] the node's place in the fixed order (``tie_order``); None: none
 
 
 def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, pod_memory: int = 0,
@@ -49,7 +50,7 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, p
                                 weight)
     taken = total - left  # the pod's GPU milli, alike on every row
     share = bool(len(taken)) and 0 < int(taken[0]) < MILLI
-    return grades(after - before, left, rows.capacity, SHARE_PACKING if share else PACKING)
+    return grades(after - before, left, rows.capacity, SHARE_PACKING if share else PACKING, rows.order)
 
 
 def shapes_of(measure: Fragmentation, rows: NodeRows, placed: bool = False) -> np.ndarray:

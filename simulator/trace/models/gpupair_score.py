@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupair.decide.score.fragmentation import MILLI, Workload
+from gpupair.decide.score.fragmentation import MILLI, Workload, tie_order
 from gpupair.decide.score.fragmentation_grades import NodeRows, fragmentation_grades
 from gpupair.decide.score.share_pick import packed_after
 from gpupair.simulator.trace.node_arrays import TraceCluster
@@ -34,6 +34,7 @@ class FragmentationScore:
         self.cluster, self.tables = cluster, tables
         self.whole_only = whole_only
         self.workload = Workload()
+        self.order = tie_order(cluster.names)  # each node's place in the fixed order, as the extender's
 
     def seen(self, pod: TracePod) -> None:
         """The pod watch saw the pod created: before it is scheduled, whether it fits or not."""
@@ -67,5 +68,5 @@ class FragmentationScore:
             return self.tables.lookup("fits", ids, masks[placed], k)
 
         node_rows = NodeRows(c.cpu_left[rows], left, after, c.model[rows], c.gpus[rows] * MILLI, whole_fits,
-                             c.memory_left[rows])
+                             c.memory_left[rows], self.order[rows])
         return fragmentation_grades(self.workload.measure(c.models), node_rows, pod.milli_cpu, pod.memory_mib)

@@ -1,10 +1,13 @@
 """The fragmentation measure and gpupair's score over it (gpupair/decide/score/fragmentation.py), and
 the CPU request it is fed (gpupair/decide/pod/pod_request.py)."""
 
+import zlib
+
 import numpy as np
 import pytest
 
-from gpupair.decide.score.fragmentation import MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, Fragmentation, Workload, grades
+from gpupair.decide.score.fragmentation import (MAX_SCORE, MAX_SHAPES, PACKING, QUANTUM, TIE_ORDER, Fragmentation,
+                                                Workload, grades, tie_order)
 from gpupair.decide.pod.pod_request import PodRequestError, cpu_request, parse_milli
 
 
@@ -37,6 +40,25 @@ def test_grades_give_ten_to_the_least_growth_and_a_point_less_per_quantum():
     grown = np.array([250.0, 250.0 + QUANTUM, 250.0 + 3.5 * QUANTUM, 1e6])
     assert grades(grown, np.zeros(4), np.full(4, 8000)).tolist() == [MAX_SCORE, MAX_SCORE - 1, MAX_SCORE - 4, 0]
     assert grades(np.zeros(0), np.zeros(0), np.zeros(0)).tolist() == []
+
+
+def test_the_node_order_is_fixed_by_the_name_and_under_a_step():
+    names = [f"gpu-node-{number}" for number in range(200)]
+    order = tie_order(names)
+    assert order.tolist() == tie_order(list(names)).tolist()  # another call, another caller: the same
+    assert tie_order(["gpu-node-0"])[0] == zlib.crc32(b"gpu-node-0") * TIE_ORDER / 2**32  # not Python's salted hash
+    assert 0 <= order.min() and order.max() < QUANTUM
+    assert len(set(order.tolist())) == len(names)
+
+
+def test_the_node_order_parts_nodes_graded_alike_and_never_a_step_apart():
+    order = np.array([30.0, 5.0, 20.0])
+    alike = grades(np.zeros(3), np.zeros(3), np.full(3, 8000), order=order)
+    assert alike.tolist() == [MAX_SCORE - 1, MAX_SCORE, MAX_SCORE - 1]  # the first in the order wins
+    # a node a step better keeps its lead whatever its place in the order
+    ahead = grades(np.array([0.0, QUANTUM]), np.zeros(2), np.full(2, 8000), order=np.array([TIE_ORDER, 0.0]))
+    assert ahead.tolist() == [MAX_SCORE, MAX_SCORE - 1]
+    assert grades(np.zeros(3), np.zeros(3), np.full(3, 8000)).tolist() == [MAX_SCORE] * 3
 
 
 def test_among_nodes_that_fragment_alike_the_fuller_one_wins():
