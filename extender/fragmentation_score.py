@@ -197,8 +197,10 @@ def fragmentation_scores(evaluator: Evaluator, usage: ClusterUsage, offer: Offer
 def _order(rows: ScoreRows | None, names: list[str], scored: Scored) -> np.ndarray:
     """Each graded node's place in the fixed order: kept in its row where it has one."""
     order = np.zeros(len(scored.index), dtype=float)
-    kept = scored.row >= 0 if rows is not None else np.zeros(len(scored.index), dtype=bool)
-    order[kept] = rows.order[scored.row[kept]] if rows is not None else 0.0
+    kept = np.zeros(len(scored.index), dtype=bool)
+    if rows is not None:
+        kept = scored.row >= 0
+        order[kept] = rows.order[scored.row[kept]]
     rest = np.flatnonzero(~kept)
     if len(rest):
         order[rest] = tie_order([names[position] for position in scored.index[rest].tolist()])
@@ -384,9 +386,9 @@ def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.n
     """The grading rows of what the extender knows per node: its layout (an index into
     ``layouts``), its whole GPUs available (the report's free less what bound pods hold) and the
     pod's planned set as bit masks, its CPU left, its product's index, and the milli left on
-    each partly taken shared GPU (``partial``) and its memory left in MiB (``memory_left``; None:
-    not counted), and its place in the fixed order (``order``, tie_order; None: none). Where the pod takes shares (``shares``) it takes them where share_pick foresees,
-    not its planned set."""
+    each partly taken shared GPU (``partial``), its memory left in MiB (``memory_left``; None:
+    not counted) and its place in the fixed order (``order``, tie_order; None: none). Where the
+    pod takes shares (``shares``) it takes them where share_pick foresees, not its planned set."""
     sizes = np.array([len(each.devices) for each in layouts], dtype=np.int64)[layout]
     width = int(sizes.max())
     bits = np.int64(1) << np.arange(width, dtype=np.int64)
