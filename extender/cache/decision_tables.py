@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 
@@ -25,6 +26,7 @@ from gpupair.decide.judge.decisions import Decider, NodeDecision
 from gpupair.decide.picture.node_entries import ReportEntry
 from gpupair.decide.judge.reservations import NO_HOLD, Hold
 from gpupair.decide.pod.intent import Intent
+from gpupair.kubewire.defaults import MAX_EXTENDER_PRIORITY
 
 MAX_TABLES = 16  # distinct (GPU count, intent) asks kept; pods ask few distinct ones
 
@@ -76,23 +78,21 @@ def host_priority_list(parts: Iterable[str]) -> str:
     return "[" + ",".join(filter(None, parts)) + "]"
 
 
-_HOST_PREFIXES: dict[str, str] = {}  # node name -> '{"Host":"<name>","Score":'
-HOST_PREFIX_LIMIT = 65536
+# The parts of an answer after a node's name, per score: '","Score":7}'
+_SCORE_TAILS = tuple(f'","Score":{score}}}' for score in range(MAX_EXTENDER_PRIORITY + 1))
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what JSON writes otherwise than as it is in a string
 
 
 def host_priorities_json(names: list[str], scores: list[int]) -> str:
-    """``host_priority_list`` for these scores; each name's part is encoded once (a call names
-    hundreds of the same nodes again and again)."""
-    get = _HOST_PREFIXES.get
-    return "[" + ",".join([f"{get(name) or _host_prefix(name)}{score}}}"
-                           for name, score in zip(names, scores) if score]) + "]"
-
-
-def _host_prefix(name: str) -> str:
-    if len(_HOST_PREFIXES) >= HOST_PREFIX_LIMIT:
-        _HOST_PREFIXES.clear()
-    prefix = _HOST_PREFIXES[name] = '{"Host":%s,"Score":' % orjson.dumps(name).decode()
-    return prefix
+    """``host_priority_list`` for these scores (0 to MAX_EXTENDER_PRIORITY). Node names are DNS
+    subdomains, which JSON writes as they are, so each part is the request's own name between
+    constant pieces: a table of encoded names cost a read of cold memory per name on the real
+    scheduler, a third of the time (bench/RESULTS.md). Where a name would need escaping (not
+    a name kube-scheduler sends), or a score is out of range, each part is written alone."""
+    if _NEEDS_ESCAPE.search("".join(names)) is not None or (scores and not 0 <= min(scores) <= max(scores) <= MAX_EXTENDER_PRIORITY):
+        return host_priority_list(map(host_priority_json, names, scores))
+    tails = _SCORE_TAILS
+    return "[" + ",".join([f'{{"Host":"{name}{tails[score]}' for name, score in zip(names, scores) if score]) + "]"
 
 
 class DecisionTables:

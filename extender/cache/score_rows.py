@@ -42,6 +42,7 @@ class ScoreRows:
         self._alive = alive
         self._usage = usage
         self._slots: dict[str, int] = {}
+        self._scattered = False  # names added to _slots since its keys were last copied together
         self._free_slots: list[int] = []
         self._marked: set[str] = set()
         self.entries: list[ReportEntry | None] = []  # per row, for decisions and holds
@@ -99,6 +100,8 @@ class ScoreRows:
         """Each name's row, NO_ROW where the node cache has no entry for it."""
         if self._marked:
             self._read_marked()
+        if self._scattered:
+            self._gather_keys()
         return np.fromiter(map(self._slots.get, names, repeat(NO_ROW)), dtype=np.int64, count=len(names))
 
     def per_shape(self, measure: Fragmentation, kind: Any, slots: np.ndarray,
@@ -149,6 +152,13 @@ class ScoreRows:
 
     # ---- internals
 
+    def _gather_keys(self) -> None:
+        """Copy the names into adjacent memory: a call looks up ~500 of them, and names kept as
+        each node's watch event brought them lie scattered across the heap, a cache miss each
+        on a machine that ran other work since the last call (bench/RESULTS.md)."""
+        self._slots = {name.encode().decode(): slot for name, slot in self._slots.items()}
+        self._scattered = False
+
     def _read_marked(self) -> None:
         marked, self._marked = self._marked, set()
         for name in marked:
@@ -178,6 +188,7 @@ class ScoreRows:
             return
         if slot is None:
             slot = self._slots[name] = self._free_slots.pop() if self._free_slots else self._grow()
+            self._scattered = True
             self.order[slot] = tie_order([name])[0]
         self.entries[slot] = entry
         report, cpu_left = entry.report, self._usage.cpu_left(name)

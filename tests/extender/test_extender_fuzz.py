@@ -394,3 +394,17 @@ def test_a_hold_on_one_node_is_counted_in_the_tables_and_decides_that_node_again
     extender.reservations.release("uid-a")
     extender.reservations.release("uid-b")
     assert filter_verdicts(evaluator, 4, offer).passed == ["n0", "n1"] and looked_up == ["n0", "n0"]
+
+@SETTINGS
+@given(parts=st.lists(st.tuples(node_names | st.sampled_from(['a"b', "a\\b", "a\nb", "ñodo-1"]),
+                                st.integers(min_value=-1, max_value=11)), max_size=8))
+def test_host_priorities_json_is_the_models_answer(parts):
+    """prioritize's answer as written without the model: each node scored above 0, its name as
+    JSON writes it (escaped where it must be), whatever the names and scores."""
+    from gpupair.extender.cache.decision_tables import host_priorities_json
+
+    names, scores = [name for name, _ in parts], [score for _, score in parts]
+    answer = host_priorities_json(names, scores)
+    expected = [{"Host": name, "Score": score} for name, score in parts if score]
+    assert HOST_PRIORITY_LIST.validate_json(answer) == HOST_PRIORITY_LIST.validate_python(expected)
+    assert json.loads(answer) == expected
