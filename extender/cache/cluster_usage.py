@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from gpupair.decide.picture.dra_capacity import Asked
 from gpupair.decide.pod.mig_ask import mig_slices_asked, slices_milli
-from gpupair.decide.score.fragmentation import MILLI, Fragmentation, Workload
+from gpupair.decide.score.fragmentation import MAX_SHAPES, MILLI, Fragmentation, Workload
 from gpupair.decide.score.gpu_products import ANY, RULE, Accepted, label_product, node_product, pod_accepts
 from gpupair.decide.pod.pod_request import (PodRequestError, cpu_request, gpu_request, parse_bytes, parse_milli,
                                              pod_request)
@@ -95,6 +95,7 @@ class ClusterUsage:
         self.memory_requested: dict[str, int] = {}  # node -> memory MiB of its pods
         self._pods: dict[str, tuple[str, int, int, tuple]] = {}  # uid -> (node, CPU, memory, shape)
         self.workload = Workload()
+        self._measured: tuple | None = None  # (key, shapes resolved, their columns): ``measure``
         self._listeners: list[Callable[[str], None]] = []  # told of each node whose CPU or label changes
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
@@ -141,6 +142,15 @@ class ClusterUsage:
         7), a capacity ask's share sized by ``size`` (None: no GPU scored is shared by capacity,
         and it counts as a GPU, as the allocator takes one there), each shape's accepted products
         resolved against them where its rule needs them (a NotIn without an In)."""
+        learned = self.workload.learned()
+        # A call per pod asks this of a workload whose counts moved and whose shapes mostly did
+        # not: the shapes resolved and their columns are kept while the set, the models and the
+        # shares hold (not for shapes sized by ``size``, which each call makes anew)
+        key = (self.workload.version, tuple(models), shares_per_gpu, len(self._asks))
+        kept = self._measured
+        memo = size is None and len(self.workload.shapes) <= MAX_SHAPES  # else the order moves with the counts
+        if memo and kept is not None and kept[0] == key:
+            return Fragmentation(list(zip(kept[1], (share for _, share in learned))), models, kept[2])
         asks = {number: asked for asked, number in self._asks.items()}
         share_milli = MILLI // shares_per_gpu if shares_per_gpu else MILLI
 
@@ -156,7 +166,11 @@ class ClusterUsage:
                     milli = min(size(ask), MILLI) if size is not None else MILLI
             return (cpu, share_milli if milli == SHARE else milli, gpus, accepted, memory)
 
-        return Fragmentation([(resolved(shape), share) for shape, share in self.workload.learned()], models)
+        shapes = [resolved(shape) for shape, _ in learned]
+        measure = Fragmentation(list(zip(shapes, (share for _, share in learned))), models)
+        if memo:
+            self._measured = (key, shapes, measure.columns)
+        return measure
 
     def shares_asked(self, pod: dict[str, Any]) -> int:
         """The GPU shares ``pod`` asks (``--shared-resources``); 0 for one that cannot be read."""

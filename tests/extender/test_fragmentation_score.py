@@ -154,3 +154,49 @@ def test_the_workload_keeps_each_pods_accepted_products_and_resolves_notin_again
     measure = usage.measure(["NVIDIA-H200", "Tesla-T4"])
     allowed = {int(gpus): list(map(bool, measure.allowed[:, t])) for t, gpus in enumerate(measure.need_gpus)}
     assert allowed == {4: [True, False], 1: [False, True], 2: [True, True]}
+
+
+def test_the_measure_kept_between_calls_is_the_one_made_afresh():
+    """A measure asked again reuses its shapes while their set holds: counts that moved, a shape
+    new or gone, other models or shares each give what a ClusterUsage that kept nothing gives."""
+    from gpupair.extender.cache.cluster_usage import ClusterUsage
+    from gpupair.decide.pod.pod_request import gpu_request
+
+    usage = ClusterUsage(gpu_request)
+    notin = make_pod("notin", "ml", gpus=4)
+    notin["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "NotIn", "values": ["Tesla-T4"]}]}]}}}
+    shares, cpu = make_pod("shares", "ml", gpus=0), make_pod("cpu", "ml", gpus=0)
+    shares["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu.shared": "2", "cpu": "1"},
+                                                    "limits": {"nvidia.com/gpu.shared": "2"}}
+    cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "1Gi"}}
+    pods = [notin, make_pod("one", "ml", gpus=1), shares, make_pod("one-more", "ml", gpus=1), cpu,
+            make_pod("two", "ml", gpus=2)]
+    for number, pod in enumerate(pods):
+        pod["metadata"]["uid"] = f"u{number}"
+
+    def same(models, shares_per_gpu):
+        fresh = ClusterUsage(gpu_request)
+        for pod in pods[:seen]:
+            fresh.pod_seen(pod)
+        for uid in gone:
+            fresh.pod_gone(uid)
+        ours, theirs = usage.measure(models, shares_per_gpu), fresh.measure(models, shares_per_gpu)
+        for name in ("share", "thresholds", "which", "need_gpus", "need_cpu", "need_memory", "allowed"):
+            assert getattr(ours, name).tolist() == getattr(theirs, name).tolist(), name
+        assert ours.cpu_only_share == theirs.cpu_only_share
+        return ours
+
+    seen, gone = 0, []
+    for seen, pod in enumerate(pods, start=1):
+        usage.pod_seen(pod)
+        first = same(["NVIDIA-H200", "Tesla-T4"], 0)
+        assert same(["NVIDIA-H200", "Tesla-T4"], 0).columns is first.columns  # kept while nothing moved
+        same(["Tesla-T4"], 0)
+        same(["NVIDIA-H200", "Tesla-T4"], 4)
+    usage.pod_gone("u0")  # the only pod of its shape: the set changes
+    gone.append("u0")
+    same(["NVIDIA-H200", "Tesla-T4"], 4)
+    usage.pod_gone("u3")  # one of two of its shape: the counts move, the set holds
+    gone.append("u3")
+    same(["NVIDIA-H200", "Tesla-T4"], 4)

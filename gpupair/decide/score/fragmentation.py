@@ -62,13 +62,17 @@ Shape = tuple[int, int, int, tuple[str, ...]] | tuple[int, int, int, tuple[str, 
 
 
 class Fragmentation:
-    def __init__(self, workload: Sequence[tuple[Shape, float]], models: Sequence[str]):
+    def __init__(self, workload: Sequence[tuple[Shape, float]], models: Sequence[str],
+                 columns: _ShapeColumns | None = None):
+        """``columns``: an earlier measure's ``columns``, of the same shapes in the same order and
+        the same models, from a caller that knows they held (finding them hashes every shape)."""
         gpu_shapes = [(shape, p) for shape, p in workload if shape[2] > 0]
         self.cpu_only_share = sum(p for shape, p in workload if shape[2] == 0)
-        key = (tuple(shape for shape, _ in gpu_shapes), tuple(models))
-        columns = _SHAPE_COLUMNS.get(key)
         if columns is None:
-            columns = _SHAPE_COLUMNS[key] = _ShapeColumns(key[0], key[1])
+            key = (tuple(shape for shape, _ in gpu_shapes), tuple(models))
+            columns = _SHAPE_COLUMNS.get(key)
+            if columns is None:
+                columns = _SHAPE_COLUMNS[key] = _ShapeColumns(key[0], key[1])
         self.thresholds, self.which, self.need_gpus = columns.thresholds, columns.which, columns.need_gpus
         self.need_cpu, self.allowed, self.whole_sizes = columns.need_cpu, columns.allowed, columns.whole_sizes
         self.need_memory = columns.need_memory
@@ -210,14 +214,18 @@ class Workload:
 
     def __init__(self) -> None:
         self.shapes: Counter = Counter()
+        self.version = 0  # bumped when the set of shapes changes, and so the order ``learned`` gives them in
 
     def add(self, shape: Shape) -> None:
+        if shape not in self.shapes:
+            self.version += 1
         self.shapes[shape] += 1
 
     def remove(self, shape: Shape) -> None:
         self.shapes[shape] -= 1
         if self.shapes[shape] <= 0:
             del self.shapes[shape]
+            self.version += 1
 
     def __bool__(self) -> bool:
         return bool(self.shapes)
