@@ -397,21 +397,27 @@ def node_rows(layouts: Sequence[NodeLayout], layout: np.ndarray, free_mask: np.n
     planned = bool(plan_mask.any())  # a CPU-only pod takes no GPU: after is before
     masks_after = free_mask & ~plan_mask if planned else free_mask
     before = ((free_mask[:, None] & bits) != 0) * MILLI
-    after = ((masks_after[:, None] & bits) != 0) * MILLI
     if partial is not None and partial.any():
         before = before + partial[:, :width]
-        after = after + partial[:, :width]
+    if planned or shares is not None:
+        after = ((masks_after[:, None] & bits) != 0) * MILLI
+        if partial is not None and partial.any():
+            after = after + partial[:, :width]
+    else:
+        after = before  # the same array: readers take it for a pod that leaves the GPUs as they were
     if shares is not None:
         taking = shares.rows
         after[taking] = packed_after(before[taking], shares.milli[taking], shares.count)
         masks_after = np.where(taking, (after == MILLI).astype(np.int64) @ bits, masks_after)
         planned = True
-    groups = [(layouts[code], layout == code) for code in np.unique(layout).tolist()]
     known: dict[tuple[int, bool], np.ndarray] = {}
+    groups: list[tuple[NodeLayout, np.ndarray]] = []  # found when first asked: only where a row's per_shape is computed
 
     def whole_fits(k: int, placed: bool) -> np.ndarray:
         key = (k, placed and planned)
         if key not in known:
+            if not groups:
+                groups.extend((layouts[code], layout == code) for code in np.unique(layout).tolist())
             masks = masks_after if key[1] else free_mask
             fits = np.zeros(len(masks), dtype=bool)
             for each, rows in groups:

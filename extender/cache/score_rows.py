@@ -116,7 +116,8 @@ class ScoreRows:
             self._kept_columns, self._kept = measure.columns, {}
         store = self._kept.get(kind)
         if store is None:
-            store = self._kept[kind] = (np.zeros((len(self.usable), width), dtype=np.int64),
+            # float: whole milli, exact, and what the measure's sums read (no cast per call)
+            store = self._kept[kind] = (np.zeros((len(self.usable), width), dtype=float),
                                         np.full(len(self.usable), -1, dtype=np.int64))
         kept, at_version = store
         rowed = slots >= 0
@@ -127,7 +128,7 @@ class ScoreRows:
         missing = np.flatnonzero(~good)
         fresh = compute(missing)
         self.per_shape_computed += len(missing)
-        out = np.empty((len(slots), width), dtype=fresh.dtype)
+        out = np.empty((len(slots), width), dtype=kept.dtype)
         out[good] = kept[slots[good]]
         out[missing] = fresh
         rowed_missing = slots[missing] >= 0

@@ -84,7 +84,8 @@ class Fragmentation:
         it accepts: 1 for a shape that accepts any product, more the scarcer its products' GPUs
         (1 too where none of its products is among the rows: it weighs every row alike there)."""
         per_row = left.sum(axis=-1).astype(float)
-        usable = per_row @ self.allowed[model]
+        # summed per product first: whole milli, so exact in any order, and no [rows, shapes] table
+        usable = np.bincount(model, weights=per_row, minlength=len(self.allowed)) @ self.allowed
         return np.where(usable > 0, per_row.sum() / np.maximum(usable, 1.0), 1.0)
 
     def amount(self, cpu_left: np.ndarray, left: np.ndarray, model: np.ndarray,

@@ -42,9 +42,10 @@ def fragmentation_grades(measure: Fragmentation, rows: NodeRows, pod_cpu: int, p
     if before_shapes is None:
         before_shapes = shapes_of(measure, rows)
     before = measure.amount_from(before_shapes, total, weight)
-    left = rows.after.sum(axis=1)
+    unchanged = rows.after is rows.before or (after_shapes is None and np.array_equal(rows.after, rows.before))
+    left = total if unchanged else rows.after.sum(axis=1)
     if after_shapes is None:  # a pod taking no GPU leaves its GPU side as it was
-        after_shapes = before_shapes if np.array_equal(rows.after, rows.before) else shapes_of(measure, rows, True)
+        after_shapes = before_shapes if unchanged else shapes_of(measure, rows, True)
     memory_after = None if rows.memory_left is None else rows.memory_left - pod_memory
     after = measure.amount_from(measure.with_less(after_shapes, left, rows.cpu_left - pod_cpu, memory_after), left,
                                 weight)
