@@ -3,13 +3,15 @@ measures gpupair against.
 
 An asyncio Protocol on uvloop, requests parsed by httptools, keep-alive: filter passes every
 node it is offered (NodeNames echoed, nothing decoded beyond finding them), prioritize scores
-every node 0 and so lists none (as gpupair leaves out the nodes it scores 0), bind creates the
+every node 0 and so lists none (as gpupair leaves out the nodes it scores 0), or with
+``--score-every-node`` lists every node it is offered at 1 (alike, so kube-scheduler chooses as
+without them, but decodes and adds an answer as long as gpupair's), bind creates the
 Binding through gpupair's own Binding client (a real write to the API server, as any binding
 extender must make) and answers. No decisions, no metrics, no logs. What kube-scheduler spends
 on its side of the protocol (its JSON, its HTTP client, its binding goroutines waiting) is in
 this floor too.
 
-    .venv/bin/python bench/floor_extender.py PORT KUBECONFIG
+    .venv/bin/python bench/floor_extender.py PORT KUBECONFIG [--score-every-node]
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r
 
 
 class Floor(asyncio.Protocol):
-    def __init__(self, binder: BindingClient):
+    def __init__(self, binder: BindingClient, score_every_node: bool = False):
         self.binder = binder
+        self.score_every_node = score_every_node
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
         self.body: list[bytes] = []
@@ -57,11 +60,15 @@ class Floor(asyncio.Protocol):
         if verb == b"bind":
             asyncio.get_running_loop().create_task(self._bind(orjson.loads(body)))
             return
-        if verb != b"filter":
+        scoring = self.score_every_node and verb.startswith(b"prioritize")
+        if verb != b"filter" and not scoring:
             self._answer([])
             return
         args = orjson.loads(body)
         names = args.get("NodeNames") or [n["metadata"]["name"] for n in (args.get("Nodes") or {}).get("items") or []]
+        if scoring:
+            self._answer([{"Host": name, "Score": 1} for name in names])
+            return
         self._answer({"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""})
 
     async def _bind(self, args: dict) -> None:
@@ -77,14 +84,14 @@ class Floor(asyncio.Protocol):
             self.transport.write(OK % len(payload) + payload)
 
 
-async def serve(port: int, kubeconfig: str) -> None:
+async def serve(port: int, kubeconfig: str, score_every_node: bool = False) -> None:
     api = await kube.api_client(kubeconfig)
     binder = BindingClient(api, limit=8)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Floor(binder), "127.0.0.1", port)
+    server = await loop.create_server(lambda: Floor(binder, score_every_node), "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
 
 if __name__ == "__main__":
-    run_loop(serve(int(sys.argv[1]), sys.argv[2]))
+    run_loop(serve(int(sys.argv[1]), sys.argv[2], "--score-every-node" in sys.argv[3:]))

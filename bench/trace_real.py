@@ -17,7 +17,9 @@ kube-scheduler is 0 there).
 ``--percentage-of-nodes-to-score P``: kube-scheduler's setting (default: its own, unset).
 ``--without-gpupair``: kube-scheduler alone (no extender, no gpupair objects): the baseline of
 the cost ratio. ``--floor``: gpupair installed, both entries pointed at bench/floor_extender.py
-(passes every node, scores none, makes the Binding): what the extender protocol alone adds.
+(passes every node, scores none, makes the Binding): what the extender protocol alone adds;
+``--floor-scores``: the same floor listing every node it is offered at 1, so kube-scheduler
+also decodes and adds a prioritize answer as long as gpupair's.
 ``--replicate K``: the fleet K times over (node names suffixed ``-r1``...), the pods to 130% of
 its GPUs; ``--max-pods N`` stops after N arrivals (the cost at a size whose full
 replay would take hours); ``--skip-simulated``: the real side only; ``--cpu-profile FILE``: the
@@ -34,7 +36,8 @@ and resource, with ``total``) and ``scheduler`` (kube-scheduler's own histograms
 read from its /metrics: per attempt, the mean of ``scheduling_attempt_duration_seconds`` and
 ``scheduling_algorithm_duration_seconds`` (which holds the extender's filter and prioritize calls),
 and per extension point, the mean milliseconds, the count and the total seconds) and ``extender``
-(the same of ``gpupair_extender_request_seconds`` by verb: the time gpupair took to answer).
+(the same of ``gpupair_extender_request_seconds`` by verb: the time gpupair took to answer, and of
+``gpupair_extender_answer_cpu_seconds``: the CPU it spent on filter and prioritize).
 
     GPUPAIR_K8S_BIN=.k8s-bin .venv/bin/python bench/trace_real.py \\
         --trace-nodes tests/fixtures/trace/openb_node_list_gpu_node.csv \\
@@ -105,7 +108,8 @@ SCHEDULER_HISTOGRAMS = {
     "scheduler_scheduling_algorithm_duration_seconds": None,
     "scheduler_framework_extension_point_duration_seconds": "extension_point",
 }
-EXTENDER_HISTOGRAMS = {"gpupair_extender_request_seconds": "verb"}  # the time gpupair takes to answer
+# the time gpupair takes to answer, and the CPU it spends on filter and prioritize
+EXTENDER_HISTOGRAMS = {"gpupair_extender_request_seconds": "verb", "gpupair_extender_answer_cpu_seconds": "verb"}
 
 
 def metrics_text(url: str) -> str:
@@ -168,7 +172,8 @@ def run_real(args, nodes, pods) -> dict:
         fleet = TraceFleet(api, nodes)
         fleet.create()
         if not args.without_gpupair:
-            extender, url = floor_extender(install, plane) if args.floor else install.extender(
+            extender, url = floor_extender(install, plane, args.floor_scores) if args.floor or args.floor_scores \
+                else install.extender(
                 cpu_profile=args.cpu_profile)
             config["extenders"] = scheduler_extenders(url)
             processes["extender"] = extender.pid
@@ -181,7 +186,7 @@ def run_real(args, nodes, pods) -> dict:
         cpu0 = {name: cpu_seconds(pid) for name, pid in processes.items()}
         requests0 = apiserver_requests(api.request("GET", "/metrics"))
         histograms0 = metrics_text(scheduler.url)
-        measured = not args.without_gpupair and not args.floor  # gpupair's own /metrics
+        measured = not (args.without_gpupair or args.floor or args.floor_scores)  # gpupair's own /metrics
         extender0 = metrics_text(url) if measured else ""
         if args.cpu_profile and measured:
             os.kill(extender.pid, signal.SIGUSR1)  # the sampler forgets start-up and the first lists
@@ -207,7 +212,8 @@ def run_real(args, nodes, pods) -> dict:
             "seconds": round(result.seconds, 1), "cpu_seconds": cpu,
             "apiserver_requests": {"total": sum(requests.values()), **{k: int(v) for k, v in requests.items()}},
             "percentage_of_nodes_to_score": args.percentage_of_nodes_to_score,
-            "gpupair": measured, "floor": args.floor, "scheduler": cost, "extender": answers,
+            "gpupair": measured, "floor": args.floor or args.floor_scores, "floor_scores": args.floor_scores,
+            "scheduler": cost, "extender": answers,
         }
     finally:
         plane.stop()
@@ -215,12 +221,12 @@ def run_real(args, nodes, pods) -> dict:
         shutil.rmtree(plane.directory, ignore_errors=True)  # etcd's data: ~150 MB on tmpfs at full size
 
 
-def floor_extender(install: Install, plane: ControlPlane) -> tuple[Process, str]:
+def floor_extender(install: Install, plane: ControlPlane, score_every_node: bool = False) -> tuple[Process, str]:
     """bench/floor_extender.py with the extender's service account, as (process, its URL)."""
     port = free_port()
     kubeconfig = install.service_account_kubeconfig("floor", "gpupair-extender")
-    process = Process("floor", [sys.executable, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig],
-                      plane.directory / "floor.log")
+    argv = [sys.executable, str(REPO / "bench/floor_extender.py"), str(port), kubeconfig]
+    process = Process("floor", argv + ["--score-every-node"] * score_every_node, plane.directory / "floor.log")
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -281,6 +287,8 @@ def main() -> int:
     parser.add_argument("--skip-simulated", action="store_true", help="the real side only")
     parser.add_argument("--without-gpupair", action="store_true", help="kube-scheduler alone (the cost's baseline)")
     parser.add_argument("--floor", action="store_true", help="the entries pointed at bench/floor_extender.py")
+    parser.add_argument("--floor-scores", action="store_true",
+                        help="the same floor, listing every node it is offered at score 1 (an answer as long as gpupair's)")
     parser.add_argument("--replicate", type=int, default=1, help="the fleet this many times over")
     parser.add_argument("--max-pods", type=int, help="stop after this many arrivals")
     parser.add_argument("--cpu-profile", help="sample the extender by CPU time into this file (bench/cpu_sampler.py)")
@@ -289,7 +297,7 @@ def main() -> int:
     try:
         if args.percentage_of_nodes_to_score is not None and not 0 <= args.percentage_of_nodes_to_score <= 100:
             raise UsageError("--percentage-of-nodes-to-score must be 0-100")
-        if args.floor and args.without_gpupair:
+        if (args.floor or args.floor_scores) and args.without_gpupair:
             raise UsageError("--floor and --without-gpupair: one or the other")
         if args.replicate < 1 or (args.max_pods is not None and args.max_pods < 1):
             raise UsageError("--replicate and --max-pods must be at least 1")

@@ -299,9 +299,11 @@ class _Handlers:
         self._done(verb, "bad_request", started)
         return _json(PrioritizeError(Error=str(exc)).model_dump_json(), 400)
 
-    def _done(self, verb: str, outcome: str, started: float) -> None:
+    def _done(self, verb: str, outcome: str, started: float, cpu_started: float | None = None) -> None:
         self._metric(self.m.requests, verb, outcome).inc()
         self._metric(self.m.latency, verb).observe(time.perf_counter() - started)
+        if cpu_started is not None:
+            self._metric(self.m.answer_cpu, verb).observe(time.thread_time() - cpu_started)
 
     async def _caught_up(self, pod: Any) -> None:
         """Wait until the pod watch has read ``pod`` as kube-scheduler saw it, so that every pod
@@ -323,7 +325,7 @@ class _Handlers:
             "waited_s": self.x.pod_watch_wait})
 
     async def filter(self, request: Request) -> Response:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             args, gpus, intent = await self._args(self._body(request))
             if gpus > 0:
@@ -345,7 +347,7 @@ class _Handlers:
                                        "passed": answer.passed, "failed": answer.failed,
                                        "unresolvable": answer.unresolvable})
         response = _json(filter_result_json(answer.result))
-        self._done("filter", "ok", started)
+        self._done("filter", "ok", started, cpu_started)
         return response
 
     async def prioritize(self, request: Request) -> Response:
@@ -357,7 +359,7 @@ class _Handlers:
         return await self._prioritize(EVERY_POD_VERB, request)
 
     async def _prioritize(self, verb: str, request: Request) -> Response:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             args, gpus, intent = await self._args(self._body(request))
             body = self.x.score.answer(args, gpus, intent)
@@ -369,7 +371,7 @@ class _Handlers:
             return _json(NO_OPINION)
         self._metric(self.m.decisions, verb, "scored").inc(len(args.node_names()))
         response = _json(body)
-        self._done(verb, "ok", started)
+        self._done(verb, "ok", started, cpu_started)
         return response
 
     async def preempt(self, request: Request) -> Response:

@@ -29,6 +29,10 @@ class ExtenderMetrics:
         self.latency = Histogram(
             "gpupair_extender_request_seconds", "Time to answer an extender request, by verb",
             ["verb"], buckets=LATENCY_BUCKETS, registry=r)
+        self.answer_cpu = Histogram(
+            "gpupair_extender_answer_cpu_seconds", "CPU time the extender spent answering filter and "
+            "prioritize requests, by verb (a filter that waited for the pod watch counts what ran meanwhile)",
+            ["verb"], buckets=LATENCY_BUCKETS, registry=r)
         self.watch_restarts = Counter(
             "gpupair_extender_watch_restarts", "List/watch restarts by resource and reason "
             "(gone: relisted after 410; error: backed off)", ["resource", "reason"], registry=r)

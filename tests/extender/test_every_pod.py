@@ -37,6 +37,8 @@ async def test_every_pod_is_scored_as_prioritize_scores_it():
     assert count("gpupair_extender_requests_total", verb="prioritize", outcome="ok") == 3
     assert count("gpupair_extender_decisions_total", verb=EVERY_POD_VERB, outcome="scored") == 6
     assert count("gpupair_extender_request_seconds_count", verb=EVERY_POD_VERB) == 3
+    assert count("gpupair_extender_answer_cpu_seconds_count", verb=EVERY_POD_VERB) == 3
+    assert count("gpupair_extender_answer_cpu_seconds_sum", verb=EVERY_POD_VERB) > 0
 
 
 async def test_a_body_it_cannot_decode_is_answered_in_prioritizes_error_shape():
