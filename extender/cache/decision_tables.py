@@ -87,9 +87,10 @@ def host_priorities_json(names: list[str], scores: list[int]) -> str:
     """``host_priority_list`` for these scores (0 to MAX_EXTENDER_PRIORITY). Node names are DNS
     subdomains, which JSON writes as they are, so each part is the request's own name between
     constant pieces: a table of encoded names cost a read of cold memory per name on the real
-    scheduler, a third of the time (bench/RESULTS.md). Where a name would need escaping (not
-    a name kube-scheduler sends), or a score is out of range, each part is written alone."""
-    if _NEEDS_ESCAPE.search("".join(names)) is not None or (scores and not 0 <= min(scores) <= max(scores) <= MAX_EXTENDER_PRIORITY):
+    scheduler, twice this in all (bench/RESULTS.md). Where a name would need escaping (not a
+    name kube-scheduler sends), or a score is out of range, each part is written alone."""
+    in_range = not scores or 0 <= min(scores) <= max(scores) <= MAX_EXTENDER_PRIORITY
+    if not in_range or _NEEDS_ESCAPE.search("".join(names)) is not None:
         return host_priority_list(map(host_priority_json, names, scores))
     tails = _SCORE_TAILS
     return "[" + ",".join([f'{{"Host":"{name}{tails[score]}' for name, score in zip(names, scores) if score]) + "]"
