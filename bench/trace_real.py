@@ -298,7 +298,7 @@ def main() -> int:
         if args.percentage_of_nodes_to_score is not None and not 0 <= args.percentage_of_nodes_to_score <= 100:
             raise UsageError("--percentage-of-nodes-to-score must be 0-100")
         if (args.floor or args.floor_scores) and args.without_gpupair:
-            raise UsageError("--floor and --without-gpupair: one or the other")
+            raise UsageError("--floor or --floor-scores, and --without-gpupair: one or the other")
         if args.replicate < 1 or (args.max_pods is not None and args.max_pods < 1):
             raise UsageError("--replicate and --max-pods must be at least 1")
         nodes, pods = sampled(args)
